@@ -1,0 +1,58 @@
+# floe_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...])
+#   One library per folder, named after its path (common_tokenizer, worker_engine).
+# floe_cc_test(NAME name SRCS ... [DEPS ...] [LABELS unit|integration|gpu ...])
+#   A GoogleTest binary registered with CTest under the given labels.
+function(floe_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS" ${ARGN})
+  if(ARG_SRCS)
+    add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
+    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
+  else()
+    add_library(${ARG_NAME} INTERFACE)
+    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
+  endif()
+endfunction()
+
+function(floe_cc_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT FLOE_BUILD_TESTS)
+    return()
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "FLOE_SOURCE_DIR=${PROJECT_SOURCE_DIR};FLOE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endfunction()
+
+# Adds every folder below the current one that has a CMakeLists.txt (stopping
+# there: that file owns its own children), so each module owns its build file
+# and no parent needs an edit when a module appears.
+function(floe_add_present_subdirectories)
+  _floe_add_under(".")
+endfunction()
+
+function(_floe_add_under rel)
+  file(GLOB children LIST_DIRECTORIES true RELATIVE ${CMAKE_CURRENT_SOURCE_DIR}
+       ${CMAKE_CURRENT_SOURCE_DIR}/${rel}/*)
+  list(SORT children)
+  foreach(child ${children})
+    if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${child})
+      if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${child}/CMakeLists.txt)
+        add_subdirectory(${child})
+      else()
+        _floe_add_under(${child})
+      endif()
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,30 @@
+// A non-owning view of a dense row-major tensor in host memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/tensor/dtype.h"
+
+namespace floe {
+
+struct TensorView {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // null: tensor absent (optional weights such as biases)
+
+  bool present() const { return data != nullptr; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t dim : shape) n *= dim;
+    return n;
+  }
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
+  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+};
+
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace floe

@@ -1,0 +1,51 @@
+// The seam between the engine (scheduling, KV block accounting, sampling) and
+// the device that runs the model. The engine knows block ids and token
+// positions only; device, dtype and rank live behind this interface, so CUDA
+// and tensor/sequence parallel backends plug in without touching the scheduler.
+//
+// Threading: one engine thread calls every method; a backend may use its own
+// worker threads inside Forward().
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "services/worker/model/model_config.h"
+
+namespace floe {
+
+// One sequence's slice of a forward step.
+struct ForwardSequence {
+  // Tokens to run this step: a prefill chunk, one decode token, or a decode
+  // token followed by draft tokens under verification.
+  std::span<const int32_t> tokens;
+  // Position of tokens[0]; KV for positions [0, start_pos) is already cached.
+  int32_t start_pos = 0;
+  // Physical KV block of each logical block covering [0, start_pos + tokens.size()).
+  std::span<const int32_t> block_table;
+  // Logits are produced for the last `num_logits` tokens (0 for a prefill
+  // chunk that does not end the prompt; 1 for a decode; 1+k when verifying k drafts).
+  int32_t num_logits = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+
+  // Bytes of KV memory one block of `block_size` tokens takes (all layers, K and V).
+  virtual size_t KvBytesPerBlock(int block_size) const = 0;
+
+  // Allocates the KV pool: num_blocks blocks of block_size token slots each.
+  // Called once before the first Forward.
+  virtual absl::Status AllocateKvCache(int num_blocks, int block_size) = 0;
+
+  // Runs the model over every sequence of the batch, writing K/V of each new
+  // token into its block slot, and the logits rows (vocab_size floats each) of
+  // every sequence's last num_logits tokens into `logits`, sequences in order.
+  virtual absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) = 0;
+};
+
+}  // namespace floe

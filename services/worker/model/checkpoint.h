@@ -1,0 +1,69 @@
+// A loaded model: its config and every weight as a view into memory the
+// Checkpoint owns (mmapped safetensors, or seeded random buffers for
+// --load-format dummy). Loading validates names, shapes and dtypes up front, so
+// the forward pass never meets a missing or malformed tensor.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor/tensor_view.h"
+#include "services/worker/model/model_config.h"
+
+namespace floe {
+
+struct LayerWeights {
+  TensorView input_norm;           // [hidden]
+  TensorView q_proj;               // [heads*head_dim, hidden]
+  TensorView k_proj;               // [kv_heads*head_dim, hidden]
+  TensorView v_proj;               // [kv_heads*head_dim, hidden]
+  TensorView q_bias, k_bias, v_bias;  // [out] when config.attention_bias, else absent
+  TensorView q_norm, k_norm;       // [head_dim] when config.qk_norm, else absent
+  TensorView o_proj;               // [hidden, heads*head_dim]
+  TensorView post_attention_norm;  // [hidden]
+  TensorView gate_proj;            // [intermediate, hidden]
+  TensorView up_proj;              // [intermediate, hidden]
+  TensorView down_proj;            // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  TensorView embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  TensorView final_norm;    // [hidden]
+  TensorView lm_head;       // [vocab, hidden]; aliases embed_tokens when tied
+};
+
+enum class LoadFormat { kAuto, kSafetensors, kDummy };
+
+struct LoadOptions {
+  LoadFormat format = LoadFormat::kAuto;
+  // Weights of a dummy load: bf16 by default, as the benchmarks use.
+  DType dummy_dtype = DType::kBF16;
+  uint64_t dummy_seed = 0;
+};
+
+class Checkpoint {
+ public:
+  virtual ~Checkpoint() = default;
+
+  // `dir` holds config.json and, unless format is kDummy, model.safetensors or
+  // model-0000N-of-0000M.safetensors with model.safetensors.index.json.
+  // Weights stay in their file dtype (bf16 and f32 zero-copy); f16 is widened
+  // to f32 at load. Errors name the tensor or field at fault.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Load(const std::string& dir,
+                                                           const LoadOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Dtype of the matrices (norms may be f32 regardless).
+  DType weight_dtype() const { return weight_dtype_; }
+
+ protected:
+  ModelConfig config_;
+  ModelWeights weights_;
+  DType weight_dtype_ = DType::kF32;
+};
+
+}  // namespace floe

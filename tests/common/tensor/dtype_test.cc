@@ -1,0 +1,41 @@
+#include "common/tensor/dtype.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace floe {
+namespace {
+
+TEST(DTypeTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(F32ToBf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties go to even (1.0).
+  EXPECT_EQ(F32ToBf16(1.00390625f), 0x3f80);
+  // 1 + 3*2^-8 is halfway too: ties go to even (1 + 2^-6... mantissa 0x02).
+  EXPECT_EQ(F32ToBf16(1.01171875f), 0x3f82);
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  for (float v : {0.0f, -2.5f, 3.140625f, 1e-20f, -65504.0f}) {
+    EXPECT_EQ(Bf16ToF32(F32ToBf16(v)), Bf16ToF32(F32ToBf16(Bf16ToF32(F32ToBf16(v)))));
+  }
+}
+
+TEST(DTypeTest, F16RoundTripsEveryFiniteValue) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    uint16_t half = static_cast<uint16_t>(bits);
+    if ((half & 0x7c00) == 0x7c00) continue;  // inf/nan
+    EXPECT_EQ(F32ToF16(F16ToF32(half)), half) << bits;
+  }
+  EXPECT_EQ(F16ToF32(0x3c00), 1.0f);
+  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));
+}
+
+TEST(DTypeTest, ParsesNames) {
+  EXPECT_EQ(*ParseSafetensorsDType("BF16"), DType::kBF16);
+  EXPECT_FALSE(ParseSafetensorsDType("I8").ok());
+  EXPECT_EQ(*ParseDTypeName("fp32"), DType::kF32);
+  EXPECT_FALSE(ParseDTypeName("int4").ok());
+}
+
+}  // namespace
+}  // namespace floe
