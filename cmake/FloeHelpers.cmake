@@ -43,7 +43,7 @@ function(floe_add_present_subdirectories)
 endfunction()
 
 function(_floe_add_under rel)
-  file(GLOB children LIST_DIRECTORIES true RELATIVE ${CMAKE_CURRENT_SOURCE_DIR}
+  file(GLOB children LIST_DIRECTORIES true CONFIGURE_DEPENDS RELATIVE ${CMAKE_CURRENT_SOURCE_DIR}
        ${CMAKE_CURRENT_SOURCE_DIR}/${rel}/*)
   list(SORT children)
   foreach(child ${children})
