@@ -1,0 +1,43 @@
+// Turns one row of logits into one token: a chain of small stages
+// (penalties -> banned tokens -> temperature -> top-k -> top-p -> min-p -> draw),
+// each of which is skipped when its option is neutral. Greedy requests take
+// the arg-max after penalties (lowest id wins ties).
+//
+// Stateless and thread-compatible: the engine thread calls it once per
+// sequence per step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "services/worker/sampling/sampling_options.h"
+
+namespace floe {
+
+struct SamplingContext {
+  std::span<const int32_t> prompt_tokens;
+  std::span<const int32_t> output_tokens;
+  // Index in the output of the token being drawn: keys the counter RNG.
+  int64_t output_position = 0;
+  // Tokens that must not be drawn now (EOS and stop ids before min_tokens).
+  std::span<const int32_t> banned_tokens;
+};
+
+struct TopLogprobs {
+  float sampled_logprob = 0.0f;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
+
+class Sampler {
+ public:
+  // `logits` is modified in place (scratch for the stages).
+  static int32_t Sample(const SamplingOptions& options, const SamplingContext& context,
+                        std::span<float> logits);
+
+  // Log-softmax of the raw model logits: the sampled token's logprob and the top_n best.
+  static TopLogprobs ComputeLogprobs(std::span<const float> raw_logits, int32_t sampled, int top_n);
+};
+
+}  // namespace floe

@@ -1,0 +1,26 @@
+// What a request asks of the sampler, validated at the service boundary.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace floe {
+
+struct SamplingOptions {
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1)
+  uint64_t seed = 0;         // the engine draws one for unseeded requests
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+
+  bool greedy() const { return temperature == 0.0f; }
+};
+
+// INVALID_ARGUMENT naming the field and its allowed range.
+absl::Status ValidateSamplingOptions(const SamplingOptions& options, int32_t vocab_size);
+
+}  // namespace floe

@@ -1,0 +1,160 @@
+#include "services/worker/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/sampling/counter_rng.h"
+
+namespace floe {
+namespace {
+
+int32_t Draw(const SamplingOptions& options, std::vector<float> logits, int64_t position = 0,
+             std::vector<int32_t> output = {}, std::vector<int32_t> banned = {}) {
+  SamplingContext context;
+  context.output_tokens = output;
+  context.output_position = position;
+  context.banned_tokens = banned;
+  return Sampler::Sample(options, context, logits);
+}
+
+// The distribution the stages should produce, computed the slow obvious way.
+std::vector<double> OracleDistribution(const SamplingOptions& o, const std::vector<float>& logits) {
+  const size_t n = logits.size();
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  std::vector<double> p(n);
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += p[i] = std::exp((logits[i] - logits[order[0]]) / o.temperature);
+  for (double& v : p) v /= total;
+  std::vector<bool> keep(n, true);
+  size_t k = o.top_k > 0 ? std::min<size_t>(o.top_k, n) : n;
+  for (size_t r = k; r < n; ++r) keep[order[r]] = false;
+  double kept = 0;
+  for (size_t r = 0; r < k; ++r) kept += p[order[r]];
+  double cumulative = 0;
+  bool reached = false;
+  for (size_t r = 0; r < k; ++r) {
+    if (reached) keep[order[r]] = false;
+    cumulative += p[order[r]] / kept;
+    if (cumulative >= o.top_p) reached = true;
+    if (p[order[r]] < o.min_p * p[order[0]]) keep[order[r]] = false;
+  }
+  std::vector<double> q(n, 0.0);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) if (keep[i]) sum += q[i] = p[i];
+  for (double& v : q) v /= sum;
+  return q;
+}
+
+TEST(SamplerTest, GreedyTakesArgMaxLowestIdOnTies) {
+  SamplingOptions greedy;
+  EXPECT_EQ(Draw(greedy, {0.1f, 3.0f, 3.0f, -1.0f}), 1);
+  EXPECT_EQ(Draw(greedy, {0.1f, 3.0f, 3.0f, -1.0f}, 0, {}, {1}), 2);  // banned
+}
+
+TEST(SamplerTest, PenaltiesFollowVllmSemantics) {
+  SamplingOptions o;
+  o.repetition_penalty = 2.0f;
+  // Token 0 was generated: 4.0 -> 2.0 loses to token 1 (3.0).
+  EXPECT_EQ(Draw(o, {4.0f, 3.0f}, 0, {0}), 1);
+  SamplingOptions f;
+  f.frequency_penalty = 0.6f;
+  // Token 0 seen twice: 4.0 - 1.2 = 2.8 < 3.0.
+  EXPECT_EQ(Draw(f, {4.0f, 3.0f}, 0, {0, 0}), 1);
+  EXPECT_EQ(Draw(f, {4.0f, 3.0f}, 0, {0}), 0);
+}
+
+TEST(SamplerTest, SeededDrawDependsOnlyOnSeedAndPosition) {
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.seed = 1234;
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i));
+  for (int pos = 0; pos < 20; ++pos) EXPECT_EQ(Draw(o, logits, pos), Draw(o, logits, pos));
+  int differ = 0;
+  for (int pos = 0; pos < 20; ++pos) differ += Draw(o, logits, pos) != Draw(o, logits, pos + 1);
+  EXPECT_GT(differ, 10);
+}
+
+struct DistributionCase {
+  float temperature;
+  int top_k;
+  float top_p;
+  float min_p;
+};
+
+class SamplerDistributionTest : public testing::TestWithParam<DistributionCase> {};
+
+// Empirical frequencies over many positions match the oracle distribution.
+TEST_P(SamplerDistributionTest, MatchesOracle) {
+  const DistributionCase c = GetParam();
+  SamplingOptions o;
+  o.temperature = c.temperature;
+  o.top_k = c.top_k;
+  o.top_p = c.top_p;
+  o.min_p = c.min_p;
+  o.seed = 99;
+  std::vector<float> logits(300);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 3.0f * std::cos(0.37f * static_cast<float>(i)) + 0.001f * static_cast<float>(i);
+  std::vector<double> expected = OracleDistribution(o, logits);
+  constexpr int kDraws = 40000;
+  std::vector<int> counts(logits.size(), 0);
+  for (int pos = 0; pos < kDraws; ++pos) ++counts[Draw(o, logits, pos)];
+  for (size_t i = 0; i < logits.size(); ++i) {
+    double p = expected[i];
+    if (p == 0.0) {
+      EXPECT_EQ(counts[i], 0) << "token " << i << " should be truncated";
+      continue;
+    }
+    double sd = std::sqrt(kDraws * p * (1 - p));
+    EXPECT_NEAR(counts[i], kDraws * p, 5 * sd + 3) << "token " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, SamplerDistributionTest,
+                         testing::Values(DistributionCase{1.0f, 0, 1.0f, 0.0f},
+                                         DistributionCase{0.7f, 0, 1.0f, 0.0f},
+                                         DistributionCase{1.0f, 5, 1.0f, 0.0f},
+                                         DistributionCase{1.0f, 0, 0.9f, 0.0f},
+                                         DistributionCase{1.3f, 0, 0.5f, 0.0f},
+                                         DistributionCase{1.0f, 0, 1.0f, 0.2f},
+                                         DistributionCase{0.9f, 40, 0.8f, 0.05f}));
+
+TEST(SamplerTest, LogprobsAreLogSoftmax) {
+  std::vector<float> logits = {1.0f, 2.0f, 0.5f};
+  TopLogprobs lp = Sampler::ComputeLogprobs(logits, 0, 2);
+  double z = std::exp(1.0) + std::exp(2.0) + std::exp(0.5);
+  EXPECT_NEAR(lp.sampled_logprob, 1.0 - std::log(z), 1e-5);
+  ASSERT_EQ(lp.ids.size(), 2u);
+  EXPECT_EQ(lp.ids[0], 1);
+  EXPECT_EQ(lp.ids[1], 0);
+}
+
+TEST(SamplerTest, ValidationNamesTheField) {
+  SamplingOptions o;
+  o.temperature = -1.0f;
+  absl::Status s = ValidateSamplingOptions(o, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("temperature"), absl::string_view::npos);
+  o = {};
+  o.top_p = 1.5f;
+  EXPECT_NE(ValidateSamplingOptions(o, 10).message().find("top_p"), absl::string_view::npos);
+  o = {};
+  o.top_p = 0.0f;
+  EXPECT_FALSE(ValidateSamplingOptions(o, 10).ok());
+  EXPECT_TRUE(ValidateSamplingOptions(SamplingOptions{}, 10).ok());
+}
+
+TEST(CounterRngTest, RoughlyUniform) {
+  std::vector<int> buckets(10, 0);
+  for (int i = 0; i < 100000; ++i) ++buckets[static_cast<int>(CounterUniform(5, i) * 10)];
+  for (int b : buckets) EXPECT_NEAR(b, 10000, 500);
+}
+
+}  // namespace
+}  // namespace floe
