@@ -1,0 +1,361 @@
+#include "services/worker/engine/engine_core.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "services/worker/sampling/sampler.h"
+
+namespace floe {
+
+struct EngineCore::Sequence {
+  EngineRequest request;
+  std::vector<int32_t> tokens;  // prompt followed by output
+  int32_t prompt_len = 0;
+  std::vector<int32_t> block_table;
+  int32_t num_computed = 0;  // leading tokens whose KV is in the cache
+  int32_t cached_prompt_tokens = 0;
+  bool admitted_once = false;
+  int32_t registered_blocks = 0;
+  uint64_t last_block_hash = 0;
+  int64_t admission = 0;  // admission order, for choosing whom to preempt
+  std::vector<int32_t> banned;  // EOS + stop ids, banned before min_tokens
+
+  int32_t total_len() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t output_len() const { return total_len() - prompt_len; }
+};
+
+absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Backend> backend,
+                                                               EngineOptions options) {
+  if (options.block_size <= 0 || options.block_size > 1024)
+    return absl::InvalidArgumentError(absl::StrCat("block_size must be in [1, 1024], got ", options.block_size));
+  if (options.max_num_batched_tokens <= 0 || options.max_num_seqs <= 0)
+    return absl::InvalidArgumentError("max_num_batched_tokens and max_num_seqs must be positive");
+  int num_blocks = options.num_blocks;
+  if (num_blocks <= 0) {
+    const size_t per_block = backend->KvBytesPerBlock(options.block_size);
+    num_blocks = static_cast<int>(options.kv_cache_bytes / static_cast<int64_t>(per_block));
+  }
+  if (num_blocks < 2)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache budget of ", options.kv_cache_bytes, " bytes holds fewer than 2 blocks of ",
+        options.block_size, " tokens (", backend->KvBytesPerBlock(options.block_size), " bytes each)"));
+  auto status = backend->AllocateKvCache(num_blocks, options.block_size);
+  if (!status.ok()) return status;
+  return std::unique_ptr<EngineCore>(new EngineCore(std::move(backend), std::move(options), num_blocks));
+}
+
+EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks)
+    : backend_(std::move(backend)),
+      options_(std::move(options)),
+      blocks_(std::make_unique<BlockManager>(num_blocks, options_.block_size)),
+      next_seed_(std::random_device{}()) {
+  const int model_len = backend_->config().max_position_embeddings;
+  max_model_len_ = options_.max_model_len > 0 ? std::min(options_.max_model_len, model_len) : model_len;
+  // A sequence must always fit in the cache by itself, or preemption could not make room.
+  max_model_len_ = std::min(max_model_len_, num_blocks * options_.block_size);
+}
+
+EngineCore::~EngineCore() = default;
+
+absl::Status EngineCore::Validate(EngineRequest& request) const {
+  const int32_t vocab = backend_->config().vocab_size;
+  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (static_cast<int>(request.prompt.size()) >= max_model_len_)
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", request.prompt.size(),
+                                                   " tokens; the limit is max_model_len - 1 = ",
+                                                   max_model_len_ - 1));
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    int32_t t = request.prompt[i];
+    if (t < 0 || t >= vocab)
+      return absl::InvalidArgumentError(absl::StrCat("prompt token_ids[", i, "] = ", t,
+                                                     " is outside the vocabulary [0, ", vocab, ")"));
+  }
+  for (int32_t t : request.stop.stop_token_ids) {
+    if (t < 0 || t >= vocab)
+      return absl::InvalidArgumentError(
+          absl::StrCat("stopping.stop_token_ids contains ", t, ", outside the vocabulary [0, ", vocab, ")"));
+  }
+  StopOptions& stop = request.stop;
+  if (stop.max_tokens < 0)
+    return absl::InvalidArgumentError(absl::StrCat("stopping.max_tokens must be > 0, got ", stop.max_tokens));
+  if (stop.max_tokens == 0) {
+    stop.max_tokens = std::min<int32_t>(options_.max_tokens_limit,
+                                        max_model_len_ - static_cast<int32_t>(request.prompt.size()));
+  }
+  if (stop.max_tokens > options_.max_tokens_limit)
+    return absl::OutOfRangeError(absl::StrCat("stopping.max_tokens = ", stop.max_tokens,
+                                              " exceeds the server limit of ", options_.max_tokens_limit));
+  if (stop.min_tokens < 0 || stop.min_tokens > stop.max_tokens)
+    return absl::InvalidArgumentError(absl::StrCat("stopping.min_tokens must be in [0, max_tokens = ",
+                                                   stop.max_tokens, "], got ", stop.min_tokens));
+  if (request.top_logprobs < 0 || request.top_logprobs > 20)
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs.top_n must be in [0, 20], got ", request.top_logprobs));
+  auto sampling = ValidateSamplingOptions(request.sampling, vocab);
+  if (!sampling.ok()) return sampling;
+  if (sequences_.contains(request.id))
+    return absl::AlreadyExistsError(absl::StrCat("request_id \"", request.id, "\" is already running"));
+  return absl::OkStatus();
+}
+
+void EngineCore::Add(EngineRequest request) {
+  auto seq = std::make_unique<Sequence>();
+  seq->tokens = request.prompt;
+  seq->prompt_len = static_cast<int32_t>(request.prompt.size());
+  if (!request.seeded) {
+    request.sampling.seed = next_seed_;
+    next_seed_ = next_seed_ * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+  if (!request.stop.ignore_eos) seq->banned = options_.eos_token_ids;
+  seq->banned.insert(seq->banned.end(), request.stop.stop_token_ids.begin(),
+                     request.stop.stop_token_ids.end());
+  seq->request = std::move(request);
+  Sequence* raw = seq.get();
+  sequences_[raw->request.id] = std::move(seq);
+  waiting_.push_back(raw);
+}
+
+bool EngineCore::Abort(const std::string& id, FinishReason reason, const std::string& error) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return false;
+  Sequence& seq = *it->second;
+  RequestOutput output;
+  output.error = error;
+  Finish(seq, output, reason);
+  return true;
+}
+
+void EngineCore::AbortAll(const std::string& error) {
+  std::vector<std::string> ids;
+  for (const auto& [id, seq] : sequences_) ids.push_back(id);
+  for (const std::string& id : ids) Abort(id, FinishReason::kAbort, error);
+}
+
+EngineLoad EngineCore::Load() const {
+  EngineLoad load;
+  load.running = static_cast<int>(running_.size());
+  load.waiting = static_cast<int>(waiting_.size());
+  load.kv_usage = blocks_->Usage();
+  load.block_size = options_.block_size;
+  load.total_blocks = blocks_->num_blocks();
+  load.preemptions = counters_.preemptions;
+  return load;
+}
+
+bool EngineCore::EnsureBlocks(Sequence& seq, int32_t num_tokens) {
+  const int32_t bs = options_.block_size;
+  const int32_t needed = (seq.num_computed + num_tokens + bs - 1) / bs - static_cast<int32_t>(seq.block_table.size());
+  if (needed <= 0) return true;
+  auto fresh = blocks_->Allocate(needed);
+  if (!fresh) return false;
+  seq.block_table.insert(seq.block_table.end(), fresh->begin(), fresh->end());
+  return true;
+}
+
+void EngineCore::Release(Sequence& seq) {
+  blocks_->Release(seq.block_table);
+  seq.block_table.clear();
+  seq.num_computed = 0;
+  seq.registered_blocks = 0;
+  seq.last_block_hash = 0;
+}
+
+void EngineCore::Preempt(Sequence& seq) {
+  Release(seq);
+  running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  waiting_.push_front(&seq);
+  ++counters_.preemptions;
+}
+
+bool EngineCore::Admit(Sequence& seq, int32_t budget, std::vector<Planned>& plan) {
+  if (options_.enable_prefix_caching) {
+    // Leave at least the last token to compute: its logits start the output.
+    std::span<const int32_t> lookup(seq.tokens.data(), seq.tokens.size() - 1);
+    seq.block_table = blocks_->AcquireCachedPrefix(lookup);
+    seq.num_computed = static_cast<int32_t>(seq.block_table.size()) * options_.block_size;
+    seq.registered_blocks = static_cast<int32_t>(seq.block_table.size());
+    seq.last_block_hash = 0;
+    for (int32_t b = 0; b < seq.registered_blocks; ++b) {
+      seq.last_block_hash = BlockManager::HashBlock(
+          seq.last_block_hash,
+          std::span<const int32_t>(seq.tokens).subspan(b * options_.block_size, options_.block_size));
+    }
+  }
+  const int32_t n = std::min(seq.total_len() - seq.num_computed, budget);
+  if (!EnsureBlocks(seq, n)) {
+    Release(seq);
+    return false;
+  }
+  if (!seq.admitted_once) {
+    seq.cached_prompt_tokens = seq.num_computed;
+    seq.admitted_once = true;
+  }
+  seq.admission = admission_counter_++;
+  running_.push_back(&seq);
+  plan.push_back({&seq, n});
+  return true;
+}
+
+bool EngineCore::Schedule(std::vector<Planned>& plan) {
+  int32_t budget = options_.max_num_batched_tokens;
+  bool preempted = false;
+  // Running sequences first, oldest admission first, so decodes never starve.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& seq = *running_[i];
+    const int32_t n = std::min(seq.total_len() - seq.num_computed, budget);
+    bool placed = true;
+    while (!EnsureBlocks(seq, n)) {
+      // Evict the most recently admitted other running sequence not yet planned.
+      Sequence* victim = nullptr;
+      for (Sequence* other : running_) {
+        if (other == &seq) continue;
+        bool planned = std::any_of(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == other; });
+        if (planned) continue;
+        if (!victim || other->admission > victim->admission) victim = other;
+      }
+      preempted = true;
+      if (!victim) {
+        Preempt(seq);
+        placed = false;
+        break;
+      }
+      Preempt(*victim);
+    }
+    if (!placed) continue;  // running_[i] now holds the next sequence
+    plan.push_back({&seq, n});
+    budget -= n;
+    ++i;
+  }
+  // Then waiting sequences in FIFO order, unless this step had to preempt.
+  while (!preempted && budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    if (!Admit(seq, budget, plan)) break;
+    waiting_.pop_front();
+    budget -= plan.back().num_tokens;
+  }
+  return !plan.empty();
+}
+
+void EngineCore::RegisterFullBlocks(Sequence& seq) {
+  if (!options_.enable_prefix_caching) return;
+  const int32_t bs = options_.block_size;
+  while ((seq.registered_blocks + 1) * bs <= seq.num_computed) {
+    const int32_t b = seq.registered_blocks;
+    seq.last_block_hash =
+        BlockManager::HashBlock(seq.last_block_hash, std::span<const int32_t>(seq.tokens).subspan(b * bs, bs));
+    blocks_->RegisterFullBlock(seq.block_table[b], seq.last_block_hash);
+    ++seq.registered_blocks;
+  }
+}
+
+absl::Status EngineCore::Step() {
+  std::vector<Planned> plan;
+  if (!Schedule(plan)) return absl::OkStatus();
+
+  std::vector<ForwardSequence> batch;
+  batch.reserve(plan.size());
+  int32_t logit_rows = 0;
+  for (const Planned& p : plan) {
+    Sequence& seq = *p.seq;
+    ForwardSequence f;
+    f.tokens = std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, p.num_tokens);
+    f.start_pos = seq.num_computed;
+    f.block_table = seq.block_table;
+    f.num_logits = seq.num_computed + p.num_tokens == seq.total_len() ? 1 : 0;
+    logit_rows += f.num_logits;
+    batch.push_back(f);
+  }
+  const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
+  if (logits_.size() < logit_rows * vocab) logits_.resize(logit_rows * vocab);
+  absl::Status status = backend_->Forward(batch, logits_.data());
+  ++counters_.steps;
+  if (!status.ok()) {
+    for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status.ToString());
+    return status;
+  }
+  int32_t row = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& seq = *plan[i].seq;
+    if (seq.num_computed < seq.prompt_len) {
+      counters_.prompt_tokens_computed += std::min(plan[i].num_tokens, seq.prompt_len - seq.num_computed);
+    }
+    seq.num_computed += plan[i].num_tokens;
+    RegisterFullBlocks(seq);
+    if (batch[i].num_logits > 0) {
+      SampleAndEmit(seq, logits_.data() + static_cast<size_t>(row) * vocab);
+      ++row;
+    }
+  }
+  counters_.prefix_query_tokens = blocks_->prefix_queries_tokens();
+  counters_.prefix_hit_tokens = blocks_->prefix_hit_tokens();
+  return absl::OkStatus();
+}
+
+void EngineCore::SampleAndEmit(Sequence& seq, float* logits_row) {
+  const EngineRequest& request = seq.request;
+  const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
+  std::span<float> logits(logits_row, vocab);
+  if (request.logprobs) raw_logits_.assign(logits.begin(), logits.end());
+
+  SamplingContext context;
+  context.prompt_tokens = std::span<const int32_t>(seq.tokens).first(seq.prompt_len);
+  context.output_tokens = std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len);
+  context.output_position = seq.output_len();
+  if (seq.output_len() < request.stop.min_tokens) context.banned_tokens = seq.banned;
+  const int32_t token = Sampler::Sample(request.sampling, context, logits);
+
+  RequestOutput output;
+  output.new_tokens.push_back(token);
+  if (request.logprobs) {
+    TopLogprobs lp = Sampler::ComputeLogprobs(raw_logits_, token, request.top_logprobs);
+    output.logprobs.push_back({lp.sampled_logprob, std::move(lp.ids), std::move(lp.logprobs)});
+  }
+  seq.tokens.push_back(token);
+  ++counters_.generated_tokens;
+
+  FinishReason reason = FinishReason::kNone;
+  const bool can_stop = seq.output_len() >= request.stop.min_tokens;
+  const auto& stops = request.stop.stop_token_ids;
+  const auto& eos = options_.eos_token_ids;
+  if (can_stop && (std::find(stops.begin(), stops.end(), token) != stops.end() ||
+                   (!request.stop.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()))) {
+    reason = FinishReason::kStop;
+    output.stop_token = token;
+  } else if (seq.output_len() >= request.stop.max_tokens) {
+    reason = FinishReason::kLength;
+  } else if (seq.total_len() >= max_model_len_) {
+    reason = FinishReason::kContext;
+  }
+  if (reason != FinishReason::kNone) {
+    Finish(seq, output, reason);
+  } else {
+    output.prompt_tokens = seq.prompt_len;
+    output.completion_tokens = seq.output_len();
+    output.cached_prompt_tokens = seq.cached_prompt_tokens;
+    if (request.sink) request.sink(output);
+  }
+}
+
+void EngineCore::Finish(Sequence& seq, RequestOutput& output, FinishReason reason) {
+  output.finish_reason = reason;
+  output.prompt_tokens = seq.prompt_len;
+  output.completion_tokens = seq.output_len();
+  output.cached_prompt_tokens = seq.cached_prompt_tokens;
+  OutputSink sink = std::move(seq.request.sink);
+  Release(seq);
+  Remove(&seq);  // seq is gone after this line
+  if (sink) sink(output);
+}
+
+void EngineCore::Remove(Sequence* seq) {
+  auto r = std::find(running_.begin(), running_.end(), seq);
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find(waiting_.begin(), waiting_.end(), seq);
+  if (w != waiting_.end()) waiting_.erase(w);
+  sequences_.erase(seq->request.id);
+}
+
+}  // namespace floe

@@ -1,0 +1,57 @@
+// What the engine accepts and what it emits, free of gRPC and of devices.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "services/worker/sampling/sampling_options.h"
+
+namespace floe {
+
+struct StopOptions {
+  int32_t max_tokens = 0;  // > 0, validated by the engine against its limits
+  int32_t min_tokens = 0;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kNone, kLength, kStop, kAbort, kContext };
+
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
+// One engine step's news for one request. Emitted on the engine thread; the
+// sink must return quickly (queue and notify, never block on a client).
+struct RequestOutput {
+  std::vector<int32_t> new_tokens;
+  std::vector<TokenLogprobs> logprobs;  // parallel to new_tokens when requested
+  FinishReason finish_reason = FinishReason::kNone;
+  int32_t stop_token = -1;  // the stop/EOS id that ended the request, if any
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+  // Human-readable reason for an abort by the engine itself (e.g. shutdown).
+  std::string error;
+
+  bool finished() const { return finish_reason != FinishReason::kNone; }
+};
+
+using OutputSink = std::function<void(const RequestOutput&)>;
+
+struct EngineRequest {
+  std::string id;  // unique among live requests
+  std::vector<int32_t> prompt;
+  SamplingOptions sampling;
+  bool seeded = false;  // false: the engine draws a seed
+  StopOptions stop;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  OutputSink sink;
+};
+
+}  // namespace floe
