@@ -1,0 +1,153 @@
+#include "common/tokenizer/bpe_model.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace floe {
+namespace {
+
+constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
+// Pieces up to this many bytes use the quadratic scan, which beats a heap on
+// the short pieces that make up almost all text.
+constexpr size_t kSmallPiece = 48;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
+    absl::flat_hash_map<std::string, int32_t> vocab,
+    const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges) {
+  std::unique_ptr<BpeModel> model(new BpeModel);
+  model->vocab_ = std::move(vocab);
+  model->ignore_merges_ = ignore_merges;
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    auto it = model->vocab_.find(absl::string_view(&c, 1));
+    model->byte_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
+  }
+  model->merges_.reserve(merges.size());
+  std::string joined;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    auto l = model->vocab_.find(left);
+    auto r = model->vocab_.find(right);
+    joined.assign(left).append(right);
+    auto m = model->vocab_.find(joined);
+    if (l == model->vocab_.end() || r == model->vocab_.end() || m == model->vocab_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.merges[", rank, "]: token '", left, "', '", right, "' or their "
+                       "concatenation is not in model.vocab"));
+    }
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) |
+                         static_cast<uint32_t>(r->second);
+    model->merges_.insert_or_assign(key, Merge{static_cast<int32_t>(rank), m->second});
+  }
+  return model;
+}
+
+std::optional<int32_t> BpeModel::Find(absl::string_view bytes) const {
+  auto it = vocab_.find(bytes);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BpeModel::Encode(absl::string_view piece, Scratch* s, std::vector<int32_t>* out) const {
+  if (piece.empty()) return;
+  if (ignore_merges_ || piece.size() == 1) {
+    if (piece.size() == 1) {
+      const int32_t id = byte_ids_[static_cast<uint8_t>(piece[0])];
+      if (id >= 0) out->push_back(id);
+      return;
+    }
+    auto it = vocab_.find(piece);
+    if (it != vocab_.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
+  s->ids.clear();
+  for (char c : piece) {
+    const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+    if (id >= 0) s->ids.push_back(id);
+  }
+  if (s->ids.size() <= kSmallPiece) {
+    MergeSmall(s, out);
+  } else {
+    MergeLarge(s, out);
+  }
+}
+
+void BpeModel::MergeSmall(Scratch* s, std::vector<int32_t>* out) const {
+  std::vector<int32_t>& ids = s->ids;
+  std::vector<int32_t>& ranks = s->ranks;  // ranks[i]: rank of pair (ids[i], ids[i+1]).
+  const auto rank_of = [&](size_t i) {
+    const Merge* m = FindMerge(ids[i], ids[i + 1]);
+    return m == nullptr ? kNoRank : m->rank;
+  };
+  ranks.resize(ids.size());
+  for (size_t i = 0; i + 1 < ids.size(); ++i) ranks[i] = rank_of(i);
+  while (ids.size() > 1) {
+    size_t best = 0;
+    int32_t best_rank = kNoRank;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      if (ranks[i] < best_rank) {
+        best_rank = ranks[i];
+        best = i;
+      }
+    }
+    if (best_rank == kNoRank) break;
+    ids[best] = FindMerge(ids[best], ids[best + 1])->merged_id;
+    ids.erase(ids.begin() + best + 1);
+    ranks.erase(ranks.begin() + best + 1);
+    if (best + 1 < ids.size()) ranks[best] = rank_of(best);
+    if (best > 0) ranks[best - 1] = rank_of(best - 1);
+  }
+  out->insert(out->end(), ids.begin(), ids.end());
+}
+
+// Linked list of symbols plus a min-heap of candidate merges ordered by
+// (rank, position): the same order as Hugging Face's BPE, so ties between
+// overlapping equal pairs resolve to the leftmost one.
+void BpeModel::MergeLarge(Scratch* s, std::vector<int32_t>* out) const {
+  std::vector<int32_t>& ids = s->ids;
+  const int32_t n = static_cast<int32_t>(ids.size());
+  s->prev.resize(n);
+  s->next.resize(n);
+  for (int32_t i = 0; i < n; ++i) {
+    s->prev[i] = i - 1;
+    s->next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  auto& heap = s->heap;
+  heap.clear();
+  const auto cmp = [](const Scratch::Candidate& a, const Scratch::Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  const auto push = [&](int32_t pos) {
+    const int32_t nx = s->next[pos];
+    if (nx < 0) return;
+    const Merge* m = FindMerge(ids[pos], ids[nx]);
+    if (m == nullptr) return;
+    heap.push_back({m->rank, pos, ids[pos], ids[nx]});
+    std::push_heap(heap.begin(), heap.end(), cmp);
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    const Scratch::Candidate c = heap.back();
+    heap.pop_back();
+    const int32_t nx = s->next[c.pos];
+    // Stale entries: the left symbol was absorbed (ids[pos] == -1) or either side changed.
+    if (ids[c.pos] != c.left || nx < 0 || ids[nx] != c.right) continue;
+    ids[c.pos] = FindMerge(c.left, c.right)->merged_id;
+    ids[nx] = -1;
+    const int32_t after = s->next[nx];
+    s->next[c.pos] = after;
+    if (after >= 0) s->prev[after] = c.pos;
+    if (s->prev[c.pos] >= 0) push(s->prev[c.pos]);
+    push(c.pos);
+  }
+  for (int32_t i = 0; i >= 0; i = s->next[i]) out->push_back(ids[i]);
+}
+
+}  // namespace floe

@@ -1,0 +1,37 @@
+#include "common/tokenizer/incremental_detokenizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
+
+namespace floe {
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Add(absl::Span<const int32_t> ids) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= tokenizer_->vocab_size()) {
+      return absl::OutOfRangeError(absl::StrCat("token id ", id, " is not in the vocabulary (vocab size ",
+                                                tokenizer_->vocab_size(), ")"));
+    }
+  }
+  std::string bytes = std::move(pending_);
+  pending_.clear();
+  for (int32_t id : ids) {
+    if (skip_special_tokens_ && tokenizer_->IsSpecial(id)) continue;
+    const absl::string_view token = tokenizer_->TokenBytes(id);
+    bytes.append(token.data(), token.size());
+  }
+  const size_t complete = utf8::CompletePrefixLength(bytes);
+  pending_.assign(bytes, complete, std::string::npos);
+  std::string out;
+  utf8::AppendLossy(absl::string_view(bytes).substr(0, complete), &out);
+  return out;
+}
+
+std::string IncrementalDetokenizer::Finish() {
+  std::string out;
+  utf8::AppendLossy(pending_, &out);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace floe

@@ -1,0 +1,426 @@
+#include "common/tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "common/tokenizer/added_token_matcher.h"
+#include "common/tokenizer/bpe_model.h"
+#include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/nfc_normalizer.h"
+#include "common/tokenizer/regex_splitter.h"
+#include "common/tokenizer/utf8.h"
+#include "nlohmann/json.hpp"
+
+namespace floe {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr uint8_t kPresent = 1;
+constexpr uint8_t kSpecial = 2;
+constexpr uint8_t kAdded = 4;
+
+// The GPT-2 pattern the ByteLevel pre-tokenizer applies when `use_regex` is set.
+constexpr absl::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Parses `path`, or returns null JSON when the file does not exist.
+absl::StatusOr<Json> ReadOptionalJson(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path)) return Json();
+  FLOE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": malformed JSON"));
+  return json;
+}
+
+// Vocabulary strings are in the byte-level alphabet; anything outside it is
+// taken literally (as Hugging Face's decoder does).
+std::string VocabBytes(const std::string& token) {
+  std::string bytes;
+  if (byte_level::CharsToBytes(token, &bytes)) return bytes;
+  return token;
+}
+
+bool BoolField(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::string TypeOf(const Json& j) {
+  if (!j.is_object()) return "";
+  auto it = j.find("type");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// "<s>" or {"content": "<s>", ...}; empty when absent or null.
+std::string TokenContent(const Json& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return "";
+}
+
+}  // namespace
+
+struct Tokenizer::EncodeState {
+  std::vector<int32_t>* out;
+  BpeModel::Scratch scratch;
+  std::string normalized;
+  std::vector<std::string> prefixed;  // Per stage, for add_prefix_space.
+};
+
+class Tokenizer::Loader {
+ public:
+  explicit Loader(Tokenizer* t) : t_(t) {}
+
+  absl::Status Load(const std::filesystem::path& json_path, const std::filesystem::path& dir) {
+    FLOE_ASSIGN_OR_RETURN(std::string text, ReadFile(json_path));
+    Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (root.is_discarded() || !root.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(json_path.string(), ": malformed JSON"));
+    }
+    text.clear();
+    FLOE_ASSIGN_OR_RETURN(Json config, ReadOptionalJson(dir / "tokenizer_config.json"));
+    FLOE_ASSIGN_OR_RETURN(Json generation, ReadOptionalJson(dir / "generation_config.json"));
+    try {
+      FLOE_RETURN_IF_ERROR(LoadModel(root["model"]));
+      FLOE_RETURN_IF_ERROR(LoadAddedTokens(root.value("added_tokens", Json::array())));
+      FLOE_RETURN_IF_ERROR(LoadNormalizer(root.value("normalizer", Json())));
+      FLOE_RETURN_IF_ERROR(LoadPreTokenizer(root.value("pre_tokenizer", Json())));
+      FLOE_RETURN_IF_ERROR(LoadDecoder(root.value("decoder", Json())));
+      bool templated = false;
+      FLOE_RETURN_IF_ERROR(LoadPostProcessor(root.value("post_processor", Json()), &templated));
+      FLOE_RETURN_IF_ERROR(LoadConfigs(config, generation, templated));
+    } catch (const Json::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(json_path.string(), ": unexpected field type: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void SetToken(int32_t id, std::string bytes, uint8_t flags) {
+    if (static_cast<size_t>(id) >= t_->token_bytes_.size()) {
+      t_->token_bytes_.resize(id + 1);
+      t_->token_flags_.resize(id + 1, 0);
+    }
+    t_->token_bytes_[id] = std::move(bytes);
+    t_->token_flags_[id] = flags;
+  }
+
+  absl::Status LoadModel(const Json& model) {
+    if (!model.is_object()) return absl::InvalidArgumentError("tokenizer.json: missing 'model'");
+    const std::string type = TypeOf(model);
+    if (!type.empty() && type != "BPE") {
+      return absl::UnimplementedError(absl::StrCat("model.type '", type, "' (only BPE is supported)"));
+    }
+    if (BoolField(model, "byte_fallback")) {
+      return absl::UnimplementedError("model.byte_fallback (SentencePiece-style BPE) is not supported");
+    }
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      auto it = model.find(key);
+      if (it != model.end() && it->is_string() && !it->get<std::string>().empty()) {
+        return absl::UnimplementedError(absl::StrCat("model.", key, " is not supported"));
+      }
+    }
+    auto dropout = model.find("dropout");
+    if (dropout != model.end() && dropout->is_number() && dropout->get<double>() > 0) {
+      return absl::UnimplementedError("model.dropout is not supported");
+    }
+    const Json& vocab_json = model.at("vocab");
+    if (!vocab_json.is_object()) return absl::InvalidArgumentError("model.vocab must be an object");
+    absl::flat_hash_map<std::string, int32_t> vocab;
+    vocab.reserve(vocab_json.size());
+    for (auto it = vocab_json.begin(); it != vocab_json.end(); ++it) {
+      const int64_t id = it.value().get<int64_t>();
+      if (id < 0 || id > (1 << 30)) {
+        return absl::InvalidArgumentError(absl::StrCat("model.vocab['", it.key(), "']: id ", id, " out of range"));
+      }
+      std::string bytes = VocabBytes(it.key());
+      vocab[bytes] = static_cast<int32_t>(id);
+      SetToken(static_cast<int32_t>(id), std::move(bytes), kPresent);
+    }
+    std::vector<std::pair<std::string, std::string>> merges;
+    const Json& merges_json = model.value("merges", Json::array());
+    merges.reserve(merges_json.size());
+    for (size_t i = 0; i < merges_json.size(); ++i) {
+      const Json& m = merges_json[i];
+      if (m.is_string()) {
+        const std::string& s = m.get_ref<const std::string&>();
+        const size_t space = s.find(' ');
+        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: '", s, "' is not 'a b'"));
+        }
+        merges.emplace_back(VocabBytes(s.substr(0, space)), VocabBytes(s.substr(space + 1)));
+      } else if (m.is_array() && m.size() == 2) {
+        merges.emplace_back(VocabBytes(m[0].get<std::string>()), VocabBytes(m[1].get<std::string>()));
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: expected \"a b\" or [\"a\", \"b\"]"));
+      }
+    }
+    FLOE_ASSIGN_OR_RETURN(t_->bpe_, BpeModel::Create(std::move(vocab), merges, BoolField(model, "ignore_merges")));
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadAddedTokens(const Json& added) {
+    std::vector<AddedTokenMatcher::Token> tokens;
+    for (const Json& a : added) {
+      AddedTokenMatcher::Token token;
+      token.content = a.at("content").get<std::string>();
+      const int64_t id = a.at("id").get<int64_t>();
+      if (id < 0 || id > (1 << 30)) {
+        return absl::InvalidArgumentError(absl::StrCat("added_tokens '", token.content, "': id ", id, " out of range"));
+      }
+      token.id = static_cast<int32_t>(id);
+      token.lstrip = BoolField(a, "lstrip");
+      token.rstrip = BoolField(a, "rstrip");
+      token.single_word = BoolField(a, "single_word");
+      SetToken(token.id, token.content, kPresent | kAdded | (BoolField(a, "special") ? kSpecial : 0));
+      t_->added_by_content_[token.content] = token.id;
+      tokens.push_back(std::move(token));
+    }
+    t_->added_matcher_ = std::make_unique<AddedTokenMatcher>(tokens);
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadNormalizer(const Json& n) {
+    if (n.is_null()) return absl::OkStatus();
+    const std::string type = TypeOf(n);
+    if (type == "Sequence") {
+      for (const Json& child : n.at("normalizers")) FLOE_RETURN_IF_ERROR(LoadNormalizer(child));
+      return absl::OkStatus();
+    }
+    if (type != "NFC") {
+      return absl::UnimplementedError(absl::StrCat("normalizer.type '", type, "' (only NFC is supported)"));
+    }
+    if (t_->nfc_ == nullptr) {
+      FLOE_ASSIGN_OR_RETURN(t_->nfc_, NfcNormalizer::Create());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AddSplitStage(absl::string_view pattern, bool add_prefix_space) {
+    Stage stage;
+    stage.add_prefix_space = add_prefix_space;
+    if (!pattern.empty()) {
+      FLOE_ASSIGN_OR_RETURN(stage.splitter, RegexSplitter::Create(pattern));
+    }
+    t_->stages_.push_back(std::move(stage));
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadPreTokenizer(const Json& p) {
+    if (p.is_null()) return absl::OkStatus();
+    const std::string type = TypeOf(p);
+    if (type == "Sequence") {
+      for (const Json& child : p.at("pretokenizers")) FLOE_RETURN_IF_ERROR(LoadPreTokenizer(child));
+      return absl::OkStatus();
+    }
+    if (type == "ByteLevel") {
+      const bool use_regex = !p.contains("use_regex") || BoolField(p, "use_regex");
+      const bool prefix = BoolField(p, "add_prefix_space");
+      if (use_regex || prefix) FLOE_RETURN_IF_ERROR(AddSplitStage(use_regex ? kGpt2Pattern : "", prefix));
+      return absl::OkStatus();
+    }
+    if (type == "Split") {
+      const Json& pattern = p.at("pattern");
+      if (!pattern.contains("Regex")) {
+        return absl::UnimplementedError("pre_tokenizer Split: only {\"Regex\": ...} patterns are supported");
+      }
+      if (p.value("behavior", std::string("Isolated")) != "Isolated" || BoolField(p, "invert")) {
+        return absl::UnimplementedError("pre_tokenizer Split: only behavior Isolated without invert is supported");
+      }
+      return AddSplitStage(pattern["Regex"].get<std::string>(), false);
+    }
+    return absl::UnimplementedError(absl::StrCat("pre_tokenizer.type '", type, "' is not supported"));
+  }
+
+  absl::Status LoadDecoder(const Json& d) {
+    if (d.is_null() || TypeOf(d) == "ByteLevel") return absl::OkStatus();
+    return absl::UnimplementedError(
+        absl::StrCat("decoder.type '", TypeOf(d), "' (only ByteLevel is supported)"));
+  }
+
+  absl::Status LoadPostProcessor(const Json& p, bool* templated) {
+    if (p.is_null()) return absl::OkStatus();
+    const std::string type = TypeOf(p);
+    if (type == "Sequence") {
+      for (const Json& child : p.at("processors")) FLOE_RETURN_IF_ERROR(LoadPostProcessor(child, templated));
+      return absl::OkStatus();
+    }
+    if (type == "ByteLevel") return absl::OkStatus();  // Offsets only.
+    if (type != "TemplateProcessing") {
+      return absl::UnimplementedError(absl::StrCat("post_processor.type '", type, "' is not supported"));
+    }
+    *templated = true;
+    const Json& specials = p.value("special_tokens", Json::object());
+    bool seen_sequence = false;
+    for (const Json& item : p.at("single")) {
+      if (item.contains("Sequence")) {
+        seen_sequence = true;
+        continue;
+      }
+      const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+      if (!specials.contains(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("post_processor: special token '", name, "' missing from special_tokens"));
+      }
+      for (const Json& id : specials[name].at("ids")) {
+        (seen_sequence ? t_->suffix_ids_ : t_->prefix_ids_).push_back(id.get<int32_t>());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadConfigs(const Json& config, const Json& generation, bool templated) {
+    if (config.is_object()) {
+      const std::string bos = TokenContent(config, "bos_token");
+      if (!bos.empty()) t_->bos_id_ = t_->TokenToId(bos);
+      const std::string eos = TokenContent(config, "eos_token");
+      if (!eos.empty()) {
+        if (auto id = t_->TokenToId(eos)) t_->eos_ids_.push_back(*id);
+      }
+      // Without a template, add_bos_token / add_eos_token say what
+      // add_special_tokens adds (the transformers slow-tokenizer convention).
+      if (!templated) {
+        if (BoolField(config, "add_bos_token") && t_->bos_id_) t_->prefix_ids_.push_back(*t_->bos_id_);
+        if (BoolField(config, "add_eos_token") && !t_->eos_ids_.empty()) {
+          t_->suffix_ids_.push_back(t_->eos_ids_.front());
+        }
+      }
+    }
+    if (generation.is_object() && generation.contains("eos_token_id")) {
+      Json ids = generation["eos_token_id"];
+      if (!ids.is_array()) ids = Json::array({ids});
+      for (const Json& id : ids) {
+        if (!id.is_number_integer()) continue;
+        const int32_t value = id.get<int32_t>();
+        if (std::find(t_->eos_ids_.begin(), t_->eos_ids_.end(), value) == t_->eos_ids_.end()) {
+          t_->eos_ids_.push_back(value);
+        }
+      }
+    }
+    for (int32_t id : t_->prefix_ids_) {
+      if (id < 0 || id >= t_->vocab_size()) return absl::InvalidArgumentError(absl::StrCat("post_processor id ", id, " outside the vocabulary"));
+    }
+    return absl::OkStatus();
+  }
+
+  Tokenizer* t_;
+};
+
+Tokenizer::Tokenizer() = default;
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  std::filesystem::path json_path(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(json_path, ec)) json_path /= "tokenizer.json";
+  if (!std::filesystem::exists(json_path, ec)) {
+    return absl::NotFoundError(absl::StrCat("tokenizer file not found: ", json_path.string()));
+  }
+  std::unique_ptr<Tokenizer> tokenizer(new Tokenizer);
+  Loader loader(tokenizer.get());
+  FLOE_RETURN_IF_ERROR(loader.Load(json_path, json_path.parent_path()));
+  return tokenizer;
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text, bool add_special_tokens) const {
+  const size_t invalid = utf8::FindInvalid(text);
+  if (invalid != text.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8: bad byte 0x",
+                                                   absl::Hex(static_cast<uint8_t>(text[invalid])),
+                                                   " at byte offset ", invalid));
+  }
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + prefix_ids_.size() + suffix_ids_.size() + 4);
+  if (add_special_tokens) out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
+  EncodeState state;
+  state.out = &out;
+  state.prefixed.resize(stages_.size());
+  std::vector<AddedTokenMatcher::Match> matches;
+  added_matcher_->FindAll(text, &matches);
+  size_t pos = 0;
+  for (const auto& m : matches) {
+    FLOE_RETURN_IF_ERROR(EncodeSegment(text.substr(pos, m.begin - pos), &state));
+    out.push_back(m.id);
+    pos = m.end;
+  }
+  FLOE_RETURN_IF_ERROR(EncodeSegment(text.substr(pos), &state));
+  if (add_special_tokens) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return out;
+}
+
+absl::Status Tokenizer::EncodeSegment(absl::string_view text, EncodeState* state) const {
+  if (text.empty()) return absl::OkStatus();
+  if (nfc_ != nullptr) text = nfc_->Normalize(text, &state->normalized);
+  return EncodeStage(0, text, state);
+}
+
+absl::Status Tokenizer::EncodeStage(size_t stage, absl::string_view text, EncodeState* state) const {
+  if (stage == stages_.size()) {
+    bpe_->Encode(text, &state->scratch, state->out);
+    return absl::OkStatus();
+  }
+  const Stage& s = stages_[stage];
+  if (s.add_prefix_space && (text.empty() || text[0] != ' ')) {
+    std::string& storage = state->prefixed[stage];
+    storage.assign(" ").append(text.data(), text.size());
+    text = storage;
+  }
+  if (s.splitter == nullptr) return EncodeStage(stage + 1, text, state);
+  absl::Status status;
+  FLOE_RETURN_IF_ERROR(s.splitter->Split(text, [&](absl::string_view piece) {
+    if (status.ok()) status = EncodeStage(stage + 1, piece, state);
+  }));
+  return status;
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {
+  std::string bytes;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size() || !(token_flags_[id] & kPresent)) {
+      return absl::OutOfRangeError(
+          absl::StrCat("token id ", id, " is not in the vocabulary (vocab size ", vocab_size(), ")"));
+    }
+    if (skip_special_tokens && (token_flags_[id] & kSpecial)) continue;
+    bytes.append(token_bytes_[id]);
+  }
+  if (utf8::FindInvalid(bytes) == bytes.size()) return bytes;
+  std::string out;
+  utf8::AppendLossy(bytes, &out);
+  return out;
+}
+
+absl::string_view Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return token_bytes_[id];
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < vocab_size() && (token_flags_[id] & kSpecial);
+}
+
+std::optional<int32_t> Tokenizer::TokenToId(absl::string_view token) const {
+  auto it = added_by_content_.find(token);
+  if (it != added_by_content_.end()) return it->second;
+  std::string bytes;
+  if (byte_level::CharsToBytes(token, &bytes)) return bpe_->Find(bytes);
+  return bpe_->Find(token);
+}
+
+}  // namespace floe

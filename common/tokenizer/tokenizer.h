@@ -1,0 +1,85 @@
+// Hugging Face `tokenizer.json` tokenizer: byte-level BPE (GPT-2 alphabet) with
+// the Split(Regex) + ByteLevel pre-tokenizers of Llama 3 and Qwen2/Qwen3, NFC
+// normalization, added tokens, TemplateProcessing and the ByteLevel decoder.
+// Ids match the Hugging Face `tokenizers` library (checked by the conformance test).
+//
+// Thread safety: immutable after Load; every method may be called from any
+// number of threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace floe {
+
+class AddedTokenMatcher;
+class BpeModel;
+class NfcNormalizer;
+class RegexSplitter;
+
+class Tokenizer {
+ public:
+  // Accepts a tokenizer.json path, or a folder containing tokenizer.json (and
+  // optionally tokenizer_config.json and generation_config.json).
+  // NOT_FOUND for a missing file, INVALID_ARGUMENT for malformed JSON or fields,
+  // UNIMPLEMENTED for models/normalizers/pre-tokenizers/decoders not supported.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
+
+  // INVALID_ARGUMENT on invalid UTF-8 (the message gives the byte offset).
+  // Added tokens in `text` are always recognized; `add_special_tokens` applies
+  // the post-processor template (e.g. Llama 3's leading <|begin_of_text|>).
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text, bool add_special_tokens) const;
+
+  // Ids outside the vocabulary -> OUT_OF_RANGE naming the id and vocab size.
+  // Byte sequences that are not valid UTF-8 come out as U+FFFD.
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
+
+  // Raw bytes a token stands for (after byte-level decoding); added tokens give
+  // their content. Empty for ids outside the vocabulary.
+  absl::string_view TokenBytes(int32_t id) const;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  std::optional<int32_t> bos_id() const { return bos_id_; }
+  // tokenizer_config.json eos_token, then generation_config.json eos_token_id(s).
+  std::vector<int32_t> eos_ids() const { return eos_ids_; }
+  bool IsSpecial(int32_t id) const;
+  // `token` as spelled in the vocabulary ("Ġthe") or an added token's content.
+  std::optional<int32_t> TokenToId(absl::string_view token) const;
+
+  ~Tokenizer();
+
+ private:
+  Tokenizer();
+  class Loader;
+  struct EncodeState;
+  // One pre-tokenizer step: optionally prefix a space, then optionally split.
+  struct Stage {
+    bool add_prefix_space = false;
+    std::unique_ptr<RegexSplitter> splitter;
+  };
+  // Normalizes, pre-tokenizes and BPE-encodes text that holds no added token.
+  absl::Status EncodeSegment(absl::string_view text, EncodeState* state) const;
+  absl::Status EncodeStage(size_t stage, absl::string_view text, EncodeState* state) const;
+
+  std::vector<std::string> token_bytes_;  // By id.
+  std::vector<uint8_t> token_flags_;      // By id: kPresent | kSpecial | kAdded.
+  absl::flat_hash_map<std::string, int32_t> added_by_content_;
+  std::unique_ptr<BpeModel> bpe_;
+  std::unique_ptr<AddedTokenMatcher> added_matcher_;
+  std::unique_ptr<NfcNormalizer> nfc_;
+  std::vector<Stage> stages_;  // Applied in sequence, each to every piece of the previous one.
+  std::vector<int32_t> prefix_ids_;  // Added when add_special_tokens.
+  std::vector<int32_t> suffix_ids_;
+  std::optional<int32_t> bos_id_;
+  std::vector<int32_t> eos_ids_;
+};
+
+}  // namespace floe
