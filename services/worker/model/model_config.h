@@ -41,9 +41,20 @@ struct ModelConfig {
   std::vector<int> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", "float32", ...
 
-  // Parses and validates; errors name the offending field.
+  // Parses and validates; errors name the offending field. Absent optional
+  // fields take Hugging Face's defaults: num_key_value_heads = heads, head_dim =
+  // hidden/heads, rope_theta 10000, rms_norm_eps 1e-6, tie_word_embeddings false.
   static absl::StatusOr<ModelConfig> FromJson(absl::string_view json_text);
   static absl::StatusOr<ModelConfig> FromFile(const std::string& path);
+
+  // config.json text for this config (with model_type, so Hugging Face
+  // transformers loads it too); FromJson(ToJson()) gives back an equal config.
+  std::string ToJson() const;
 };
+
+// The config.json spelling ("LlamaForCausalLM", ...).
+absl::string_view ArchitectureName(Architecture architecture);
+// Fails (naming the architecture and listing the supported ones) for others.
+absl::StatusOr<Architecture> ParseArchitecture(absl::string_view name);
 
 }  // namespace floe

@@ -1,0 +1,145 @@
+#include "services/worker/model/checkpoint.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/safetensors/sharded_safetensors.h"
+#include "common/status/status_macros.h"
+#include "services/worker/model/weight_fill.h"
+#include "services/worker/model/weight_layout.h"
+
+namespace floe {
+namespace {
+
+// 64-byte aligned so SIMD kernels may use aligned loads on owned weights too.
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<void, AlignedFree>;
+
+AlignedBuffer Allocate(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  return AlignedBuffer(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+}
+
+// Owns what the views point into: the mmapped files and the buffers of
+// widened (f16) or generated (dummy) weights.
+class OwningCheckpoint : public Checkpoint {
+ public:
+  absl::Status LoadSafetensors(const std::string& dir);
+  void LoadDummy(const LoadOptions& options);
+  void set_config(ModelConfig config) {
+    config_ = std::move(config);
+    weights_.layers.assign(config_.num_layers, LayerWeights());
+  }
+
+ private:
+  void* Own(size_t bytes) {
+    buffers_.push_back(Allocate(bytes));
+    return buffers_.back().get();
+  }
+  absl::Status CheckNoExtraLayers() const;
+
+  std::optional<ShardedSafetensors> files_;
+  std::vector<AlignedBuffer> buffers_;
+};
+
+absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
+  FLOE_ASSIGN_OR_RETURN(files_, ShardedSafetensors::OpenDirectory(dir));
+  FLOE_RETURN_IF_ERROR(CheckNoExtraLayers());
+  const std::string& source = files_->source();
+  std::string first_matrix;
+  DType matrix_dtype = DType::kF32;
+  for (const WeightSpec& spec : ExpectedWeights(config_)) {
+    if (!files_->Contains(spec.name)) {
+      return absl::NotFoundError(absl::StrCat("missing tensor ", spec.name, " in ", source));
+    }
+    FLOE_ASSIGN_OR_RETURN(TensorView view, files_->Get(spec.name));
+    if (view.shape != spec.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", spec.name, " has shape ", ShapeToString(view.shape),
+                       ", expected ", ShapeToString(spec.shape), " from config.json (", source, ")"));
+    }
+    if (spec.kind == WeightKind::kMatrix) {
+      if (first_matrix.empty()) {
+        first_matrix = spec.name;
+        matrix_dtype = view.dtype;
+      } else if (view.dtype != matrix_dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mixed matrix dtypes: tensor ", spec.name, " is ", DTypeName(view.dtype), " but ",
+            first_matrix, " is ", DTypeName(matrix_dtype), " (", source, ")"));
+      }
+    }
+    if (view.dtype == DType::kF16) {
+      // Kernels handle bf16 and f32 only; f16 is exact in f32.
+      float* widened = static_cast<float*>(Own(view.numel() * sizeof(float)));
+      WidenF16ToF32(static_cast<const uint16_t*>(view.data), widened, view.numel());
+      view.dtype = DType::kF32;
+      view.data = widened;
+    }
+    WeightSlot(weights_, spec) = std::move(view);
+  }
+  if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed_tokens;
+  weight_dtype_ = weights_.embed_tokens.dtype;
+  return absl::OkStatus();
+}
+
+// A checkpoint with more layers than config.json declares means the two do not
+// belong together; loading a prefix of the layers would run silently wrong.
+absl::Status OwningCheckpoint::CheckNoExtraLayers() const {
+  for (const std::string& name : files_->names()) {
+    absl::string_view rest = name;
+    if (!absl::ConsumePrefix(&rest, "model.layers.")) continue;
+    int layer = 0;
+    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &layer) && layer >= config_.num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, " belongs to layer ", layer, " but config.json has ",
+                       "num_hidden_layers ", config_.num_layers, " (", files_->source(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void OwningCheckpoint::LoadDummy(const LoadOptions& options) {
+  for (const WeightSpec& spec : ExpectedWeights(config_)) {
+    TensorView view;
+    view.shape = spec.shape;
+    view.dtype = options.dummy_dtype;
+    void* data = Own(view.bytes());
+    FillGeneratedWeight(spec, options.dummy_dtype, options.dummy_seed, data);
+    if (view.dtype == DType::kF16) {  // as if loaded from an f16 checkpoint
+      float* widened = static_cast<float*>(Own(view.numel() * sizeof(float)));
+      WidenF16ToF32(static_cast<const uint16_t*>(data), widened, view.numel());
+      buffers_.erase(buffers_.end() - 2);
+      view.dtype = DType::kF32;
+      data = widened;
+    }
+    view.data = data;
+    WeightSlot(weights_, spec) = std::move(view);
+  }
+  if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed_tokens;
+  weight_dtype_ = weights_.embed_tokens.dtype;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Load(const std::string& dir,
+                                                             const LoadOptions& options) {
+  auto checkpoint = std::make_unique<OwningCheckpoint>();
+  FLOE_ASSIGN_OR_RETURN(ModelConfig config,
+                        ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+  checkpoint->set_config(std::move(config));
+  if (options.format == LoadFormat::kDummy) {
+    checkpoint->LoadDummy(options);
+  } else {
+    FLOE_RETURN_IF_ERROR(checkpoint->LoadSafetensors(dir));
+  }
+  return std::unique_ptr<Checkpoint>(std::move(checkpoint));
+}
+
+}  // namespace floe

@@ -1,0 +1,289 @@
+#include "services/worker/model/model_config.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <limits>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace floe {
+namespace {
+
+using Json = nlohmann::json;
+
+struct ArchitectureInfo {
+  Architecture architecture;
+  const char* name;
+  const char* model_type;
+};
+constexpr ArchitectureInfo kArchitectures[] = {
+    {Architecture::kLlama, "LlamaForCausalLM", "llama"},
+    {Architecture::kMistral, "MistralForCausalLM", "mistral"},
+    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
+    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
+};
+
+absl::Status FieldError(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("config.json field ", field, ": ", why));
+}
+
+// Absent and null read the same: HF writes null for "use the default".
+const Json* Find(const Json& root, const char* field) {
+  auto it = root.find(field);
+  return it == root.end() || it->is_null() ? nullptr : &*it;
+}
+
+absl::StatusOr<int> ReadInt(const Json& root, const char* field, std::optional<int> fallback,
+                            int min_value = 1) {
+  const Json* value = Find(root, field);
+  if (value == nullptr) {
+    if (fallback) return *fallback;
+    return FieldError(field, "missing (required)");
+  }
+  if (!value->is_number_integer() || value->get<int64_t>() < min_value ||
+      value->get<int64_t>() > std::numeric_limits<int>::max()) {
+    return FieldError(field, absl::StrCat("expected an integer >= ", min_value, ", got ",
+                                          value->dump()));
+  }
+  return static_cast<int>(value->get<int64_t>());
+}
+
+absl::StatusOr<float> ReadFloat(const Json* value, absl::string_view field,
+                                std::optional<float> fallback) {
+  if (value == nullptr) {
+    if (fallback) return *fallback;
+    return FieldError(field, "missing (required)");
+  }
+  if (!value->is_number() || value->get<double>() <= 0) {
+    return FieldError(field, absl::StrCat("expected a positive number, got ", value->dump()));
+  }
+  return value->get<float>();
+}
+
+absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& root) {
+  RopeScaling out;
+  const Json* value = Find(root, "rope_scaling");
+  if (value == nullptr) return out;
+  if (!value->is_object()) return FieldError("rope_scaling", "expected an object or null");
+  const Json* type = Find(*value, "rope_type");
+  if (type == nullptr) type = Find(*value, "type");
+  if (type == nullptr || !type->is_string()) {
+    return FieldError("rope_scaling.rope_type", "missing (neither rope_type nor type is set)");
+  }
+  std::string name = type->get<std::string>();
+  if (name == "default") return out;
+  if (name != "llama3" && name != "linear") {
+    return FieldError("rope_scaling.rope_type",
+                      absl::StrCat("unsupported rope type \"", name,
+                                   "\" (supported: llama3, linear, default)"));
+  }
+  out.type = name;
+  FLOE_ASSIGN_OR_RETURN(out.factor, ReadFloat(Find(*value, "factor"),
+                                              "rope_scaling.factor", std::nullopt));
+  if (name == "llama3") {
+    FLOE_ASSIGN_OR_RETURN(out.low_freq_factor,
+                          ReadFloat(Find(*value, "low_freq_factor"),
+                                    "rope_scaling.low_freq_factor", std::nullopt));
+    FLOE_ASSIGN_OR_RETURN(out.high_freq_factor,
+                          ReadFloat(Find(*value, "high_freq_factor"),
+                                    "rope_scaling.high_freq_factor", std::nullopt));
+    const Json* original = Find(*value, "original_max_position_embeddings");
+    if (original == nullptr || !original->is_number_integer() || original->get<int64_t>() <= 0) {
+      return FieldError("rope_scaling.original_max_position_embeddings",
+                        "expected a positive integer");
+    }
+    out.original_max_position_embeddings = original->get<int>();
+    if (out.high_freq_factor <= out.low_freq_factor) {
+      return FieldError("rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<bool> ReadBool(const Json& root, const char* field, bool fallback) {
+  const Json* value = Find(root, field);
+  if (value == nullptr) return fallback;
+  if (!value->is_boolean()) return FieldError(field, absl::StrCat("expected a bool, got ", value->dump()));
+  return value->get<bool>();
+}
+
+absl::StatusOr<std::vector<int>> ReadTokenIds(const Json& root, const char* field) {
+  const Json* value = Find(root, field);
+  std::vector<int> out;
+  if (value == nullptr) return out;
+  auto add = [&](const Json& id) -> absl::Status {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int>::max()) {
+      return FieldError(field, absl::StrCat("expected a token id, got ", id.dump()));
+    }
+    out.push_back(id.get<int>());
+    return absl::OkStatus();
+  };
+  if (value->is_array()) {
+    for (const Json& id : *value) FLOE_RETURN_IF_ERROR(add(id));
+  } else {
+    FLOE_RETURN_IF_ERROR(add(*value));
+  }
+  return out;
+}
+
+absl::StatusOr<ModelConfig> Parse(const Json& root) {
+  if (!root.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
+  ModelConfig c;
+  const Json* archs = Find(root, "architectures");
+  if (archs == nullptr) return FieldError("architectures", "missing (required)");
+  if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+    return FieldError("architectures", "expected a non-empty list of names");
+  }
+  c.architecture_name = (*archs)[0].get<std::string>();
+  FLOE_ASSIGN_OR_RETURN(c.architecture, ParseArchitecture(c.architecture_name));
+
+  FLOE_ASSIGN_OR_RETURN(c.vocab_size, ReadInt(root, "vocab_size", std::nullopt));
+  FLOE_ASSIGN_OR_RETURN(c.hidden_size, ReadInt(root, "hidden_size", std::nullopt));
+  FLOE_ASSIGN_OR_RETURN(c.intermediate_size, ReadInt(root, "intermediate_size", std::nullopt));
+  FLOE_ASSIGN_OR_RETURN(c.num_layers, ReadInt(root, "num_hidden_layers", std::nullopt));
+  FLOE_ASSIGN_OR_RETURN(c.num_heads, ReadInt(root, "num_attention_heads", std::nullopt));
+  FLOE_ASSIGN_OR_RETURN(c.num_kv_heads, ReadInt(root, "num_key_value_heads", c.num_heads));
+  FLOE_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                        ReadInt(root, "max_position_embeddings", std::nullopt));
+  if (Find(root, "head_dim") != nullptr) {
+    FLOE_ASSIGN_OR_RETURN(c.head_dim, ReadInt(root, "head_dim", std::nullopt));
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return FieldError("hidden_size", absl::StrCat("hidden_size ", c.hidden_size,
+                                                    " is not divisible by num_attention_heads ",
+                                                    c.num_heads, " (and head_dim is not given)"));
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return FieldError("num_key_value_heads",
+                      absl::StrCat("num_attention_heads ", c.num_heads,
+                                   " is not divisible by num_key_value_heads ", c.num_kv_heads));
+  }
+  FLOE_ASSIGN_OR_RETURN(c.rms_norm_eps,
+                        ReadFloat(Find(root, "rms_norm_eps"), "rms_norm_eps", 1e-6f));
+  FLOE_ASSIGN_OR_RETURN(c.rope_theta,
+                        ReadFloat(Find(root, "rope_theta"), "rope_theta", 10000.0f));
+  FLOE_ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(root));
+  FLOE_ASSIGN_OR_RETURN(c.tie_word_embeddings, ReadBool(root, "tie_word_embeddings", false));
+
+  // Qwen2 always has q/k/v biases. Elsewhere attention_bias=true would also
+  // put a bias on o_proj (and mlp_bias on the MLP), which the model lacks.
+  FLOE_ASSIGN_OR_RETURN(bool attention_bias, ReadBool(root, "attention_bias", false));
+  FLOE_ASSIGN_OR_RETURN(bool mlp_bias, ReadBool(root, "mlp_bias", false));
+  if (c.architecture != Architecture::kQwen2 && attention_bias) {
+    return FieldError("attention_bias", absl::StrCat("true is not supported for ", c.architecture_name));
+  }
+  if (mlp_bias) return FieldError("mlp_bias", "true is not supported");
+  c.attention_bias = c.architecture == Architecture::kQwen2;
+  c.qk_norm = c.architecture == Architecture::kQwen3;
+
+  FLOE_ASSIGN_OR_RETURN(std::vector<int> bos, ReadTokenIds(root, "bos_token_id"));
+  if (bos.size() > 1) return FieldError("bos_token_id", "expected one token id");
+  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  FLOE_ASSIGN_OR_RETURN(c.eos_token_ids, ReadTokenIds(root, "eos_token_id"));
+  if (const Json* dtype = Find(root, "torch_dtype")) {
+    if (!dtype->is_string()) return FieldError("torch_dtype", "expected a string");
+    c.torch_dtype = dtype->get<std::string>();
+  }
+  return c;
+}
+
+// The shortest decimal that reads back as `value` (1e-05, not 9.99999974e-06),
+// so config.json stays as readable as the ones Hugging Face writes.
+double ShortestDouble(float value) {
+  char buffer[32];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer) - 1, value);
+  *result.ptr = '\0';
+  return std::strtod(buffer, nullptr);
+}
+
+}  // namespace
+
+absl::string_view ArchitectureName(Architecture architecture) {
+  for (const ArchitectureInfo& info : kArchitectures) {
+    if (info.architecture == architecture) return info.name;
+  }
+  return "?";
+}
+
+absl::StatusOr<Architecture> ParseArchitecture(absl::string_view name) {
+  std::string supported;
+  for (const ArchitectureInfo& info : kArchitectures) {
+    if (name == info.name) return info.architecture;
+    absl::StrAppend(&supported, supported.empty() ? "" : ", ", info.name);
+  }
+  return FieldError("architectures", absl::StrCat("unsupported architecture \"", name,
+                                                  "\" (supported: ", supported, ")"));
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view json_text) {
+  Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
+  return Parse(root);
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<ModelConfig> config = FromJson(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+std::string ModelConfig::ToJson() const {
+  nlohmann::ordered_json j;
+  j["architectures"] = {architecture_name.empty() ? std::string(ArchitectureName(architecture))
+                                                  : architecture_name};
+  for (const ArchitectureInfo& info : kArchitectures) {
+    if (info.architecture == architecture) j["model_type"] = info.model_type;
+  }
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_layers;
+  j["num_attention_heads"] = num_heads;
+  j["num_key_value_heads"] = num_kv_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = ShortestDouble(rms_norm_eps);
+  j["rope_theta"] = ShortestDouble(rope_theta);
+  if (rope_scaling.type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    nlohmann::ordered_json scaling;
+    scaling["rope_type"] = rope_scaling.type;
+    scaling["factor"] = ShortestDouble(rope_scaling.factor);
+    if (rope_scaling.type == "llama3") {
+      scaling["low_freq_factor"] = ShortestDouble(rope_scaling.low_freq_factor);
+      scaling["high_freq_factor"] = ShortestDouble(rope_scaling.high_freq_factor);
+      scaling["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = scaling;
+  }
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  if (architecture != Architecture::kQwen2) j["attention_bias"] = false;
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
+  if (eos_token_ids.size() == 1) {
+    j["eos_token_id"] = eos_token_ids[0];
+  } else if (!eos_token_ids.empty()) {
+    j["eos_token_id"] = eos_token_ids;
+  }
+  if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace floe
