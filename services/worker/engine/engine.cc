@@ -21,11 +21,10 @@ Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {
 Engine::~Engine() { Stop(); }
 
 absl::Status Engine::Submit(EngineRequest request) {
+  absl::Status valid = core_->Validate(request);
+  if (!valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("engine is shutting down");
-  // Validation reads only immutable limits and the live-id table, which the
-  // engine thread mutates; checking under mu_ against the core would race, so
-  // the duplicate-id check happens again on the engine thread.
   if (queued_ >= core_->options().max_waiting)
     return absl::ResourceExhaustedError(absl::StrCat("waiting queue is full (", queued_,
                                                      " requests; limit max_waiting = ",
@@ -74,20 +73,10 @@ void Engine::Loop() {
       aborts.swap(aborts_);
       stopping = stopping_;
     }
-    for (EngineRequest& request : arrivals) {
-      absl::Status status = core_->Validate(request);
-      if (!status.ok()) {
-        RequestOutput rejected;
-        rejected.finish_reason = FinishReason::kAbort;
-        rejected.error = status.ToString();
-        if (request.sink) request.sink(rejected);
-        continue;
-      }
-      core_->Add(std::move(request));
-    }
+    for (EngineRequest& request : arrivals) core_->Add(std::move(request));
     for (const std::string& id : aborts) core_->Abort(id);
     if (stopping) {
-      core_->AbortAll("server shutting down");
+      core_->AbortAll(absl::UnavailableError("server shutting down"));
       std::lock_guard<std::mutex> lock(mu_);
       load_ = core_->Load();
       return;

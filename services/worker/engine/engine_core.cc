@@ -95,12 +95,17 @@ absl::Status EngineCore::Validate(EngineRequest& request) const {
         absl::StrCat("logprobs.top_n must be in [0, 20], got ", request.top_logprobs));
   auto sampling = ValidateSamplingOptions(request.sampling, vocab);
   if (!sampling.ok()) return sampling;
-  if (sequences_.contains(request.id))
-    return absl::AlreadyExistsError(absl::StrCat("request_id \"", request.id, "\" is already running"));
   return absl::OkStatus();
 }
 
 void EngineCore::Add(EngineRequest request) {
+  if (sequences_.contains(request.id)) {
+    RequestOutput rejected;
+    rejected.finish_reason = FinishReason::kAbort;
+    rejected.status = absl::AlreadyExistsError(absl::StrCat("request_id \"", request.id, "\" is already running"));
+    if (request.sink) request.sink(rejected);
+    return;
+  }
   auto seq = std::make_unique<Sequence>();
   seq->tokens = request.prompt;
   seq->prompt_len = static_cast<int32_t>(request.prompt.size());
@@ -117,20 +122,20 @@ void EngineCore::Add(EngineRequest request) {
   waiting_.push_back(raw);
 }
 
-bool EngineCore::Abort(const std::string& id, FinishReason reason, const std::string& error) {
+bool EngineCore::Abort(const std::string& id, FinishReason reason, absl::Status why) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
   Sequence& seq = *it->second;
   RequestOutput output;
-  output.error = error;
+  output.status = std::move(why);
   Finish(seq, output, reason);
   return true;
 }
 
-void EngineCore::AbortAll(const std::string& error) {
+void EngineCore::AbortAll(const absl::Status& why) {
   std::vector<std::string> ids;
   for (const auto& [id, seq] : sequences_) ids.push_back(id);
-  for (const std::string& id : ids) Abort(id, FinishReason::kAbort, error);
+  for (const std::string& id : ids) Abort(id, FinishReason::kAbort, why);
 }
 
 EngineLoad EngineCore::Load() const {
@@ -273,7 +278,7 @@ absl::Status EngineCore::Step() {
   absl::Status status = backend_->Forward(batch, logits_.data());
   ++counters_.steps;
   if (!status.ok()) {
-    for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status.ToString());
+    for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status);
     return status;
   }
   int32_t row = 0;

@@ -54,14 +54,16 @@ class EngineCore {
   ~EngineCore();
 
   // Checks a request against the model and engine limits; INVALID_ARGUMENT or
-  // OUT_OF_RANGE naming the field and the limit. Also fills a default max_tokens.
+  // OUT_OF_RANGE naming the field and the limit. Also fills a default
+  // max_tokens. Reads only immutable state: safe from any thread.
   absl::Status Validate(EngineRequest& request) const;
-  // Queues a validated request; it joins the batch at the next Step.
+  // Queues a validated request; it joins the batch at the next Step. A
+  // request whose id is live already is answered ALREADY_EXISTS via its sink.
   void Add(EngineRequest request);
   // Ends a live request with `reason` (emitting its final output) and frees its blocks.
   bool Abort(const std::string& id, FinishReason reason = FinishReason::kAbort,
-             const std::string& error = "");
-  void AbortAll(const std::string& error);
+             absl::Status why = absl::OkStatus());
+  void AbortAll(const absl::Status& why);
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
   // Runs one forward pass. An error from the backend aborts the step's

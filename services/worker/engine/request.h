@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "services/worker/sampling/sampling_options.h"
 
 namespace floe {
@@ -35,8 +36,9 @@ struct RequestOutput {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;
-  // Human-readable reason for an abort by the engine itself (e.g. shutdown).
-  std::string error;
+  // Why the engine itself ended the request (shutdown, backend failure,
+  // duplicate id); OK for normal finishes and client aborts.
+  absl::Status status;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };

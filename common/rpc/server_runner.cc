@@ -1,0 +1,47 @@
+#include "common/rpc/server_runner.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace floe {
+
+absl::StatusOr<std::unique_ptr<ServerRunner>> ServerRunner::Start(
+    const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::unique_ptr<ServerRunner> runner(new ServerRunner());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &runner->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  grpc::ResourceQuota quota("floe");
+  quota.SetMaxThreads(options.max_threads);
+  builder.SetResourceQuota(quota);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  runner->server_ = builder.BuildAndStart();
+  if (!runner->server_ || runner->port_ == 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.address));
+  std::string host = options.address.substr(0, options.address.rfind(':'));
+  runner->address_ = absl::StrCat(host, ":", runner->port_);
+  runner->SetServing(false);
+  return runner;
+}
+
+ServerRunner::~ServerRunner() { Shutdown(std::chrono::milliseconds(0)); }
+
+void ServerRunner::SetServing(bool serving) {
+  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(serving);
+}
+
+void ServerRunner::Shutdown(std::chrono::milliseconds grace) {
+  if (shut_down_ || !server_) return;
+  shut_down_ = true;
+  SetServing(false);
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+}
+
+}  // namespace floe

@@ -1,0 +1,48 @@
+// Starts a gRPC server the way every Floe service needs it: the given
+// services, grpc.health.v1.Health (NOT_SERVING until SetServing(true)),
+// server reflection, and a bounded message size.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+
+namespace floe {
+
+struct ServerOptions {
+  std::string address = "127.0.0.1:0";  // port 0 picks a free port
+  int max_message_bytes = 16 << 20;
+  // Upper bound on threads serving synchronous calls (each stream holds one).
+  int max_threads = 512;
+};
+
+class ServerRunner {
+ public:
+  // Starts serving at once; `services` must outlive the runner.
+  static absl::StatusOr<std::unique_ptr<ServerRunner>> Start(const ServerOptions& options,
+                                                             const std::vector<grpc::Service*>& services);
+  ~ServerRunner();
+
+  // "host:port" actually bound.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  // Overall health ("" service) and each registered service name.
+  void SetServing(bool serving);
+  // Stops accepting calls; waits up to `grace` for running ones, then cancels them.
+  void Shutdown(std::chrono::milliseconds grace);
+  grpc::Server* server() { return server_.get(); }
+
+ private:
+  ServerRunner() = default;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::string> service_names_;
+  std::string address_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace floe

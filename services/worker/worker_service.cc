@@ -1,0 +1,195 @@
+#include "services/worker/worker_service.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/log/log.h"
+#include "common/rpc/status_conversion.h"
+
+namespace floe {
+namespace {
+
+using floe::v1::GenerateRequest;
+using floe::v1::GenerateResponse;
+
+// Outputs handed from the engine thread to the gRPC thread of one call.
+struct OutputQueue {
+  std::mutex mu;
+  std::condition_variable ready;
+  std::deque<RequestOutput> outputs;
+};
+
+floe::v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return floe::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop: return floe::v1::FINISH_REASON_STOP;
+    case FinishReason::kAbort: return floe::v1::FINISH_REASON_ABORT;
+    case FinishReason::kContext: return floe::v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kNone: break;
+  }
+  return floe::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::StatusOr<EngineRequest> FromProto(const GenerateRequest& in) {
+  EngineRequest out;
+  if (in.prompt_case() == GenerateRequest::kText)
+    return absl::InvalidArgumentError("worker Generate takes token_ids; send text prompts to the router");
+  out.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+  const auto& s = in.sampling();
+  out.sampling.temperature = s.temperature();
+  out.sampling.top_k = s.top_k();
+  out.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  out.sampling.min_p = s.min_p();
+  out.sampling.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  out.sampling.presence_penalty = s.presence_penalty();
+  out.sampling.frequency_penalty = s.frequency_penalty();
+  if (s.has_seed()) {
+    out.seeded = true;
+    out.sampling.seed = s.seed();
+  }
+  const auto& stop = in.stopping();
+  out.stop.max_tokens = stop.max_tokens();
+  out.stop.min_tokens = stop.min_tokens();
+  out.stop.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
+  out.stop.ignore_eos = stop.ignore_eos();
+  out.logprobs = in.logprobs().enabled();
+  out.top_logprobs = in.logprobs().top_n();
+  return out;
+}
+
+void FillChunk(const RequestOutput& output, floe::v1::Chunk* chunk) {
+  chunk->mutable_token_ids()->Add(output.new_tokens.begin(), output.new_tokens.end());
+  for (size_t i = 0; i < output.logprobs.size(); ++i) {
+    auto* lp = chunk->add_logprobs();
+    lp->set_token_id(output.new_tokens[i]);
+    lp->set_logprob(output.logprobs[i].logprob);
+    lp->mutable_top_ids()->Add(output.logprobs[i].top_ids.begin(), output.logprobs[i].top_ids.end());
+    lp->mutable_top_logprobs()->Add(output.logprobs[i].top_logprobs.begin(),
+                                    output.logprobs[i].top_logprobs.end());
+  }
+}
+
+}  // namespace
+
+WorkerService::WorkerService(WorkerServiceOptions options) : options_(std::move(options)) {}
+
+void WorkerService::AttachEngine(Engine* engine) { engine_.store(engine); }
+
+void WorkerService::StartDraining() { draining_.store(true); }
+
+grpc::Status WorkerService::Generate(grpc::ServerContext* context, const GenerateRequest* request,
+                                     grpc::ServerWriter<GenerateResponse>* writer) {
+  Engine* engine = engine_.load();
+  if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
+  if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
+  absl::StatusOr<EngineRequest> converted = FromProto(*request);
+  if (!converted.ok()) return ToGrpcStatus(converted.status());
+  EngineRequest engine_request = std::move(converted).value();
+  engine_request.id = request->request_id().empty()
+                          ? absl::StrCat("worker-", next_request_number_.fetch_add(1))
+                          : request->request_id();
+  const std::string id = engine_request.id;
+
+  auto queue = std::make_shared<OutputQueue>();
+  engine_request.sink = [queue](const RequestOutput& output) {
+    std::lock_guard<std::mutex> lock(queue->mu);
+    queue->outputs.push_back(output);
+    queue->ready.notify_one();
+  };
+  in_flight_.fetch_add(1);
+  struct InFlightGuard {
+    std::atomic<int>& count;
+    ~InFlightGuard() { count.fetch_sub(1); }
+  } guard{in_flight_};
+  absl::Status submitted = engine->Submit(std::move(engine_request));
+  if (!submitted.ok()) return ToGrpcStatus(submitted);
+
+  bool abort_sent = false;
+  for (;;) {
+    std::deque<RequestOutput> batch;
+    {
+      std::unique_lock<std::mutex> lock(queue->mu);
+      queue->ready.wait_for(lock, std::chrono::milliseconds(20), [&] { return !queue->outputs.empty(); });
+      batch.swap(queue->outputs);
+    }
+    if (context->IsCancelled() && !abort_sent) {
+      engine->Abort(id);  // the final kAbort output follows; no one reads it
+      abort_sent = true;
+      LogEvent(LogLevel::kInfo, "worker", "request_cancelled", {{"request_id", id}});
+    }
+    for (const RequestOutput& output : batch) {
+      if (!output.status.ok()) return ToGrpcStatus(output.status);
+      GenerateResponse response;
+      response.set_request_id(id);
+      if (!output.new_tokens.empty()) {
+        FillChunk(output, response.mutable_chunk());
+        if (output.finished()) {
+          // Send the last tokens, then the completion in its own message.
+          if (!abort_sent && !writer->Write(response)) abort_sent = true;
+          response.Clear();
+          response.set_request_id(id);
+        }
+      }
+      if (output.finished()) {
+        if (abort_sent) return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+        auto* complete = response.mutable_complete();
+        complete->set_finish_reason(ToProto(output.finish_reason));
+        complete->mutable_usage()->set_prompt_tokens(output.prompt_tokens);
+        complete->mutable_usage()->set_completion_tokens(output.completion_tokens);
+        complete->mutable_usage()->set_cached_prompt_tokens(output.cached_prompt_tokens);
+        if (output.stop_token >= 0) complete->set_stop_reason(absl::StrCat("token:", output.stop_token));
+        writer->Write(response);
+        return grpc::Status::OK;
+      }
+      if (!abort_sent && !writer->Write(response)) {
+        engine->Abort(id);
+        abort_sent = true;
+      }
+    }
+  }
+}
+
+grpc::Status WorkerService::Abort(grpc::ServerContext*, const floe::v1::AbortRequest* request,
+                                  floe::v1::AbortResponse* response) {
+  Engine* engine = engine_.load();
+  if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
+  engine->Abort(request->request_id());
+  response->set_found(true);  // aborts are asynchronous; unknown ids are ignored
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::GetLoad(grpc::ServerContext*, const floe::v1::LoadRequest*,
+                                    floe::v1::LoadReport* response) {
+  Engine* engine = engine_.load();
+  if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
+  EngineLoad load = engine->Load();
+  response->set_running(load.running);
+  response->set_waiting(load.waiting);
+  response->set_kv_usage(load.kv_usage);
+  response->set_block_size(load.block_size);
+  response->set_total_blocks(load.total_blocks);
+  response->set_preemptions_total(load.preemptions);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::GetModelInfo(grpc::ServerContext*, const floe::v1::GetModelInfoRequest*,
+                                         floe::v1::ModelInfo* response) {
+  Engine* engine = engine_.load();
+  if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
+  const ModelConfig& config = engine->model_config();
+  response->set_name(options_.model_name);
+  response->set_architecture(config.architecture_name);
+  response->set_vocab_size(config.vocab_size);
+  response->set_max_context(engine->max_model_len());
+  response->set_num_layers(config.num_layers);
+  response->set_hidden_size(config.hidden_size);
+  response->set_dtype(options_.dtype_name);
+  response->set_bos_token_id(options_.bos_token_id);
+  response->mutable_eos_token_ids()->Add(options_.eos_token_ids.begin(), options_.eos_token_ids.end());
+  return grpc::Status::OK;
+}
+
+}  // namespace floe

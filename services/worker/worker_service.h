@@ -1,0 +1,52 @@
+// The worker's gRPC face: floe.v1.Worker over one Engine.
+//
+// Generate runs on a gRPC thread: it submits to the engine, then relays the
+// engine's outputs (delivered on the engine thread into a per-call queue) to
+// the client until the request finishes. A cancelled call or a passed
+// deadline aborts the request in the engine, which frees its KV blocks.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "floe/v1/worker.grpc.pb.h"
+#include "services/worker/engine/engine.h"
+
+namespace floe {
+
+struct WorkerServiceOptions {
+  std::string model_name;
+  std::string dtype_name;
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+};
+
+class WorkerService final : public floe::v1::Worker::Service {
+ public:
+  explicit WorkerService(WorkerServiceOptions options);
+
+  // Until an engine is attached, calls answer UNAVAILABLE ("model loading").
+  void AttachEngine(Engine* engine);
+  // New Generate calls answer UNAVAILABLE from now on; running ones finish.
+  void StartDraining();
+  int in_flight() const { return in_flight_.load(); }
+
+  grpc::Status Generate(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
+                        grpc::ServerWriter<floe::v1::GenerateResponse>* writer) override;
+  grpc::Status Abort(grpc::ServerContext* context, const floe::v1::AbortRequest* request,
+                     floe::v1::AbortResponse* response) override;
+  grpc::Status GetLoad(grpc::ServerContext* context, const floe::v1::LoadRequest* request,
+                       floe::v1::LoadReport* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const floe::v1::GetModelInfoRequest* request,
+                            floe::v1::ModelInfo* response) override;
+
+ private:
+  WorkerServiceOptions options_;
+  std::atomic<Engine*> engine_{nullptr};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_request_number_{0};
+};
+
+}  // namespace floe
