@@ -1,0 +1,150 @@
+#include "common/tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/tokenizer/byte_level.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/tokenizer/test_models.h"
+
+namespace floe {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class RealTokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto llama = Tokenizer::Load(testing::ModelDir("tokenizer-llama3_1"));
+    ASSERT_TRUE(llama.ok()) << llama.status() << "\n" << testing::MissingModelsMessage();
+    llama_ = llama->release();
+    auto qwen = Tokenizer::Load(testing::ModelDir("tokenizer-qwen3") + "/tokenizer.json");
+    ASSERT_TRUE(qwen.ok()) << qwen.status() << "\n" << testing::MissingModelsMessage();
+    qwen_ = qwen->release();
+  }
+  static void TearDownTestSuite() {
+    delete llama_;
+    delete qwen_;
+  }
+  static Tokenizer* llama_;
+  static Tokenizer* qwen_;
+};
+Tokenizer* RealTokenizerTest::llama_ = nullptr;
+Tokenizer* RealTokenizerTest::qwen_ = nullptr;
+
+TEST_F(RealTokenizerTest, InvalidUtf8IsRejectedWithOffset) {
+  auto ids = llama_->Encode("ab\xFF" "cd", false);
+  ASSERT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ids.status().message()), HasSubstr("UTF-8"));
+  EXPECT_THAT(std::string(ids.status().message()), HasSubstr("byte offset 2"));
+  EXPECT_EQ(qwen_->Encode("\xE4\xB8", false).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RealTokenizerTest, DecodeOutOfRange) {
+  EXPECT_EQ(llama_->vocab_size(), 128256);
+  for (int32_t bad : {128256, -1, 1 << 30}) {
+    auto text = llama_->Decode({9906, bad}, false);
+    ASSERT_EQ(text.status().code(), absl::StatusCode::kOutOfRange) << bad;
+    EXPECT_THAT(std::string(text.status().message()), HasSubstr(std::to_string(bad)));
+    EXPECT_THAT(std::string(text.status().message()), HasSubstr("128256"));
+  }
+}
+
+TEST_F(RealTokenizerTest, AddSpecialTokensFollowsPostProcessor) {
+  EXPECT_THAT(*llama_->Encode("Hello", true), ElementsAre(128000, 9906));
+  EXPECT_THAT(*llama_->Encode("Hello", false), ElementsAre(9906));
+  EXPECT_THAT(*llama_->Encode("", true), ElementsAre(128000));
+  EXPECT_TRUE(llama_->Encode("", false)->empty());
+  // Qwen3 has no template: add_special_tokens changes nothing.
+  EXPECT_EQ(*qwen_->Encode("Hello world", true), *qwen_->Encode("Hello world", false));
+}
+
+TEST_F(RealTokenizerTest, AddedTokensAreSplitOutOfText) {
+  // Reference ids from Hugging Face tokenizers.
+  EXPECT_THAT(*llama_->Encode("Hello <|eot_id|>world's  \n\n  x", true),
+              ElementsAre(128000, 9906, 220, 128009, 14957, 596, 19124, 220, 865));
+  auto qwen = *qwen_->Encode("<|im_start|>user<think>x</think><|im_end|>", false);
+  EXPECT_EQ(qwen.front(), 151644);
+  EXPECT_EQ(qwen.back(), 151645);
+  EXPECT_NE(std::find(qwen.begin(), qwen.end(), 151667), qwen.end());
+}
+
+TEST_F(RealTokenizerTest, BosEosAndSpecialFlags) {
+  EXPECT_EQ(llama_->bos_id(), 128000);
+  EXPECT_THAT(llama_->eos_ids(), ElementsAre(128009));
+  EXPECT_EQ(qwen_->bos_id(), std::nullopt);
+  EXPECT_THAT(qwen_->eos_ids(), ElementsAre(151645));
+  EXPECT_TRUE(llama_->IsSpecial(128009));
+  EXPECT_FALSE(llama_->IsSpecial(9906));
+  EXPECT_FALSE(qwen_->IsSpecial(151667));  // <think> is added but not special.
+  EXPECT_TRUE(qwen_->IsSpecial(151643));
+}
+
+TEST_F(RealTokenizerTest, DecodeAndTokenLookup) {
+  EXPECT_EQ(*llama_->Decode({128000, 9906, 220, 128009}, true), "Hello ");
+  EXPECT_EQ(*llama_->Decode({128000, 9906, 220, 128009}, false), "<|begin_of_text|>Hello <|eot_id|>");
+  EXPECT_EQ(*qwen_->Decode({151667}, true), "<think>");  // Not special: kept.
+  EXPECT_EQ(llama_->TokenBytes(220), " ");
+  EXPECT_EQ(llama_->TokenBytes(128009), "<|eot_id|>");
+  EXPECT_EQ(llama_->TokenToId("Ġ"), 220);
+  EXPECT_EQ(llama_->TokenToId("<|eot_id|>"), 128009);
+  EXPECT_EQ(llama_->TokenToId("no such token at all"), std::nullopt);
+  // A lone byte of a multibyte character decodes to U+FFFD.
+  const int32_t lead = *llama_->TokenToId(byte_level::ByteToChars(0xF0));
+  EXPECT_EQ(*llama_->Decode({9906, lead}, false), "Hello\xEF\xBF\xBD");
+}
+
+TEST_F(RealTokenizerTest, QwenNormalizesToNfc) {
+  // "é" as e + combining acute encodes like the precomposed form.
+  EXPECT_EQ(*qwen_->Encode("caf\x65\xCC\x81", false), *qwen_->Encode("caf\xC3\xA9", false));
+  EXPECT_NE(*llama_->Encode("caf\x65\xCC\x81", false), *llama_->Encode("caf\xC3\xA9", false));
+}
+
+void WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+TEST(TokenizerTest, TinyTokenizerWithPairMergesAndConfigs) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "tiny_tokenizer";
+  std::filesystem::create_directories(dir);
+  // Vocab: all 256 byte tokens, then merges "a b" -> "ab", "ab c" -> "abc".
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b) {
+    std::string chars = byte_level::BytesToChars(std::string(1, static_cast<char>(b)));
+    if (chars == "\"" || chars == "\\") chars = "\\" + chars;
+    vocab += "\"" + chars + "\": " + std::to_string(b) + ",";
+  }
+  vocab += "\"ab\": 256, \"abc\": 257}";
+  WriteFile(dir / "tokenizer.json", R"({
+    "added_tokens": [
+      {"id": 258, "content": "<s>", "special": true},
+      {"id": 259, "content": "</s>", "special": true},
+      {"id": 260, "content": "[X]", "special": false, "lstrip": true, "rstrip": true}],
+    "normalizer": null,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+    "post_processor": null,
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": [["a", "b"], ["ab", "c"]]}})");
+  WriteFile(dir / "tokenizer_config.json",
+            R"({"add_bos_token": true, "bos_token": "<s>", "eos_token": {"content": "</s>"}})");
+  WriteFile(dir / "generation_config.json", R"({"eos_token_id": [259, 260]})");
+  auto tokenizer = Tokenizer::Load(dir.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const Tokenizer& t = **tokenizer;
+  EXPECT_EQ(t.vocab_size(), 261);
+  EXPECT_EQ(t.bos_id(), 258);
+  EXPECT_THAT(t.eos_ids(), ElementsAre(259, 260));
+  EXPECT_THAT(*t.Encode("abc", true), ElementsAre(258, 257));
+  EXPECT_THAT(*t.Encode("abab", false), ElementsAre(256, 256));
+  // lstrip/rstrip: the spaces around [X] belong to it.
+  EXPECT_THAT(*t.Encode("ab  [X]  c", false), ElementsAre(256, 260, 'c'));
+  EXPECT_EQ(*t.Decode({258, 257, 259}, true), "abc");
+  EXPECT_EQ(Tokenizer::Load((dir / "missing").string()).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace floe
