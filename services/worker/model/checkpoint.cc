@@ -1,6 +1,10 @@
 #include "services/worker/model/checkpoint.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <new>
 #include <filesystem>
 #include <optional>
 
@@ -16,15 +20,22 @@
 namespace floe {
 namespace {
 
-// 64-byte aligned so SIMD kernels may use aligned loads on owned weights too.
+// 64-byte aligned so SIMD kernels may use aligned loads on owned weights too;
+// large buffers are 2 MiB aligned and asked for huge pages, which makes first
+// touch of a 2.4 GB dummy model several times cheaper.
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
 using AlignedBuffer = std::unique_ptr<void, AlignedFree>;
 
 AlignedBuffer Allocate(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  return AlignedBuffer(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+  constexpr size_t kHugePage = size_t{2} << 20;
+  size_t alignment = bytes >= 4 * kHugePage ? kHugePage : 64;
+  size_t rounded = std::max<size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
+  void* data = std::aligned_alloc(alignment, rounded);
+  if (data == nullptr) throw std::bad_alloc();
+  if (alignment == kHugePage) ::madvise(data, rounded, MADV_HUGEPAGE);  // a hint only
+  return AlignedBuffer(data);
 }
 
 // Owns what the views point into: the mmapped files and the buffers of

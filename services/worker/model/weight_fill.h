@@ -2,7 +2,8 @@
 // and for the checkpoint writer, and f16 -> f32 widening at load.
 //
 // Random values are a pure function of (seed, tensor name, element index)
-// (a counter-based generator: SplitMix64 of the counter, then Box-Muller), so
+// (a counter-based generator: SplitMix64 of the counter, then a tabulated
+// inverse normal CDF), so
 // the result does not depend on thread count or fill order, and a dummy load
 // with seed S equals a checkpoint written with seed S.
 #pragma once
