@@ -41,7 +41,7 @@ absl::StatusOr<EngineRequest> FromProto(const GenerateRequest& in) {
   const auto& s = in.sampling();
   out.sampling.temperature = s.temperature();
   out.sampling.top_k = s.top_k();
-  out.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  out.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
   out.sampling.min_p = s.min_p();
   out.sampling.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
   out.sampling.presence_penalty = s.presence_penalty();
@@ -51,7 +51,10 @@ absl::StatusOr<EngineRequest> FromProto(const GenerateRequest& in) {
     out.sampling.seed = s.seed();
   }
   const auto& stop = in.stopping();
-  out.stop.max_tokens = stop.max_tokens();
+  if (stop.has_max_tokens() && stop.max_tokens() <= 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("stopping.max_tokens must be > 0, got ", stop.max_tokens()));
+  out.stop.max_tokens = stop.has_max_tokens() ? stop.max_tokens() : 0;
   out.stop.min_tokens = stop.min_tokens();
   out.stop.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
   out.stop.ignore_eos = stop.ignore_eos();

@@ -1,0 +1,77 @@
+// The public floe.v1.Floe API. The router owns the text side of a request:
+// it tokenizes prompts, validates what only it can (model name, prompt
+// length against the context, stop strings), picks a worker, relays the
+// worker's token stream while detokenizing incrementally and matching stop
+// strings across chunks, and retries on another worker when one fails before
+// sending anything. Deadlines and cancellation propagate to the worker call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/tokenizer/tokenizer.h"
+#include "floe/v1/router.grpc.pb.h"
+#include "services/router/admission_gate.h"
+#include "services/router/worker_picker.h"
+#include "services/router/worker_pool.h"
+
+namespace floe {
+
+struct RouterServiceOptions {
+  std::string model_name;
+  // Attempts on other workers after one fails before sending any token.
+  int max_retries = 2;
+  // Deadline given to a worker call when the client set none.
+  std::chrono::seconds max_request_time{600};
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+};
+
+class RouterService final : public floe::v1::Floe::Service {
+ public:
+  RouterService(RouterServiceOptions options, const Tokenizer* tokenizer, WorkerPool* pool,
+                WorkerPicker* picker, AdmissionGate* gate);
+
+  // Until the model is known (from a worker), Generate answers UNAVAILABLE.
+  void SetModelInfo(const floe::v1::ModelInfo& info);
+  void StartDraining() { draining_.store(true); }
+  int in_flight() const { return in_flight_.load(); }
+
+  grpc::Status Generate(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
+                        grpc::ServerWriter<floe::v1::GenerateResponse>* writer) override;
+  grpc::Status GenerateUnary(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
+                             floe::v1::GenerateResult* result) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const floe::v1::TokenizeRequest* request,
+                        floe::v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context, const floe::v1::DetokenizeRequest* request,
+                          floe::v1::DetokenizeResponse* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context, const floe::v1::ListModelsRequest* request,
+                          floe::v1::ListModelsResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const floe::v1::GetModelInfoRequest* request,
+                            floe::v1::ModelInfo* response) override;
+
+ private:
+  using Emit = std::function<bool(const floe::v1::GenerateResponse&)>;
+  grpc::Status Serve(grpc::ServerContext* context, const floe::v1::GenerateRequest& request, const Emit& emit);
+  absl::StatusOr<floe::v1::GenerateRequest> Prepare(const floe::v1::GenerateRequest& request) const;
+  grpc::Status CheckModel(const std::string& model) const;
+  bool model_known() const;
+
+  RouterServiceOptions options_;
+  const Tokenizer* tokenizer_;
+  WorkerPool* pool_;
+  WorkerPicker* picker_;
+  AdmissionGate* gate_;
+  mutable std::mutex model_mu_;
+  floe::v1::ModelInfo model_info_;  // guarded by model_mu_
+  bool model_known_ = false;        // guarded by model_mu_
+  std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+  mutable std::atomic<uint64_t> next_request_number_{0};
+};
+
+}  // namespace floe

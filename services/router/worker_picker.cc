@@ -1,0 +1,96 @@
+#include "services/router/worker_picker.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+
+namespace floe {
+namespace {
+
+bool Usable(const WorkerState* worker, const PickRequest& request) {
+  return worker->healthy.load() &&
+         std::find(request.exclude.begin(), request.exclude.end(), worker) == request.exclude.end();
+}
+
+WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request) {
+  WorkerState* best = nullptr;
+  for (const auto& worker : pool->workers()) {
+    if (!Usable(worker.get(), request)) continue;
+    if (!best || worker->outstanding.load() < best->outstanding.load() ||
+        (worker->outstanding.load() == best->outstanding.load() &&
+         worker->reported_kv_usage.load() < best->reported_kv_usage.load())) {
+      best = worker.get();
+    }
+  }
+  return best;
+}
+
+// 64-bit FNV-1a: stable across processes and releases, unlike absl::Hash,
+// so every router replica maps a session to the same worker.
+uint64_t StableHash(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+class LeastOutstandingPicker final : public WorkerPicker {
+ public:
+  explicit LeastOutstandingPicker(const WorkerPool* pool) : pool_(pool) {}
+  WorkerState* Pick(const PickRequest& request) override { return LeastOutstanding(pool_, request); }
+
+ private:
+  const WorkerPool* pool_;
+};
+
+class SessionAffinityPicker final : public WorkerPicker {
+ public:
+  SessionAffinityPicker(const WorkerPool* pool, int overload_outstanding)
+      : pool_(pool), overload_outstanding_(overload_outstanding) {
+    constexpr int kVirtualNodes = 64;
+    for (const auto& worker : pool->workers()) {
+      for (int v = 0; v < kVirtualNodes; ++v)
+        ring_.push_back({StableHash(absl::StrCat(worker->address, "#", v)), worker.get()});
+    }
+    std::sort(ring_.begin(), ring_.end(), [](const Point& a, const Point& b) { return a.hash < b.hash; });
+  }
+
+  WorkerState* Pick(const PickRequest& request) override {
+    if (request.session_id.empty() || ring_.empty()) return LeastOutstanding(pool_, request);
+    const uint64_t h = StableHash(request.session_id);
+    auto start = std::lower_bound(ring_.begin(), ring_.end(), h,
+                                  [](const Point& p, uint64_t value) { return p.hash < value; });
+    for (size_t i = 0; i < ring_.size(); ++i) {
+      auto it = ring_.begin() + ((start - ring_.begin()) + i) % ring_.size();
+      if (!Usable(it->worker, request)) continue;
+      if (it->worker->outstanding.load() >= overload_outstanding_) return LeastOutstanding(pool_, request);
+      return it->worker;
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Point {
+    uint64_t hash;
+    WorkerState* worker;
+  };
+  const WorkerPool* pool_;
+  int overload_outstanding_;
+  std::vector<Point> ring_;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkerPicker> MakeLeastOutstandingPicker(const WorkerPool* pool) {
+  return std::make_unique<LeastOutstandingPicker>(pool);
+}
+
+std::unique_ptr<WorkerPicker> MakeSessionAffinityPicker(const WorkerPool* pool, int overload_outstanding) {
+  return std::make_unique<SessionAffinityPicker>(pool, overload_outstanding);
+}
+
+}  // namespace floe
