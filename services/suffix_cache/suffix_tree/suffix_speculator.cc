@@ -1,0 +1,137 @@
+#include "services/suffix_cache/suffix_tree/suffix_speculator.h"
+
+#include <utility>
+
+#include "services/suffix_cache/suffix_tree/invariant.h"
+#include "absl/strings/str_cat.h"
+
+namespace floe::suffix_cache {
+namespace {
+// The local tree holds one sequence.
+constexpr int32_t kLocalSeq = 0;
+}  // namespace
+
+SuffixSpeculator::SuffixSpeculator(const SpeculatorConfig& config)
+    : config_(config), global_(config.max_depth) {}
+
+absl::Status SuffixSpeculator::StartRequest(absl::string_view request_id,
+                                            absl::Span<const int32_t> prompt) {
+  std::string id(request_id);
+  if (active_.contains(id)) {
+    return absl::InvalidArgumentError(absl::StrCat("request '", id, "' is already active"));
+  }
+  auto local = std::make_unique<SuffixTree>(config_.max_depth);
+  local->Extend(kLocalSeq, prompt);
+  active_.emplace(id, std::move(local));
+  if (config_.max_cached_requests != 0) {
+    if (cached_.contains(id)) {
+      absl::Status st = Evict(id);
+      FLOE_SUFFIX_INVARIANT(st.ok(), "evicting a cached response");
+    }
+    AllocateSeqId(id);
+  }
+  return absl::OkStatus();
+}
+
+int32_t SuffixSpeculator::AllocateSeqId(const std::string& request_id) {
+  int32_t seq_id;
+  while (true) {
+    seq_id = next_seq_id_;
+    next_seq_id_ = (next_seq_id_ + 1) & 0x7FFFFFFF;
+    auto it = request_of_seq_.find(seq_id);
+    if (it == request_of_seq_.end() || !active_.contains(it->second)) break;
+  }
+  if (auto it = request_of_seq_.find(seq_id); it != request_of_seq_.end()) {
+    // Wrapped around onto an inactive cached response: evict it.
+    absl::Status st = Evict(std::string(it->second));
+    FLOE_SUFFIX_INVARIANT(st.ok(), "evicting a cached response");
+  }
+  const uint64_t order = next_order_++;
+  cached_[request_id] = Cached{seq_id, order};
+  request_of_seq_[seq_id] = request_id;
+  fifo_.emplace(order, request_id);
+  EvictBeyondLimit(seq_id);
+  return seq_id;
+}
+
+void SuffixSpeculator::EvictBeyondLimit(int32_t newest_seq_id) {
+  if (config_.max_cached_requests < 0) return;
+  while (static_cast<int64_t>(cached_.size()) > config_.max_cached_requests) {
+    // Oldest first, never the response just added.
+    auto it = fifo_.begin();
+    if (cached_.at(it->second).seq_id == newest_seq_id) ++it;
+    if (it == fifo_.end()) return;
+    absl::Status st = Evict(std::string(it->second));
+    FLOE_SUFFIX_INVARIANT(st.ok(), "evicting a cached response");
+  }
+}
+
+absl::Status SuffixSpeculator::Evict(const std::string& request_id) {
+  auto it = cached_.find(request_id);
+  if (it == cached_.end()) {
+    return absl::NotFoundError(absl::StrCat("request '", request_id, "' is not cached"));
+  }
+  const Cached c = it->second;
+  cached_.erase(it);
+  request_of_seq_.erase(c.seq_id);
+  fifo_.erase(c.order);
+  if (global_.Contains(c.seq_id)) return global_.Remove(c.seq_id);
+  return absl::OkStatus();  // an empty response was never added to the tree
+}
+
+absl::Status SuffixSpeculator::EvictCachedResponse(absl::string_view request_id) {
+  return Evict(std::string(request_id));
+}
+
+absl::Status SuffixSpeculator::AppendTokens(absl::string_view request_id,
+                                            absl::Span<const int32_t> tokens) {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) {
+    return absl::NotFoundError(absl::StrCat("request '", request_id, "' is not active"));
+  }
+  it->second->Extend(kLocalSeq, tokens);
+  if (auto c = cached_.find(request_id); c != cached_.end()) {
+    global_.Extend(c->second.seq_id, tokens);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SuffixSpeculator::StopRequest(absl::string_view request_id) {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) {
+    return absl::NotFoundError(absl::StrCat("request '", request_id, "' is not active"));
+  }
+  active_.erase(it);
+  if (auto c = cached_.find(request_id); c != cached_.end()) {
+    global_.Finish(c->second.seq_id);  // no more appends: drop match state
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
+                                                  absl::Span<const int32_t> context,
+                                                  const DraftParams& params) const {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) {
+    return absl::NotFoundError(absl::StrCat("request '", request_id, "' is not active"));
+  }
+  if (static_cast<int>(context.size()) > config_.max_depth) {
+    context = context.subspan(context.size() - config_.max_depth);
+  }
+  Draft best = it->second->Speculate(context, params, kLocalSeq);
+  if (config_.max_cached_requests != 0) {
+    int32_t hint = -1;
+    if (auto c = cached_.find(request_id); c != cached_.end()) hint = c->second.seq_id;
+    Draft global = global_.Speculate(context, params, hint);
+    if (global.score > best.score) best = std::move(global);
+  }
+  return best;
+}
+
+size_t SuffixSpeculator::LocalMemoryUsage() const {
+  size_t total = 0;
+  for (const auto& [id, tree] : active_) total += tree->MemoryUsage();
+  return total;
+}
+
+}  // namespace floe::suffix_cache

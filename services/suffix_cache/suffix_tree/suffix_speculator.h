@@ -1,0 +1,83 @@
+// SuffixSpeculator: Suffix Decoding's request-level cache. Each active
+// request has a local tree over its prompt and its own response; one global
+// tree holds the responses of recent requests (FIFO beyond
+// max_cached_requests). A draft comes from whichever tree scores higher; the
+// local tree wins ties.
+//
+// Lifecycle per request: StartRequest(prompt) -> {Speculate, AppendTokens}*
+// -> StopRequest. The response stays in the global tree after StopRequest
+// until evicted. Semantics follow Arctic Inference's SuffixDecodingCache
+// (sequence ids, FIFO order that never evicts the newest, re-starting a
+// request id replaces its cached response).
+//
+// Thread-safety: none. One thread owns the speculator (the worker's spec
+// decode step, or the replay tool).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "services/suffix_cache/suffix_tree/suffix_tree.h"
+
+namespace floe::suffix_cache {
+
+struct SpeculatorConfig {
+  int max_depth = 64;
+  // -1: unlimited; 0: no global tree.
+  int64_t max_cached_requests = 100000;
+};
+
+class SuffixSpeculator {
+ public:
+  explicit SuffixSpeculator(const SpeculatorConfig& config);
+
+  // InvalidArgument if `request_id` is already active.
+  absl::Status StartRequest(absl::string_view request_id, absl::Span<const int32_t> prompt);
+  // Appends emitted tokens to the request's response (local and, while
+  // cached, global tree). NotFound if the request is not active.
+  absl::Status AppendTokens(absl::string_view request_id, absl::Span<const int32_t> tokens);
+  // Drops the local tree; the response stays cached. NotFound if not active.
+  absl::Status StopRequest(absl::string_view request_id);
+  // Removes a cached response. NotFound if not cached.
+  absl::Status EvictCachedResponse(absl::string_view request_id);
+
+  // Draft for `context` (normally prompt + response so far; only its last
+  // max_depth tokens are used). NotFound if the request is not active.
+  absl::StatusOr<Draft> Speculate(absl::string_view request_id,
+                                  absl::Span<const int32_t> context,
+                                  const DraftParams& params) const;
+
+  const SpeculatorConfig& config() const { return config_; }
+  const SuffixTree& global_tree() const { return global_; }
+  int num_active() const { return static_cast<int>(active_.size()); }
+  int num_cached() const { return static_cast<int>(cached_.size()); }
+  // Bytes in all local trees.
+  size_t LocalMemoryUsage() const;
+
+ private:
+  struct Cached {
+    int32_t seq_id;
+    uint64_t order;  // FIFO position
+  };
+  int32_t AllocateSeqId(const std::string& request_id);
+  void EvictBeyondLimit(int32_t newest_seq_id);
+  absl::Status Evict(const std::string& request_id);
+
+  SpeculatorConfig config_;
+  SuffixTree global_;
+  absl::flat_hash_map<std::string, std::unique_ptr<SuffixTree>> active_;
+  absl::flat_hash_map<std::string, Cached> cached_;
+  absl::flat_hash_map<int32_t, std::string> request_of_seq_;
+  std::map<uint64_t, std::string> fifo_;
+  uint64_t next_order_ = 0;
+  int32_t next_seq_id_ = 0;
+};
+
+}  // namespace floe::suffix_cache

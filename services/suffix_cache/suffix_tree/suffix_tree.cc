@@ -1,0 +1,700 @@
+#include "services/suffix_cache/suffix_tree/suffix_tree.h"
+
+#include <algorithm>
+#include <queue>
+#include <string>
+#include <utility>
+
+#include "services/suffix_cache/suffix_tree/invariant.h"
+#include "absl/strings/str_cat.h"
+
+namespace floe::suffix_cache {
+
+SuffixTree::SuffixTree(int max_depth) : max_depth_(max_depth) {
+  FLOE_SUFFIX_INVARIANT(max_depth > 0, "max_depth");
+  nodes_.emplace_back();  // root: no label, no parent, no reference
+}
+
+int64_t SuffixTree::num_tokens() const { return nodes_[kRoot].count; }
+
+int32_t SuffixTree::SlotFor(int32_t seq_id) {
+  auto it = slot_of_.find(seq_id);
+  if (it != slot_of_.end()) return it->second;
+  int32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    seqs_[slot] = Seq();
+  } else {
+    slot = static_cast<int32_t>(seqs_.size());
+    seqs_.emplace_back();
+  }
+  seqs_[slot].active.assign(max_depth_, kRoot);
+  slot_of_.emplace(seq_id, slot);
+  return slot;
+}
+
+int32_t SuffixTree::NewNode(int32_t count, int32_t parent, int32_t slot, int32_t idx,
+                            int32_t length) {
+  int32_t n;
+  if (!free_nodes_.empty()) {
+    n = free_nodes_.back();
+    free_nodes_.pop_back();
+  } else {
+    n = static_cast<int32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  Node& x = nodes_[n];
+  x = Node();
+  x.count = count;
+  x.parent = parent;
+  x.ref_seq = slot;
+  x.ref_idx = idx;
+  x.length = length;
+  ++seqs_[slot].refs;
+  return n;
+}
+
+void SuffixTree::FreeNode(int32_t n) {
+  DropSlotRef(nodes_[n].ref_seq);
+  nodes_[n] = Node();
+  free_nodes_.push_back(n);
+}
+
+void SuffixTree::SetRef(int32_t n, int32_t slot, int32_t idx) {
+  Node& x = nodes_[n];
+  if (x.ref_seq != slot) {
+    ++seqs_[slot].refs;
+    DropSlotRef(x.ref_seq);
+    x.ref_seq = slot;
+  }
+  x.ref_idx = idx;
+}
+
+void SuffixTree::DropSlotRef(int32_t slot) {
+  Seq& s = seqs_[slot];
+  if (--s.refs == 0 && s.removed) {
+    s = Seq();
+    free_slots_.push_back(slot);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Sibling order. Children are kept in descending count; among equal counts
+// the order is whatever these moves produce, which is what makes drafts
+// reproducible against the reference implementation:
+//  * a new child goes to the tail;
+//  * +1: a child stays unless its predecessor's count is c or c+1; then it
+//    moves in front of the first sibling of the predecessor's run (so from
+//    the middle of a run of c it lands at the back of the c+1 run, and from
+//    the front of a run of c at the front of the c+1 run);
+//  * -1: a child whose successor has the same count moves behind the last
+//    sibling of its run (landing at the front of the c-1 run); otherwise it
+//    stays;
+//  * splits and merges put the new node in the old one's place.
+// ---------------------------------------------------------------------------
+
+int32_t SuffixTree::PrevSibling(int32_t x) const {
+  const Node& n = nodes_[x];
+  return nodes_[n.parent].head_child == x ? -1 : n.prev;
+}
+
+int32_t SuffixTree::RunHead(int32_t x) const {
+  const int32_t r = nodes_[x].run;
+  return r < 0 ? x : runs_[r].head;
+}
+
+int32_t SuffixTree::RunTail(int32_t x) const {
+  const int32_t r = nodes_[x].run;
+  return r < 0 ? x : runs_[r].tail;
+}
+
+int32_t SuffixTree::NewRun(int32_t head, int32_t tail) {
+  int32_t r;
+  if (!free_runs_.empty()) {
+    r = free_runs_.back();
+    free_runs_.pop_back();
+  } else {
+    r = static_cast<int32_t>(runs_.size());
+    runs_.emplace_back();
+  }
+  runs_[r] = Run{head, tail, 2};
+  return r;
+}
+
+void SuffixTree::Unlink(int32_t x) {
+  Node& n = nodes_[x];
+  if (n.run >= 0) {
+    Run& r = runs_[n.run];
+    if (r.head == x) r.head = n.next;
+    if (r.tail == x) r.tail = PrevSibling(x);
+    if (--r.size == 1) {
+      nodes_[r.head].run = -1;
+      free_runs_.push_back(n.run);
+    }
+    n.run = -1;
+  }
+  Node& p = nodes_[n.parent];
+  if (p.head_child == x) {
+    p.head_child = n.next;
+    if (n.next >= 0) nodes_[n.next].prev = n.prev;  // keeps the tail link
+  } else {
+    nodes_[n.prev].next = n.next;
+    if (n.next >= 0) {
+      nodes_[n.next].prev = n.prev;
+    } else {
+      nodes_[p.head_child].prev = n.prev;  // n was the tail
+    }
+  }
+  n.prev = n.next = -1;
+}
+
+void SuffixTree::JoinRuns(int32_t x) {
+  Node& n = nodes_[x];
+  const int32_t a = PrevSibling(x);
+  const int32_t b = n.next;
+  const bool with_a = a >= 0 && nodes_[a].count == n.count;
+  const bool with_b = b >= 0 && nodes_[b].count == n.count;
+  if (with_a && with_b) {
+    n.run = nodes_[a].run;
+    ++runs_[n.run].size;
+  } else if (with_a) {
+    if (nodes_[a].run < 0) {
+      nodes_[a].run = NewRun(a, x);
+      nodes_[x].run = nodes_[a].run;
+    } else {
+      n.run = nodes_[a].run;
+      runs_[n.run].tail = x;
+      ++runs_[n.run].size;
+    }
+  } else if (with_b) {
+    if (nodes_[b].run < 0) {
+      nodes_[b].run = NewRun(x, b);
+      nodes_[x].run = nodes_[b].run;
+    } else {
+      n.run = nodes_[b].run;
+      runs_[n.run].head = x;
+      ++runs_[n.run].size;
+    }
+  } else {
+    n.run = -1;
+  }
+}
+
+void SuffixTree::InsertBefore(int32_t x, int32_t b) {
+  Node& p = nodes_[nodes_[x].parent];
+  const int32_t a = PrevSibling(b);
+  nodes_[x].next = b;
+  if (a < 0) {
+    nodes_[x].prev = nodes_[b].prev;  // the tail
+    p.head_child = x;
+  } else {
+    nodes_[x].prev = a;
+    nodes_[a].next = x;
+  }
+  nodes_[b].prev = x;
+  JoinRuns(x);
+}
+
+void SuffixTree::InsertAfter(int32_t x, int32_t a) {
+  Node& p = nodes_[nodes_[x].parent];
+  const int32_t b = nodes_[a].next;
+  nodes_[x].prev = a;
+  nodes_[x].next = b;
+  nodes_[a].next = x;
+  if (b >= 0) {
+    nodes_[b].prev = x;
+  } else {
+    nodes_[p.head_child].prev = x;  // new tail
+  }
+  JoinRuns(x);
+}
+
+void SuffixTree::InsertAtHead(int32_t x) {
+  Node& p = nodes_[nodes_[x].parent];
+  if (p.head_child < 0) {
+    p.head_child = x;
+    nodes_[x].prev = x;
+    nodes_[x].next = -1;
+    nodes_[x].run = -1;
+  } else {
+    InsertBefore(x, p.head_child);
+  }
+}
+
+void SuffixTree::InsertAtTail(int32_t x) {
+  Node& p = nodes_[nodes_[x].parent];
+  if (p.head_child < 0) {
+    InsertAtHead(x);
+  } else {
+    InsertAfter(x, nodes_[p.head_child].prev);
+  }
+}
+
+void SuffixTree::ReplaceInSiblings(int32_t old_node, int32_t new_node) {
+  Node& o = nodes_[old_node];
+  Node& w = nodes_[new_node];
+  Node& p = nodes_[o.parent];
+  w.parent = o.parent;
+  w.next = o.next;
+  w.run = o.run;
+  if (p.head_child == old_node) {
+    p.head_child = new_node;
+    w.prev = (o.prev == old_node) ? new_node : o.prev;
+  } else {
+    w.prev = o.prev;
+    nodes_[o.prev].next = new_node;
+  }
+  if (o.next >= 0) {
+    nodes_[o.next].prev = new_node;
+  } else if (p.head_child != new_node) {
+    nodes_[p.head_child].prev = new_node;
+  }
+  if (w.run >= 0) {
+    Run& r = runs_[w.run];
+    if (r.head == old_node) r.head = new_node;
+    if (r.tail == old_node) r.tail = new_node;
+  }
+  o.prev = o.next = -1;
+  o.run = -1;
+}
+
+void SuffixTree::Increment(int32_t x) {
+  Node& n = nodes_[x];
+  if (x == kRoot) {
+    ++n.count;
+    return;
+  }
+  const int32_t a = PrevSibling(x);
+  if (a < 0 || nodes_[a].count > n.count + 1) {
+    if (n.run < 0) {  // alone, and cannot join the run in front
+      ++n.count;
+      return;
+    }
+    Unlink(x);
+    ++nodes_[x].count;
+    if (a < 0) {
+      InsertAtHead(x);
+    } else {
+      InsertAfter(x, a);
+    }
+    return;
+  }
+  const int32_t target = RunHead(a);
+  Unlink(x);
+  ++nodes_[x].count;
+  InsertBefore(x, target);
+}
+
+void SuffixTree::Decrement(int32_t x) {
+  Node& n = nodes_[x];
+  if (x == kRoot) {
+    --n.count;
+    return;
+  }
+  const int32_t b = n.next;
+  if (b < 0 || nodes_[b].count < n.count) {
+    if (n.run < 0 && (b < 0 || nodes_[b].count < n.count - 1)) {
+      --n.count;
+      return;
+    }
+    const int32_t a = PrevSibling(x);
+    Unlink(x);
+    --nodes_[x].count;
+    if (a < 0) {
+      InsertAtHead(x);
+    } else {
+      InsertAfter(x, a);
+    }
+    return;
+  }
+  const int32_t tail = RunTail(x);
+  Unlink(x);
+  --nodes_[x].count;
+  InsertAfter(x, tail);
+}
+
+// ---------------------------------------------------------------------------
+// Growth. Each active node is where one of the sequence's last max_depth
+// suffixes ends (always at the end of a node's label). A new token extends
+// each of them by one; the cases keep the tree path-compressed.
+// ---------------------------------------------------------------------------
+
+void SuffixTree::Append(int32_t seq_id, int32_t token) {
+  const int32_t slot = SlotFor(seq_id);
+  {
+    Seq& s = seqs_[slot];
+    FLOE_SUFFIX_INVARIANT(!s.finished, "append to a finished sequence");
+    if (s.active_size == max_depth_) {  // the oldest suffix reached max_depth
+      s.active_begin = s.active_begin + 1 == max_depth_ ? 0 : s.active_begin + 1;
+      --s.active_size;
+    }
+    int32_t back = s.active_begin + s.active_size;
+    if (back >= max_depth_) back -= max_depth_;
+    s.active[back] = kRoot;
+    ++s.active_size;
+    s.tokens.push_back(token);
+  }
+  ++nodes_[kRoot].count;
+  const int32_t seq_len = static_cast<int32_t>(seqs_[slot].tokens.size());
+  const int32_t size = seqs_[slot].active_size;
+  int32_t pos = seqs_[slot].active_begin;
+  for (int32_t i = 0; i < size; ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
+    const int32_t n = seqs_[slot].active[pos];
+    if (n != kRoot && nodes_[n].count == 1) {
+      // Only this suffix reaches n, so n is a leaf: grow its label. (Its
+      // label may still point into a removed sequence's storage.)
+      const int32_t length = ++nodes_[n].length;
+      if (nodes_[n].ref_seq != slot) SetRef(n, slot, seq_len - length);
+      continue;
+    }
+    const int32_t c = edges_.Find(n, token);
+    if (c < 0) {
+      // Branch off a new leaf.
+      const int32_t leaf = NewNode(1, n, slot, seq_len - 1, 1);
+      edges_.Set(n, token, leaf);
+      InsertAtTail(leaf);
+      seqs_[slot].active[pos] = leaf;
+    } else if (n != kRoot && nodes_[n].count == nodes_[c].count + 1) {
+      // Every other suffix through n continues into c: n ends only this one.
+      if (nodes_[c].length == 1) {
+        // n + token is exactly n + c: fuse n into c.
+        const int32_t parent = nodes_[n].parent;
+        const int32_t n_token = Token(n);
+        Node& cn = nodes_[c];
+        cn.count += 1;
+        cn.length = nodes_[n].length + 1;
+        SetRef(c, slot, seq_len - nodes_[c].length);
+        ReplaceInSiblings(n, c);
+        nodes_[n].head_child = -1;
+        edges_.Erase(n, token);
+        edges_.Set(parent, n_token, c);
+        FreeNode(n);
+        seqs_[slot].active[pos] = c;
+      } else {
+        // Slide the boundary between n and c one token down.
+        nodes_[n].length += 1;
+        SetRef(n, slot, seq_len - nodes_[n].length);
+        nodes_[c].length -= 1;
+        nodes_[c].ref_idx += 1;
+        const int32_t c_token = Token(c);
+        if (c_token != token) {
+          edges_.Erase(n, token);
+          edges_.Set(n, c_token, c);
+        }
+      }
+    } else if (nodes_[c].length == 1) {
+      // Step into c. (The reference leaves c's label reference alone here;
+      // pointing it at the newest occurrence keeps old storage unpinned.)
+      SetRef(c, slot, seq_len - 1);
+      Increment(c);
+      seqs_[slot].active[pos] = c;
+    } else {
+      // Split c after its first token and step into the upper half.
+      const int32_t mid = NewNode(nodes_[c].count, n, slot, seq_len - 1, 1);
+      ReplaceInSiblings(c, mid);
+      edges_.Set(n, token, mid);
+      nodes_[c].length -= 1;
+      nodes_[c].ref_idx += 1;
+      nodes_[c].parent = mid;
+      edges_.Set(mid, Token(c), c);
+      nodes_[mid].head_child = c;
+      nodes_[c].prev = c;
+      nodes_[c].next = -1;
+      nodes_[c].run = -1;
+      Increment(mid);
+      seqs_[slot].active[pos] = mid;
+    }
+  }
+}
+
+void SuffixTree::Extend(int32_t seq_id, absl::Span<const int32_t> tokens) {
+  for (int32_t t : tokens) Append(seq_id, t);
+}
+
+void SuffixTree::Finish(int32_t seq_id) {
+  auto it = slot_of_.find(seq_id);
+  if (it == slot_of_.end()) return;
+  Seq& s = seqs_[it->second];
+  s.finished = true;
+  s.active_size = 0;
+  std::vector<int32_t>().swap(s.active);
+}
+
+absl::Status SuffixTree::Remove(int32_t seq_id) {
+  auto it = slot_of_.find(seq_id);
+  if (it == slot_of_.end()) {
+    return absl::NotFoundError(absl::StrCat("suffix tree: no sequence ", seq_id));
+  }
+  const int32_t slot = it->second;
+  slot_of_.erase(it);
+  // Hold one reference while walking so the storage cannot be freed under us.
+  ++seqs_[slot].refs;
+  seqs_[slot].removed = true;
+  seqs_[slot].active_size = 0;
+  std::vector<int32_t>().swap(seqs_[slot].active);
+  const std::vector<int32_t>& seq = seqs_[slot].tokens;
+  const int32_t len = static_cast<int32_t>(seq.size());
+  for (int32_t start = 0; start < len; ++start) {
+    Decrement(kRoot);
+    int32_t node = kRoot;
+    int32_t idx = start;
+    while (idx < len) {
+      const int32_t tok = seq[idx];
+      const int32_t c = edges_.Find(node, tok);
+      if (c < 0) break;
+      if (nodes_[c].count > 1) {
+        Decrement(c);
+      } else {
+        // Only this suffix used c, so c is a leaf: drop it.
+        Unlink(c);
+        edges_.Erase(node, tok);
+        FreeNode(c);
+        break;
+      }
+      idx += nodes_[c].length;
+      node = c;
+    }
+    // The last node may now be a pass-through: merge it into its only child.
+    if (node != kRoot) {
+      const int32_t c = nodes_[node].head_child;
+      if (c >= 0 && nodes_[c].next < 0 && nodes_[node].count == nodes_[c].count) {
+        const int32_t parent = nodes_[node].parent;
+        const int32_t node_token = Token(node);
+        const int32_t c_token = Token(c);
+        nodes_[c].length += nodes_[node].length;
+        nodes_[c].ref_idx -= nodes_[node].length;
+        ReplaceInSiblings(node, c);
+        nodes_[node].head_child = -1;
+        edges_.Erase(node, c_token);
+        edges_.Set(parent, node_token, c);
+        FreeNode(node);
+      }
+    }
+  }
+  DropSlotRef(slot);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Matching and drafting.
+// ---------------------------------------------------------------------------
+
+bool SuffixTree::MatchFromRoot(absl::Span<const int32_t> pattern, Locus* out) const {
+  int32_t node = kRoot;
+  int32_t idx = 0;
+  for (int32_t c : pattern) {
+    if (idx >= nodes_[node].length) {
+      node = edges_.Find(node, c);
+      if (node < 0) return false;
+      idx = 0;
+    }
+    if (Token(node, idx) != c) return false;
+    ++idx;
+  }
+  *out = Locus{node, idx};
+  return true;
+}
+
+int32_t SuffixTree::HintedMatches(absl::Span<const int32_t> context, int32_t hint_seq,
+                                  const Seq** seq) const {
+  if (hint_seq < 0) return 0;
+  auto it = slot_of_.find(hint_seq);
+  if (it == slot_of_.end()) return 0;
+  const Seq& s = seqs_[it->second];
+  const int32_t limit =
+      std::min<int32_t>(s.active_size, static_cast<int32_t>(context.size()));
+  const int32_t* a = context.data() + context.size();
+  const int32_t* b = s.tokens.data() + s.tokens.size();
+  int32_t k = 0;
+  while (k < limit && a[-1 - k] == b[-1 - k]) ++k;
+  *seq = &s;
+  return k;
+}
+
+template <typename Sink>
+float SuffixTree::PathDraft(Locus at, int budget, const DraftParams& params,
+                            Sink&& sink) const {
+  // Float arithmetic in the reference's order, so scores (and ties) agree.
+  float prob = 1.0f;
+  float score = 0.0f;
+  int emitted = 0;
+  int32_t node = at.node;
+  int32_t idx = at.idx;
+  while (emitted < budget && prob >= params.min_token_prob) {
+    const Node& n = nodes_[node];
+    if (idx < n.length) {
+      sink(Token(node, idx), prob);
+      score += prob;
+      ++emitted;
+      ++idx;
+      continue;
+    }
+    const int32_t child = n.head_child;
+    if (child < 0) {
+      if (!params.extend_past_depth || node == kRoot) break;
+      // Past the indexed depth: keep copying the referenced occurrence.
+      const std::vector<int32_t>& toks = seqs_[n.ref_seq].tokens;
+      for (int32_t p = n.ref_idx + idx; emitted < budget && p < static_cast<int32_t>(toks.size());
+           ++p) {
+        sink(toks[p], prob);
+        score += prob;
+        ++emitted;
+      }
+      break;
+    }
+    prob *= static_cast<float>(nodes_[child].count) / static_cast<float>(n.count);
+    node = child;
+    idx = 0;
+  }
+  return score;
+}
+
+void SuffixTree::TreeDraft(Locus at, int budget, const DraftParams& params,
+                           Draft* out) const {
+  struct Item {
+    float prob;
+    int32_t node;
+    int32_t idx;
+    int32_t parent;
+    bool operator<(const Item& o) const { return prob < o.prob; }
+  };
+  std::priority_queue<Item> heap;
+  heap.push(Item{1.0f, at.node, at.idx, -1});
+  while (static_cast<int>(out->token_ids.size()) < budget && !heap.empty()) {
+    const Item item = heap.top();
+    heap.pop();
+    const Node& n = nodes_[item.node];
+    if (item.idx < n.length) {
+      out->token_ids.push_back(Token(item.node, item.idx));
+      out->parents.push_back(item.parent);
+      out->probs.push_back(item.prob);
+      out->score += item.prob;
+      heap.push(Item{item.prob, item.node, item.idx + 1,
+                     static_cast<int32_t>(out->token_ids.size()) - 1});
+    } else {
+      for (int32_t c = n.head_child; c >= 0; c = nodes_[c].next) {
+        const float p = item.prob * static_cast<float>(nodes_[c].count) /
+                        static_cast<float>(n.count);
+        if (p < params.min_token_prob) break;  // siblings are in count order
+        heap.push(Item{p, c, 0, item.parent});
+      }
+    }
+  }
+}
+
+Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams& params,
+                            int32_t hint_seq) const {
+  Draft best;
+  const int32_t len = static_cast<int32_t>(context.size());
+  if (len < 2) return best;
+  const int32_t max_match = len - 1;
+  // Matches of length <= k come from the hinted sequence's active nodes.
+  const Seq* hinted = nullptr;
+  const int32_t k = std::min(HintedMatches(context, hint_seq, &hinted), max_match);
+  // Longer matches are walked from the root; a miss ends them (a longer
+  // tail cannot match if a shorter one does not).
+  Locus walked[256];
+  int32_t m_max = k;
+  for (int32_t m = k + 1; m <= max_match && m - k <= 256; ++m) {
+    if (!MatchFromRoot(context.subspan(len - m), &walked[m - k - 1])) break;
+    m_max = m;
+  }
+  auto locus = [&](int32_t m) -> Locus {
+    if (m > k) return walked[m - k - 1];
+    int32_t pos = hinted->active_begin + hinted->active_size - m;
+    if (pos >= max_depth_) pos -= max_depth_;
+    const int32_t n = hinted->active[pos];
+    return Locus{n, nodes_[n].length};
+  };
+  auto budget_for = [&](int32_t m) {
+    const int b = std::min(params.max_spec_tokens,
+                           static_cast<int>(m * params.max_spec_factor +
+                                            params.max_spec_offset + 1e-6));
+    return std::max(b, 0);
+  };
+  // Longest match first: equal scores keep the longer match, and a match
+  // whose budget cannot beat the best score ends the search (budgets do not
+  // grow as matches shorten).
+  const bool can_prune = params.max_spec_factor >= 0.0f;
+  int32_t best_m = 0;
+  float best_score = 0.0f;
+  for (int32_t m = m_max; m >= 1; --m) {
+    const int budget = budget_for(m);
+    if (best_m > 0 && can_prune && best_score >= static_cast<float>(budget)) break;
+    float score;
+    if (params.use_tree_spec) {
+      Draft d;
+      TreeDraft(locus(m), budget, params, &d);
+      score = d.score;
+      if (best_m == 0 || score > best_score) {
+        best = std::move(d);
+        best.match_len = m;
+      }
+    } else {
+      score = PathDraft(locus(m), budget, params, [](int32_t, float) {});
+    }
+    if (best_m == 0 || score > best_score) {
+      best_m = m;
+      best_score = score;
+    }
+  }
+  if (best_m > 0 && !params.use_tree_spec) {
+    const int budget = budget_for(best_m);
+    best.token_ids.reserve(budget);
+    best.probs.reserve(budget);
+    best.score = PathDraft(locus(best_m), budget, params, [&](int32_t t, float p) {
+      best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
+      best.token_ids.push_back(t);
+      best.probs.push_back(p);
+    });
+    best.match_len = best_m;
+  }
+  return best;
+}
+
+int64_t SuffixTree::CountOccurrences(absl::Span<const int32_t> pattern) const {
+  if (pattern.empty()) return nodes_[kRoot].count;
+  if (static_cast<int>(pattern.size()) > max_depth_) return 0;
+  Locus at;
+  if (!MatchFromRoot(pattern, &at)) return 0;
+  return nodes_[at.node].count;
+}
+
+std::vector<std::pair<std::vector<int32_t>, int64_t>> SuffixTree::AllPaths() const {
+  std::vector<std::pair<std::vector<int32_t>, int64_t>> out;
+  std::vector<int32_t> path;
+  struct Frame {
+    int32_t node;
+    size_t path_len;
+  };
+  std::vector<Frame> stack;
+  for (int32_t c = nodes_[kRoot].head_child; c >= 0; c = nodes_[c].next) stack.push_back({c, 0});
+  while (!stack.empty()) {
+    const Frame f = stack.back();
+    stack.pop_back();
+    path.resize(f.path_len);
+    for (int32_t i = 0; i < nodes_[f.node].length; ++i) {
+      path.push_back(Token(f.node, i));
+      out.emplace_back(path, nodes_[f.node].count);
+    }
+    for (int32_t c = nodes_[f.node].head_child; c >= 0; c = nodes_[c].next) {
+      stack.push_back({c, path.size()});
+    }
+  }
+  return out;
+}
+
+size_t SuffixTree::MemoryUsage() const {
+  size_t total = sizeof(*this) + nodes_.capacity() * sizeof(Node) +
+                 free_nodes_.capacity() * sizeof(int32_t) + runs_.capacity() * sizeof(Run) +
+                 free_runs_.capacity() * sizeof(int32_t) + edges_.MemoryUsage() +
+                 seqs_.capacity() * sizeof(Seq) + free_slots_.capacity() * sizeof(int32_t) +
+                 slot_of_.capacity() * (sizeof(std::pair<int32_t, int32_t>) + 1);
+  for (const Seq& s : seqs_) {
+    total += s.tokens.capacity() * sizeof(int32_t) + s.active.capacity() * sizeof(int32_t);
+  }
+  return total;
+}
+
+}  // namespace floe::suffix_cache

@@ -1,0 +1,184 @@
+// SuffixTree: a depth-limited, path-compressed suffix tree over many int32
+// token sequences, with occurrence counts, for Suffix Decoding drafts.
+//
+// Every suffix of every sequence is indexed up to `max_depth` tokens; a node's
+// count is the number of (sequence, start) occurrences of the string on its
+// root path. Speculate() matches tails of a context and follows frequent
+// continuations: a path draft (most frequent child) or a tree draft
+// (best-first over path probability). The score of a draft is its expected
+// number of accepted tokens, the sum of the per-token path probabilities.
+//
+// Compatibility: the growth rules, the counts, the matching loop and the order
+// of equal-count children (which decides ties between drafts) follow Arctic
+// Inference's suffix tree, so the drafts are the same token for token;
+// DraftParams::extend_past_depth is the one departure and is off by default.
+//
+// Layout: nodes live in one array and refer to each other by int32 index;
+// children are found through one flat edge table and ordered by a sibling
+// list (descending count, equal counts in "runs"), so a count change re-sorts
+// in O(1). Edge labels are (sequence, offset, length) references into the
+// stored sequences. A removed sequence's tokens stay stored while some node
+// still refers to them (nodes are re-pointed whenever a newer sequence passes
+// through them, so under FIFO eviction this is rare).
+//
+// Thread-safety: none; one owner thread (the speculator or a test).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "services/suffix_cache/suffix_tree/edge_table.h"
+
+namespace floe::suffix_cache {
+
+struct DraftParams {
+  int max_spec_tokens = 16;
+  float max_spec_factor = 1.0f;
+  float max_spec_offset = 0.0f;
+  float min_token_prob = 0.1f;
+  bool use_tree_spec = false;
+  // Not reference-compatible: a path draft that reaches the end of the tree
+  // (a node with no children, typically at max_depth) keeps copying the
+  // sequence that node refers to, at the same probability. Lifts the
+  // "match + draft <= max_depth" ceiling.
+  bool extend_past_depth = false;
+};
+
+struct Draft {
+  std::vector<int32_t> token_ids;
+  // parents[i]: index in token_ids of token i's parent, -1 for the root
+  // (a path draft is the chain -1, 0, 1, ...).
+  std::vector<int32_t> parents;
+  std::vector<float> probs;
+  float score = 0.0f;  // sum of probs: expected accepted tokens
+  int32_t match_len = 0;
+};
+
+class SuffixTree {
+ public:
+  explicit SuffixTree(int max_depth = 64);
+
+  int max_depth() const { return max_depth_; }
+  // Live sequences and their total length (= the root count).
+  int num_seqs() const { return static_cast<int>(slot_of_.size()); }
+  int64_t num_tokens() const;
+  int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size() - free_nodes_.size()); }
+  bool Contains(int32_t seq_id) const { return slot_of_.contains(seq_id); }
+
+  // Appends to sequence `seq_id` (created on first use). O(depth) per token;
+  // its last max_depth suffixes stay "active" until Finish or Remove.
+  void Append(int32_t seq_id, int32_t token);
+  void Extend(int32_t seq_id, absl::Span<const int32_t> tokens);
+  // No more appends will come for `seq_id`: drops its match state (the
+  // tokens stay indexed). Appending later is an error (CHECK).
+  void Finish(int32_t seq_id);
+  // Removes every suffix of `seq_id`; counts become as if it had never been
+  // added. NotFound if the sequence does not exist.
+  absl::Status Remove(int32_t seq_id);
+
+  // Best draft over match lengths 1 .. context.size()-1 of the context tail
+  // (a miss ends the search; equal scores go to the longer match). When
+  // `hint_seq` names a live sequence whose tail equals the context tail, its
+  // active suffixes serve as matches instead of walks from the root.
+  Draft Speculate(absl::Span<const int32_t> context, const DraftParams& params,
+                  int32_t hint_seq = -1) const;
+
+  // Occurrences of `pattern` (0 if absent; patterns longer than max_depth
+  // are not indexed and give 0).
+  int64_t CountOccurrences(absl::Span<const int32_t> pattern) const;
+
+  // Every root path string (each prefix of each edge) with its count, for
+  // oracle tests. Keys are token strings.
+  std::vector<std::pair<std::vector<int32_t>, int64_t>> AllPaths() const;
+
+  // Full structural check (links, order, runs, edge table, references,
+  // active suffixes) plus a recount of all suffixes. Slow: for tests.
+  absl::Status CheckIntegrity() const;
+
+  // Bytes held (capacity based): nodes, edges, runs, token storage.
+  size_t MemoryUsage() const;
+
+ private:
+  struct Node {
+    int32_t count = 0;
+    int32_t parent = -1;
+    int32_t ref_seq = -1;  // storage slot of the label's occurrence
+    int32_t ref_idx = 0;   // label = tokens[ref_idx, ref_idx + length)
+    int32_t length = 0;
+    int32_t head_child = -1;
+    int32_t prev = -1;  // previous sibling; the head's prev is the tail
+    int32_t next = -1;  // next sibling; -1 at the tail
+    int32_t run = -1;   // run of >= 2 equal-count siblings, -1 if alone
+  };
+  struct Run {
+    int32_t head = -1;
+    int32_t tail = -1;
+    int32_t size = 0;
+  };
+  struct Seq {
+    std::vector<int32_t> tokens;
+    int32_t refs = 0;        // nodes referring to this storage
+    bool removed = false;    // storage kept only for refs
+    bool finished = false;
+    // Ring of active nodes: the nodes where its last suffixes end, oldest
+    // (longest) first.
+    std::vector<int32_t> active;
+    int32_t active_begin = 0;
+    int32_t active_size = 0;
+  };
+  struct Locus {
+    int32_t node;
+    int32_t idx;
+  };
+
+  static constexpr int32_t kRoot = 0;
+
+  int32_t SlotFor(int32_t seq_id);
+  int32_t NewNode(int32_t count, int32_t parent, int32_t slot, int32_t idx, int32_t length);
+  void FreeNode(int32_t n);
+  void SetRef(int32_t n, int32_t slot, int32_t idx);
+  void DropSlotRef(int32_t slot);
+  int32_t Token(int32_t n, int32_t offset = 0) const {
+    const Node& x = nodes_[n];
+    return seqs_[x.ref_seq].tokens[x.ref_idx + offset];
+  }
+
+  // Sibling list and runs (see the .cc for the ordering rules).
+  int32_t PrevSibling(int32_t x) const;
+  int32_t RunHead(int32_t x) const;
+  int32_t RunTail(int32_t x) const;
+  void Unlink(int32_t x);
+  void InsertBefore(int32_t x, int32_t b);
+  void InsertAfter(int32_t x, int32_t a);
+  void InsertAtHead(int32_t x);
+  void InsertAtTail(int32_t x);
+  void JoinRuns(int32_t x);
+  void ReplaceInSiblings(int32_t old_node, int32_t new_node);
+  void Increment(int32_t x);
+  void Decrement(int32_t x);
+  int32_t NewRun(int32_t head, int32_t tail);
+
+  bool MatchFromRoot(absl::Span<const int32_t> pattern, Locus* out) const;
+  int32_t HintedMatches(absl::Span<const int32_t> context, int32_t hint_seq,
+                        const Seq** seq) const;
+  template <typename Sink>
+  float PathDraft(Locus at, int budget, const DraftParams& params, Sink&& sink) const;
+  void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
+  absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
+
+  int max_depth_;
+  std::vector<Node> nodes_;
+  std::vector<int32_t> free_nodes_;
+  std::vector<Run> runs_;
+  std::vector<int32_t> free_runs_;
+  EdgeTable edges_;
+  std::vector<Seq> seqs_;  // storage slots
+  std::vector<int32_t> free_slots_;
+  absl::flat_hash_map<int32_t, int32_t> slot_of_;  // seq_id -> slot
+};
+
+}  // namespace floe::suffix_cache

@@ -1,0 +1,220 @@
+#include "services/suffix_cache/suffix_tree/suffix_tree.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+using Str = std::vector<int32_t>;
+
+// Brute force: every substring of length <= max_depth of every live
+// sequence, with its number of occurrences.
+std::map<Str, int64_t> Oracle(const std::map<int32_t, Str>& seqs, int max_depth) {
+  std::map<Str, int64_t> counts;
+  for (const auto& [id, s] : seqs) {
+    for (size_t start = 0; start < s.size(); ++start) {
+      Str w;
+      for (size_t i = start; i < s.size() && static_cast<int>(w.size()) < max_depth; ++i) {
+        w.push_back(s[i]);
+        ++counts[w];
+      }
+    }
+  }
+  return counts;
+}
+
+void ExpectMatchesOracle(const SuffixTree& tree, const std::map<int32_t, Str>& seqs) {
+  ASSERT_TRUE(tree.CheckIntegrity().ok()) << tree.CheckIntegrity();
+  const std::map<Str, int64_t> want = Oracle(seqs, tree.max_depth());
+  std::map<Str, int64_t> got;
+  for (auto& [path, count] : tree.AllPaths()) {
+    ASSERT_TRUE(got.emplace(path, count).second) << "path listed twice";
+  }
+  ASSERT_EQ(got, want);
+}
+
+int64_t OracleCount(const std::map<Str, int64_t>& counts, const Str& w) {
+  auto it = counts.find(w);
+  return it == counts.end() ? 0 : it->second;
+}
+
+// Checks a path draft against the raw counts: a valid match, each token a
+// most frequent continuation, probabilities as the reference computes them,
+// and a stop for the right reason.
+void ExpectValidPathDraft(const Draft& d, const Str& context, const DraftParams& p,
+                          const std::map<Str, int64_t>& counts, int max_depth) {
+  if (d.token_ids.empty()) return;
+  ASSERT_GE(d.match_len, 1);
+  ASSERT_LT(d.match_len, static_cast<int>(context.size()));
+  Str w(context.end() - d.match_len, context.end());
+  ASSERT_GT(OracleCount(counts, w), 0);
+  const int budget = std::min(p.max_spec_tokens,
+                              static_cast<int>(d.match_len * p.max_spec_factor +
+                                               p.max_spec_offset + 1e-6));
+  ASSERT_LE(static_cast<int>(d.token_ids.size()), budget);
+  float prob = 1.0f;
+  float score = 0.0f;
+  for (size_t i = 0; i < d.token_ids.size(); ++i) {
+    int64_t best = 0;
+    for (int32_t t = 0; t < 8; ++t) {
+      Str x = w;
+      x.push_back(t);
+      if (static_cast<int>(x.size()) <= max_depth) best = std::max(best, OracleCount(counts, x));
+    }
+    Str next = w;
+    next.push_back(d.token_ids[i]);
+    const int64_t c = OracleCount(counts, next);
+    ASSERT_EQ(c, best) << "token " << i << " is not a most frequent continuation";
+    prob *= static_cast<float>(c) / static_cast<float>(OracleCount(counts, w));
+    ASSERT_EQ(prob, d.probs[i]) << "token " << i;
+    ASSERT_EQ(d.parents[i], static_cast<int32_t>(i) - 1);
+    score += prob;
+    w = next;
+  }
+  EXPECT_EQ(score, d.score);
+}
+
+TEST(SuffixTreeTest, CountsSmallExample) {
+  SuffixTree tree(4);
+  tree.Extend(7, {1, 2, 1, 2, 3});
+  EXPECT_EQ(tree.CountOccurrences({1, 2}), 2);
+  EXPECT_EQ(tree.CountOccurrences({2}), 2);
+  EXPECT_EQ(tree.CountOccurrences({1, 2, 3}), 1);
+  EXPECT_EQ(tree.CountOccurrences({1, 2, 1, 2, 3}), 0);  // longer than max_depth
+  EXPECT_EQ(tree.CountOccurrences({3, 1}), 0);
+  EXPECT_TRUE(tree.CheckIntegrity().ok());
+  EXPECT_TRUE(tree.Remove(7).ok());
+  EXPECT_EQ(tree.num_tokens(), 0);
+  EXPECT_EQ(tree.num_nodes(), 1);
+  EXPECT_TRUE(tree.CheckIntegrity().ok());
+  EXPECT_EQ(tree.Remove(7).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SuffixTreeTest, PathDraftFollowsMostFrequent) {
+  SuffixTree tree(16);
+  tree.Extend(0, {5, 6, 7, 5, 6, 7, 5, 6, 8});
+  DraftParams p;
+  p.max_spec_tokens = 4;
+  const Str context = {9, 5, 6};
+  Draft d = tree.Speculate(context, p);
+  // "5 6" is followed by 7 twice and by 8 once.
+  ASSERT_FALSE(d.token_ids.empty());
+  EXPECT_EQ(d.token_ids[0], 7);
+  EXPECT_EQ(d.match_len, 2);
+  EXPECT_FLOAT_EQ(d.probs[0], 2.0f / 3.0f);
+}
+
+TEST(SuffixTreeTest, ExtendPastDepthKeepsCopying) {
+  SuffixTree tree(4);
+  Str s;
+  for (int i = 0; i < 20; ++i) s.push_back(100 + i);
+  tree.Extend(0, s);
+  DraftParams p;
+  p.max_spec_tokens = 8;
+  const Str context = {0, 103, 104, 105};
+  Draft capped = tree.Speculate(context, p);
+  // Match 3 leaves room for 1 token; match 2 for 2, which scores higher.
+  EXPECT_EQ(capped.token_ids, (Str{106, 107}));
+  p.extend_past_depth = true;
+  Draft lifted = tree.Speculate(context, p);
+  ASSERT_EQ(lifted.token_ids.size(), 3u);  // budget = match length 3
+  EXPECT_EQ(lifted.token_ids, (Str{106, 107, 108}));
+}
+
+// Random appends (with copied spans, to make repeats), removals and
+// finishes over a tiny vocabulary; after every operation the tree must pass
+// its own check and agree with the brute-force recount.
+TEST(SuffixTreeTest, RandomOperationsMatchOracle) {
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 120; ++round) {
+    const int max_depth = std::vector<int>{1, 2, 3, 4, 6, 9}[round % 6];
+    const int vocab = 2 + round % 4;
+    SuffixTree tree(max_depth);
+    std::map<int32_t, Str> seqs;
+    std::map<int32_t, bool> finished;
+    int32_t next_id = 0;
+    for (int op = 0; op < 160; ++op) {
+      const int kind = rng() % 10;
+      if (kind < 7 || seqs.empty()) {
+        int32_t id;
+        std::vector<int32_t> live;
+        for (auto& [i, s] : seqs) {
+          if (!finished[i]) live.push_back(i);
+        }
+        if (live.empty() || rng() % 5 == 0) {
+          id = next_id++;
+        } else {
+          id = live[rng() % live.size()];
+        }
+        Str add;
+        if (!seqs.empty() && rng() % 2 == 0) {  // copy a span of some sequence
+          const Str& src = std::next(seqs.begin(), rng() % seqs.size())->second;
+          if (!src.empty()) {
+            const size_t a = rng() % src.size();
+            const size_t n = 1 + rng() % 6;
+            for (size_t i = a; i < src.size() && i < a + n; ++i) add.push_back(src[i]);
+          }
+        }
+        if (add.empty()) add.push_back(static_cast<int32_t>(rng() % vocab));
+        tree.Extend(id, add);
+        Str& s = seqs[id];
+        s.insert(s.end(), add.begin(), add.end());
+      } else if (kind < 9) {
+        auto it = std::next(seqs.begin(), rng() % seqs.size());
+        ASSERT_TRUE(tree.Remove(it->first).ok());
+        finished.erase(it->first);
+        seqs.erase(it);
+      } else {
+        auto it = std::next(seqs.begin(), rng() % seqs.size());
+        tree.Finish(it->first);
+        finished[it->first] = true;
+      }
+      ASSERT_NO_FATAL_FAILURE(ExpectMatchesOracle(tree, seqs))
+          << "round " << round << " op " << op;
+      if (seqs.empty()) continue;
+      // Drafts: valid against the counts, and the same with and without
+      // the active-suffix shortcut.
+      const auto counts = Oracle(seqs, max_depth);
+      for (const auto& [id, s] : seqs) {
+        if (s.size() < 2) continue;
+        DraftParams p;
+        p.max_spec_tokens = 1 + rng() % 6;
+        p.max_spec_factor = (rng() % 2) ? 1.0f : 0.5f;
+        p.max_spec_offset = static_cast<float>(rng() % 3);
+        p.min_token_prob = (rng() % 2) ? 0.1f : 0.4f;
+        const size_t take = std::min<size_t>(s.size(), max_depth);
+        const Str context(s.end() - take, s.end());
+        const Draft plain = tree.Speculate(context, p);
+        const Draft hinted = tree.Speculate(context, p, id);
+        ASSERT_EQ(plain.token_ids, hinted.token_ids);
+        ASSERT_EQ(plain.probs, hinted.probs);
+        ASSERT_EQ(plain.match_len, hinted.match_len);
+        ASSERT_NO_FATAL_FAILURE(ExpectValidPathDraft(plain, context, p, counts, max_depth));
+      }
+    }
+  }
+}
+
+TEST(SuffixTreeTest, TreeDraftBestFirst) {
+  SuffixTree tree(8);
+  tree.Extend(0, {1, 2, 3, 1, 2, 4, 1, 2, 3});
+  DraftParams p;
+  p.use_tree_spec = true;
+  p.max_spec_tokens = 4;
+  p.min_token_prob = 0.2f;
+  Draft d = tree.Speculate(Str{9, 1, 2}, p);
+  ASSERT_GE(d.token_ids.size(), 2u);
+  // After "1 2": 3 (2/3) and 4 (1/3) are both drafted as children of root.
+  EXPECT_EQ(d.parents[0], -1);
+  float sum = 0;
+  for (float x : d.probs) sum += x;
+  EXPECT_FLOAT_EQ(sum, d.score);
+}
+
+}  // namespace
+}  // namespace floe::suffix_cache
