@@ -1,0 +1,146 @@
+#include "services/suffix_cache/replay/replay.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/status/status_macros.h"
+#include "services/suffix_cache/replay/ngram.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// Drafting backend of one replay: the suffix speculator or the baseline.
+class Drafter {
+ public:
+  explicit Drafter(const ReplayOptions& o)
+      : options_(o), speculator_(o.speculator), ngram_(o.ngram_n, o.ngram_k) {}
+
+  absl::Status Start(const TraceRequest& r) {
+    if (options_.ngram) {
+      ngram_ = NgramProposer(options_.ngram_n, options_.ngram_k);
+      ngram_.Append(r.prompt);
+      return absl::OkStatus();
+    }
+    return speculator_.StartRequest(r.id, r.prompt);
+  }
+  absl::Status Draft(const TraceRequest& r, absl::Span<const int32_t> context,
+                     std::vector<int32_t>* out) {
+    if (options_.ngram) {
+      *out = ngram_.Propose();
+      return absl::OkStatus();
+    }
+    FLOE_ASSIGN_OR_RETURN(suffix_cache::Draft d,
+                          speculator_.Speculate(r.id, context, options_.draft));
+    if (options_.draft.use_tree_spec) {
+      // Greedy walk of the draft tree along the true output happens in
+      // Accept(); keep the tree here.
+      tree_ = std::move(d);
+      out->clear();
+      return absl::OkStatus();
+    }
+    *out = std::move(d.token_ids);
+    return absl::OkStatus();
+  }
+  absl::Status Append(const TraceRequest& r, absl::Span<const int32_t> tokens) {
+    if (options_.ngram) {
+      ngram_.Append(tokens);
+      return absl::OkStatus();
+    }
+    return speculator_.AppendTokens(r.id, tokens);
+  }
+  absl::Status Stop(const TraceRequest& r) {
+    if (options_.ngram) return absl::OkStatus();
+    return speculator_.StopRequest(r.id);
+  }
+  // Accepted tokens of the last draft against the true continuation, and
+  // the number drafted.
+  std::pair<int64_t, int64_t> Accept(const std::vector<int32_t>& path,
+                                     absl::Span<const int32_t> truth) const {
+    if (!options_.draft.use_tree_spec || options_.ngram) {
+      int64_t a = 0;
+      while (a < static_cast<int64_t>(path.size()) && a < static_cast<int64_t>(truth.size()) &&
+             path[a] == truth[a]) {
+        ++a;
+      }
+      return {a, static_cast<int64_t>(path.size())};
+    }
+    // Tree: from the root, follow the child equal to the next true token.
+    int32_t parent = -1;
+    int64_t a = 0;
+    for (; a < static_cast<int64_t>(truth.size()); ++a) {
+      int32_t next = -1;
+      for (size_t i = 0; i < tree_.token_ids.size(); ++i) {
+        if (tree_.parents[i] == parent && tree_.token_ids[i] == truth[a]) {
+          next = static_cast<int32_t>(i);
+          break;
+        }
+      }
+      if (next < 0) break;
+      parent = next;
+    }
+    return {a, static_cast<int64_t>(tree_.token_ids.size())};
+  }
+  const SuffixSpeculator& speculator() const { return speculator_; }
+
+ private:
+  const ReplayOptions& options_;
+  SuffixSpeculator speculator_;
+  NgramProposer ngram_;
+  suffix_cache::Draft tree_;
+};
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
+                                       const ReplayOptions& options) {
+  ReplayResult res;
+  Drafter drafter(options);
+  std::vector<int32_t> context;
+  std::vector<int32_t> draft;
+  const auto wall0 = Clock::now();
+  for (const TraceRequest& r : trace) {
+    ++res.requests;
+    res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    res.output_tokens += static_cast<int64_t>(r.output.size());
+    auto t0 = Clock::now();
+    FLOE_RETURN_IF_ERROR(drafter.Start(r));
+    res.start_us += MicrosSince(t0);
+    context.assign(r.prompt.begin(), r.prompt.end());
+    const absl::Span<const int32_t> out(r.output);
+    size_t i = 0;
+    while (i < out.size()) {
+      t0 = Clock::now();
+      FLOE_RETURN_IF_ERROR(drafter.Draft(r, context, &draft));
+      res.speculate_us.push_back(MicrosSince(t0));
+      const auto [accepted, drafted] = drafter.Accept(draft, out.subspan(i));
+      const size_t emit = std::min<size_t>(accepted + 1, out.size() - i);
+      ++res.steps;
+      res.accepted_tokens += accepted;
+      res.drafted_tokens += drafted;
+      if (drafted == 0) ++res.empty_draft_steps;
+      const absl::Span<const int32_t> emitted = out.subspan(i, emit);
+      t0 = Clock::now();
+      FLOE_RETURN_IF_ERROR(drafter.Append(r, emitted));
+      res.append_us += MicrosSince(t0);
+      context.insert(context.end(), emitted.begin(), emitted.end());
+      i += emit;
+    }
+    t0 = Clock::now();
+    FLOE_RETURN_IF_ERROR(drafter.Stop(r));
+    res.stop_us += MicrosSince(t0);
+  }
+  res.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
+  if (!options.ngram) {
+    res.cached_tokens = drafter.speculator().global_tree().num_tokens();
+    res.global_tree_bytes = drafter.speculator().global_tree().MemoryUsage();
+  }
+  return res;
+}
+
+}  // namespace floe::suffix_cache

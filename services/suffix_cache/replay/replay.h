@@ -1,0 +1,46 @@
+// The suffix replay simulation (docs: /work/shared/reference/suffix-replay.md):
+// requests replayed one at a time against one speculator; each step drafts
+// from prompt + output so far, accepts the longest prefix that matches the
+// true output, emits it plus one bonus token, and appends what it emitted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/suffix_cache/replay/trace.h"
+#include "services/suffix_cache/suffix_tree/suffix_speculator.h"
+
+namespace floe::suffix_cache {
+
+struct ReplayOptions {
+  SpeculatorConfig speculator;
+  DraftParams draft;
+  bool ngram = false;  // baseline instead of the suffix speculator
+  int ngram_n = 3;
+  int ngram_k = 10;
+};
+
+struct ReplayResult {
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t steps = 0;
+  int64_t accepted_tokens = 0;
+  int64_t drafted_tokens = 0;
+  int64_t empty_draft_steps = 0;
+  std::vector<double> speculate_us;  // one per step
+  double append_us = 0;              // total
+  double start_us = 0;
+  double stop_us = 0;
+  double wall_s = 0;
+  int64_t cached_tokens = 0;  // global tree at the end
+  size_t global_tree_bytes = 0;
+};
+
+// Replays `trace` against a fresh speculator (or the n-gram baseline).
+absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
+                                       const ReplayOptions& options);
+
+}  // namespace floe::suffix_cache
