@@ -51,7 +51,12 @@ class Checkpoint {
   // `dir` holds config.json and, unless format is kDummy, model.safetensors or
   // model-0000N-of-0000M.safetensors with model.safetensors.index.json.
   // Weights stay in their file dtype (bf16 and f32 zero-copy); f16 is widened
-  // to f32 at load. Errors name the tensor or field at fault.
+  // to f32 at load. Errors name the tensor or field at fault. Tensors the
+  // config does not use are ignored, except layers beyond num_hidden_layers
+  // (a config that does not fit its weights). kDummy fills seeded random
+  // weights (see weight_fill.h) equal to WriteRandomCheckpoint's for the same
+  // seed and dtype. Any thread may call Load; the result is immutable and its
+  // views stay valid as long as it lives.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Load(const std::string& dir,
                                                            const LoadOptions& options);
 

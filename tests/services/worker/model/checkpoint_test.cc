@@ -15,21 +15,12 @@
 #include "nlohmann/json.hpp"
 #include "services/worker/model/checkpoint_writer.h"
 #include "services/worker/model/weight_layout.h"
-#include "test_dir.h"
+#include "tests/services/worker/model/test_util.h"
 
 namespace floe {
 namespace {
 
 using ::testing::HasSubstr;
-
-float ValueAt(const TensorView& view, int64_t i) {
-  switch (view.dtype) {
-    case DType::kF32: return static_cast<const float*>(view.data)[i];
-    case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(view.data)[i]);
-    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(view.data)[i]);
-  }
-  return NAN;
-}
 
 // Every tensor of `a` equals the one of `b` (same dtype, shape and bytes).
 void ExpectSameWeights(const Checkpoint& a, const Checkpoint& b) {

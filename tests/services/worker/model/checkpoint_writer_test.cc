@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/model/checkpoint.h"
-#include "test_dir.h"
+#include "tests/services/worker/model/test_util.h"
 
 namespace floe {
 namespace {
@@ -181,10 +181,7 @@ TEST_F(CheckpointWriterTest, IndependentPythonReaderAgrees) {
       EXPECT_EQ(got["shape"].get<std::vector<int64_t>>(), view.shape);
       double sum = 0;
       for (int64_t i = 0; i < view.numel(); ++i) {
-        float v = view.dtype == DType::kF32 ? static_cast<const float*>(view.data)[i]
-                  : view.dtype == DType::kBF16
-                      ? Bf16ToF32(static_cast<const uint16_t*>(view.data)[i])
-                      : F16ToF32(static_cast<const uint16_t*>(view.data)[i]);
+        float v = ValueAt(view, i);
         if (i < 8) EXPECT_EQ(got["first"][i].get<float>(), v) << i;
         sum += v;
       }

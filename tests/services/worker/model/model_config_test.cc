@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/model/checkpoint_writer.h"
-#include "test_dir.h"
+#include "tests/services/worker/model/test_util.h"
 
 namespace floe {
 namespace {

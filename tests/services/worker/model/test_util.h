@@ -1,11 +1,14 @@
-// A fresh temporary folder per test, removed afterwards.
+// Helpers for the worker_model tests: a fresh temporary folder per test,
+// and reading one element of a view as float.
 #pragma once
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
+#include "common/tensor/tensor_view.h"
 #include "gtest/gtest.h"
 
 namespace floe {
@@ -26,5 +29,14 @@ class TempDirTest : public ::testing::Test {
 
   std::filesystem::path dir_;
 };
+
+inline float ValueAt(const TensorView& view, int64_t i) {
+  switch (view.dtype) {
+    case DType::kF32: return static_cast<const float*>(view.data)[i];
+    case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(view.data)[i]);
+    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(view.data)[i]);
+  }
+  return NAN;
+}
 
 }  // namespace floe
