@@ -66,6 +66,8 @@ void BpeModel::Encode(absl::string_view piece, Scratch* s, std::vector<int32_t>*
       return;
     }
   }
+  if (piece.size() <= PieceCache::kMaxPieceBytes && cache_.Lookup(piece, out)) return;
+  const size_t first = out->size();
   s->ids.clear();
   for (char c : piece) {
     const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
@@ -76,34 +78,44 @@ void BpeModel::Encode(absl::string_view piece, Scratch* s, std::vector<int32_t>*
   } else {
     MergeLarge(s, out);
   }
+  cache_.Insert(piece, out->data() + first, out->size() - first);
 }
 
 void BpeModel::MergeSmall(Scratch* s, std::vector<int32_t>* out) const {
   std::vector<int32_t>& ids = s->ids;
-  std::vector<int32_t>& ranks = s->ranks;  // ranks[i]: rank of pair (ids[i], ids[i+1]).
-  const auto rank_of = [&](size_t i) {
+  // ranks[i] / merged[i]: the merge of pair (ids[i], ids[i+1]), if any.
+  std::vector<int32_t>& ranks = s->ranks;
+  std::vector<int32_t>& merged = s->merged;
+  const auto update = [&](size_t i) {
     const Merge* m = FindMerge(ids[i], ids[i + 1]);
-    return m == nullptr ? kNoRank : m->rank;
+    ranks[i] = m == nullptr ? kNoRank : m->rank;
+    merged[i] = m == nullptr ? -1 : m->merged_id;
   };
-  ranks.resize(ids.size());
-  for (size_t i = 0; i + 1 < ids.size(); ++i) ranks[i] = rank_of(i);
-  while (ids.size() > 1) {
+  size_t n = ids.size();
+  ranks.resize(n);
+  merged.resize(n);
+  for (size_t i = 0; i + 1 < n; ++i) update(i);
+  while (n > 1) {
     size_t best = 0;
     int32_t best_rank = kNoRank;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    for (size_t i = 0; i + 1 < n; ++i) {
       if (ranks[i] < best_rank) {
         best_rank = ranks[i];
         best = i;
       }
     }
     if (best_rank == kNoRank) break;
-    ids[best] = FindMerge(ids[best], ids[best + 1])->merged_id;
-    ids.erase(ids.begin() + best + 1);
-    ranks.erase(ranks.begin() + best + 1);
-    if (best + 1 < ids.size()) ranks[best] = rank_of(best);
-    if (best > 0) ranks[best - 1] = rank_of(best - 1);
+    ids[best] = merged[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      ids[i] = ids[i + 1];
+      ranks[i] = ranks[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --n;
+    if (best + 1 < n) update(best);
+    if (best > 0) update(best - 1);
   }
-  out->insert(out->end(), ids.begin(), ids.end());
+  out->insert(out->end(), ids.begin(), ids.begin() + n);
 }
 
 // Linked list of symbols plus a min-heap of candidate merges ordered by
@@ -128,7 +140,7 @@ void BpeModel::MergeLarge(Scratch* s, std::vector<int32_t>* out) const {
     if (nx < 0) return;
     const Merge* m = FindMerge(ids[pos], ids[nx]);
     if (m == nullptr) return;
-    heap.push_back({m->rank, pos, ids[pos], ids[nx]});
+    heap.push_back({m->rank, pos, ids[pos], ids[nx], m->merged_id});
     std::push_heap(heap.begin(), heap.end(), cmp);
   };
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
@@ -139,7 +151,7 @@ void BpeModel::MergeLarge(Scratch* s, std::vector<int32_t>* out) const {
     const int32_t nx = s->next[c.pos];
     // Stale entries: the left symbol was absorbed (ids[pos] == -1) or either side changed.
     if (ids[c.pos] != c.left || nx < 0 || ids[nx] != c.right) continue;
-    ids[c.pos] = FindMerge(c.left, c.right)->merged_id;
+    ids[c.pos] = c.merged;
     ids[nx] = -1;
     const int32_t after = s->next[nx];
     s->next[c.pos] = after;

@@ -1,7 +1,8 @@
 // Byte-pair-encoding model over raw bytes: the vocabulary and merges of a
 // byte-level BPE tokenizer.json, with both sides already mapped back from the
-// byte-level alphabet to bytes. Immutable after Create; Encode is thread-safe
-// (callers pass their own scratch space).
+// byte-level alphabet to bytes. Immutable after Create apart from its internal
+// (thread-safe) piece cache; Encode is thread-safe (callers pass their own
+// scratch space).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/piece_cache.h"
 
 namespace floe {
 
@@ -23,6 +25,7 @@ class BpeModel {
   struct Scratch {
     std::vector<int32_t> ids;
     std::vector<int32_t> ranks;
+    std::vector<int32_t> merged;
     std::vector<int32_t> prev;
     std::vector<int32_t> next;
     struct Candidate {
@@ -30,6 +33,7 @@ class BpeModel {
       int32_t pos;
       int32_t left;
       int32_t right;
+      int32_t merged;
     };
     std::vector<Candidate> heap;
   };
@@ -67,6 +71,7 @@ class BpeModel {
   absl::flat_hash_map<uint64_t, Merge> merges_;
   int32_t byte_ids_[256];
   bool ignore_merges_ = false;
+  PieceCache cache_;
 };
 
 }  // namespace floe

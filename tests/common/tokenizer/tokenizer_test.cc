@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/tokenizer/byte_level.h"
@@ -102,6 +103,23 @@ TEST_F(RealTokenizerTest, QwenNormalizesToNfc) {
   // "é" as e + combining acute encodes like the precomposed form.
   EXPECT_EQ(*qwen_->Encode("caf\x65\xCC\x81", false), *qwen_->Encode("caf\xC3\xA9", false));
   EXPECT_NE(*llama_->Encode("caf\x65\xCC\x81", false), *llama_->Encode("caf\xC3\xA9", false));
+}
+
+TEST_F(RealTokenizerTest, ConcurrentEncodesAgree) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) {
+    text += "Doc " + std::to_string(i) + ": the quick brown 狐狸 jumps over 🦀 lazy dogs'S tails\n\n";
+  }
+  const std::vector<int32_t> expected = *qwen_->Encode(text, true);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 5; ++r) ok[t] += *qwen_->Encode(text, true) == expected;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, std::vector<int>(4, 5));
 }
 
 void WriteFile(const std::filesystem::path& path, const std::string& text) {
