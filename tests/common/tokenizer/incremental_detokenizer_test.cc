@@ -12,11 +12,7 @@
 namespace floe {
 namespace {
 
-std::unique_ptr<Tokenizer> LoadLlama() {
-  auto t = Tokenizer::Load(testing::ModelDir("tokenizer-llama3_1"));
-  EXPECT_TRUE(t.ok()) << t.status() << "\n" << testing::MissingModelsMessage();
-  return t.ok() ? std::move(*t) : nullptr;
-}
+const Tokenizer* LoadLlama() { return testing::SharedTokenizer("tokenizer-llama3_1"); }
 
 TEST(IncrementalDetokenizerTest, EmojiSplitAcrossByteTokensIsHeldBack) {
   auto t = LoadLlama();
@@ -24,7 +20,7 @@ TEST(IncrementalDetokenizerTest, EmojiSplitAcrossByteTokensIsHeldBack) {
   const std::string emoji = "\xF0\x9F\xA6\x80";  // 🦀
   std::vector<int32_t> ids;
   for (char c : emoji) ids.push_back(*t->TokenToId(byte_level::ByteToChars(static_cast<uint8_t>(c))));
-  IncrementalDetokenizer detok(t.get(), false);
+  IncrementalDetokenizer detok(t, false);
   EXPECT_EQ(*detok.Add({*t->TokenToId("Hi")}), "Hi");
   EXPECT_EQ(*detok.Add({ids[0]}), "");
   EXPECT_EQ(detok.pending_bytes(), 1u);
@@ -39,7 +35,7 @@ TEST(IncrementalDetokenizerTest, StreamingEqualsFullDecode) {
   const std::string text = "Crabs 🦀🦀 and 家族👨‍👩‍👧 say «héllo»<|eot_id|> ok  \n\tmore 中文字符";
   auto ids = *t->Encode(text, true);
   for (bool skip : {false, true}) {
-    IncrementalDetokenizer detok(t.get(), skip);
+    IncrementalDetokenizer detok(t, skip);
     std::string streamed;
     for (int32_t id : ids) {
       std::string chunk = *detok.Add({id});
@@ -55,7 +51,7 @@ TEST(IncrementalDetokenizerTest, StreamingEqualsFullDecode) {
 TEST(IncrementalDetokenizerTest, UnfinishedCharacterAtEndBecomesReplacement) {
   auto t = LoadLlama();
   ASSERT_NE(t, nullptr);
-  IncrementalDetokenizer detok(t.get(), false);
+  IncrementalDetokenizer detok(t, false);
   EXPECT_EQ(*detok.Add({*t->TokenToId(byte_level::ByteToChars(0xE4))}), "");
   EXPECT_EQ(detok.Finish(), "\xEF\xBF\xBD");
 }
@@ -63,7 +59,7 @@ TEST(IncrementalDetokenizerTest, UnfinishedCharacterAtEndBecomesReplacement) {
 TEST(IncrementalDetokenizerTest, OutOfRangeLeavesStateUnchanged) {
   auto t = LoadLlama();
   ASSERT_NE(t, nullptr);
-  IncrementalDetokenizer detok(t.get(), false);
+  IncrementalDetokenizer detok(t, false);
   EXPECT_EQ(*detok.Add({*t->TokenToId(byte_level::ByteToChars(0xE4))}), "");
   EXPECT_EQ(detok.Add({t->vocab_size()}).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(detok.pending_bytes(), 1u);
@@ -73,7 +69,7 @@ TEST(IncrementalDetokenizerTest, FeedsStopStringMatcher) {
   auto t = LoadLlama();
   ASSERT_NE(t, nullptr);
   auto ids = *t->Encode("The answer: 42.\nUser: next question", false);
-  IncrementalDetokenizer detok(t.get(), true);
+  IncrementalDetokenizer detok(t, true);
   StopStringMatcher stop({"\nUser:"});
   std::string out;
   bool stopped = false;

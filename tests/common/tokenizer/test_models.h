@@ -4,7 +4,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
+
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
 
 namespace floe::testing {
 
@@ -21,6 +26,19 @@ inline std::string ModelDir(const std::string& package) {
 inline std::string MissingModelsMessage() {
   return "tokenizer reference files not found under " + NodeModulesDir() +
          " (set FLOE_SOURCE_DIR to the source tree and run scripts/bootstrap.sh)";
+}
+
+// Loads each reference tokenizer once per test binary (loading takes most of a
+// second); null after reporting a failure. Call from the test thread only.
+inline const Tokenizer* SharedTokenizer(const std::string& package) {
+  static auto* const loaded = new std::map<std::string, std::unique_ptr<Tokenizer>>;
+  auto it = loaded->find(package);
+  if (it == loaded->end()) {
+    auto t = Tokenizer::Load(ModelDir(package));
+    EXPECT_TRUE(t.ok()) << t.status() << "\n" << MissingModelsMessage();
+    it = loaded->emplace(package, t.ok() ? std::move(*t) : nullptr).first;
+  }
+  return it->second.get();
 }
 
 }  // namespace floe::testing

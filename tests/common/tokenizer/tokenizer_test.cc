@@ -19,23 +19,22 @@ using ::testing::HasSubstr;
 
 class RealTokenizerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto llama = Tokenizer::Load(testing::ModelDir("tokenizer-llama3_1"));
-    ASSERT_TRUE(llama.ok()) << llama.status() << "\n" << testing::MissingModelsMessage();
-    llama_ = llama->release();
-    auto qwen = Tokenizer::Load(testing::ModelDir("tokenizer-qwen3") + "/tokenizer.json");
-    ASSERT_TRUE(qwen.ok()) << qwen.status() << "\n" << testing::MissingModelsMessage();
-    qwen_ = qwen->release();
+  void SetUp() override {
+    llama_ = testing::SharedTokenizer("tokenizer-llama3_1");
+    qwen_ = testing::SharedTokenizer("tokenizer-qwen3");
+    ASSERT_NE(llama_, nullptr);
+    ASSERT_NE(qwen_, nullptr);
   }
-  static void TearDownTestSuite() {
-    delete llama_;
-    delete qwen_;
-  }
-  static Tokenizer* llama_;
-  static Tokenizer* qwen_;
+  const Tokenizer* llama_ = nullptr;
+  const Tokenizer* qwen_ = nullptr;
 };
-Tokenizer* RealTokenizerTest::llama_ = nullptr;
-Tokenizer* RealTokenizerTest::qwen_ = nullptr;
+
+TEST(TokenizerTest, LoadsFromFilePathToo) {
+  auto t = Tokenizer::Load(testing::ModelDir("tokenizer-qwen3") + "/tokenizer.json");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->vocab_size(), 151669);
+  EXPECT_THAT((*t)->eos_ids(), ElementsAre(151645));  // tokenizer_config.json beside it is read.
+}
 
 TEST_F(RealTokenizerTest, InvalidUtf8IsRejectedWithOffset) {
   auto ids = llama_->Encode("ab\xFF" "cd", false);
