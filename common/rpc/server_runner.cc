@@ -4,6 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 
 namespace floe {
@@ -42,6 +44,15 @@ void ServerRunner::Shutdown(std::chrono::milliseconds grace) {
   SetServing(false);
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
+}
+
+void ServerRunner::DrainAndShutdown(const std::function<int()>& in_flight, std::chrono::milliseconds timeout) {
+  SetServing(false);
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (in_flight() > 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Shutdown(std::chrono::milliseconds(500));
 }
 
 }  // namespace floe

@@ -3,6 +3,8 @@
 // server reflection, and a bounded message size.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +36,9 @@ class ServerRunner {
   void SetServing(bool serving);
   // Stops accepting calls; waits up to `grace` for running ones, then cancels them.
   void Shutdown(std::chrono::milliseconds grace);
+  // Graceful drain: NOT_SERVING at once (load balancers stop sending), then
+  // waits until `in_flight()` reaches 0 or `timeout` passes, then Shutdown.
+  void DrainAndShutdown(const std::function<int()>& in_flight, std::chrono::milliseconds timeout);
   grpc::Server* server() { return server_.get(); }
 
  private:

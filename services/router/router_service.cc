@@ -25,6 +25,8 @@ RouterService::RouterService(RouterServiceOptions options, const Tokenizer* toke
 void RouterService::SetModelInfo(const floe::v1::ModelInfo& info) {
   std::lock_guard<std::mutex> lock(model_mu_);
   model_info_ = info;
+  // Without --model-name the router serves the model under the workers' name.
+  if (options_.model_name.empty()) options_.model_name = info.name();
   model_info_.set_name(options_.model_name);
   model_known_ = true;
 }
@@ -35,6 +37,7 @@ bool RouterService::model_known() const {
 }
 
 grpc::Status RouterService::CheckModel(const std::string& model) const {
+  std::lock_guard<std::mutex> lock(model_mu_);
   if (!model.empty() && model != options_.model_name)
     return Error(grpc::StatusCode::NOT_FOUND,
                  absl::StrCat("model \"", model, "\" is not served here (serving \"", options_.model_name, "\")"));

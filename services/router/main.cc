@@ -1,0 +1,156 @@
+// floe-router: the public floe.v1.Floe API in front of one or more workers.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/cli/arg_parser.h"
+#include "common/log/log.h"
+#include "common/rpc/server_runner.h"
+#include "common/rpc/termination_signal.h"
+#include "services/router/router_service.h"
+
+namespace floe {
+namespace {
+
+struct RouterFlags {
+  std::string workers;
+  std::string config;
+  std::string tokenizer;
+  std::string model_name;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string policy = "session-affinity";
+  int max_in_flight = 256;
+  int max_queued = 256;
+  int queue_timeout_ms = 2000;
+  int overload_outstanding = 32;
+  int max_retries = 2;
+  int health_interval_ms = 250;
+  int max_message_bytes = 4 << 20;
+  int drain_timeout_s = 30;
+};
+
+absl::StatusOr<std::vector<std::string>> WorkerAddresses(const RouterFlags& f) {
+  std::vector<std::string> addresses;
+  if (!f.workers.empty()) {
+    for (absl::string_view a : absl::StrSplit(f.workers, ',', absl::SkipEmpty())) addresses.emplace_back(a);
+  }
+  if (!f.config.empty()) {
+    std::ifstream in(f.config);
+    if (!in) return absl::NotFoundError(absl::StrCat("--config: cannot read ", f.config));
+    nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.contains("workers") || !config["workers"].is_array())
+      return absl::InvalidArgumentError(absl::StrCat("--config ", f.config, ": expected {\"workers\": [\"host:port\", ...]}"));
+    for (const auto& w : config["workers"]) {
+      if (!w.is_string()) return absl::InvalidArgumentError("--config: workers entries must be \"host:port\" strings");
+      addresses.push_back(w.get<std::string>());
+    }
+  }
+  if (addresses.empty()) return absl::InvalidArgumentError("no workers: give --workers HOST:PORT[,...] or --config FILE");
+  return addresses;
+}
+
+int Run(int argc, char** argv) {
+  TerminationSignal termination;
+  RouterFlags f;
+  ArgParser parser("floe-router --workers HOST:PORT[,...] --tokenizer DIR [options]",
+                   "Serves the public floe.v1.Floe gRPC API and routes requests to workers.\n"
+                   "Health turns SERVING once a worker has described its model. SIGTERM drains.");
+  parser.AddString("workers", &f.workers, "comma-separated worker addresses");
+  parser.AddString("config", &f.config, "JSON file {\"workers\": [\"host:port\", ...]} (adds to --workers)");
+  parser.AddString("tokenizer", &f.tokenizer, "tokenizer.json, or the model folder holding it");
+  parser.AddString("model-name", &f.model_name, "model name clients use (default: the workers')");
+  parser.AddString("host", &f.host, "address to bind");
+  parser.AddInt("port", &f.port, "port to bind (0: any free port)");
+  parser.AddString("policy", &f.policy, "session-affinity|least-outstanding");
+  parser.AddInt("max-in-flight", &f.max_in_flight, "requests relayed at once");
+  parser.AddInt("max-queued", &f.max_queued, "requests waiting for a slot; beyond: RESOURCE_EXHAUSTED at once");
+  parser.AddInt("queue-timeout-ms", &f.queue_timeout_ms, "longest wait for a slot");
+  parser.AddInt("overload-outstanding", &f.overload_outstanding,
+                "session affinity falls back to least-outstanding at this many requests on the chosen worker");
+  parser.AddInt("max-retries", &f.max_retries, "retries on other workers when one fails before any token");
+  parser.AddInt("health-interval-ms", &f.health_interval_ms, "worker health/load poll period");
+  parser.AddInt("max-message-bytes", &f.max_message_bytes, "largest request message accepted");
+  parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "floe-router: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (parser.help_requested()) {
+    std::printf("%s", parser.Help().c_str());
+    return 0;
+  }
+  auto addresses = WorkerAddresses(f);
+  if (!addresses.ok()) {
+    std::fprintf(stderr, "floe-router: %s\n", std::string(addresses.status().message()).c_str());
+    return 2;
+  }
+  if (f.tokenizer.empty()) {
+    std::fprintf(stderr, "floe-router: --tokenizer is required (see --help)\n");
+    return 2;
+  }
+  if (f.policy != "session-affinity" && f.policy != "least-outstanding") {
+    std::fprintf(stderr, "floe-router: --policy must be session-affinity or least-outstanding\n");
+    return 2;
+  }
+  auto tokenizer = Tokenizer::Load(f.tokenizer);
+  if (!tokenizer.ok()) {
+    LogEvent(LogLevel::kError, "router", "tokenizer_failed", {{"error", std::string(tokenizer.status().message())}});
+    return 1;
+  }
+  WorkerPoolOptions pool_options;
+  pool_options.poll_interval = std::chrono::milliseconds(f.health_interval_ms);
+  WorkerPool pool(*addresses, pool_options);
+  pool.Start();
+  std::unique_ptr<WorkerPicker> picker = f.policy == "least-outstanding"
+                                             ? MakeLeastOutstandingPicker(&pool)
+                                             : MakeSessionAffinityPicker(&pool, f.overload_outstanding);
+  AdmissionGate gate(f.max_in_flight, f.max_queued, std::chrono::milliseconds(f.queue_timeout_ms));
+  RouterServiceOptions options;
+  options.model_name = f.model_name;
+  options.max_retries = f.max_retries;
+  RouterService service(options, tokenizer->get(), &pool, picker.get(), &gate);
+  ServerOptions server_options;
+  server_options.address = absl::StrCat(f.host, ":", f.port);
+  server_options.max_message_bytes = f.max_message_bytes;
+  auto runner = ServerRunner::Start(server_options, {&service});
+  if (!runner.ok()) {
+    LogEvent(LogLevel::kError, "router", "listen_failed", {{"error", std::string(runner.status().message())}});
+    return 1;
+  }
+  std::printf("router bound to %s\n", (*runner)->address().c_str());
+  std::fflush(stdout);
+
+  // Serve once some worker has described the model; keep asking until then.
+  floe::v1::ModelInfo info;
+  for (;;) {
+    if (pool.FetchModelInfo(&info, std::chrono::milliseconds(500))) break;
+    if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {
+      LogEvent(LogLevel::kInfo, "router", "stopped_before_ready");
+      return 0;
+    }
+  }
+  service.SetModelInfo(info);
+  (*runner)->SetServing(true);
+  LogEvent(LogLevel::kInfo, "router", "ready",
+           {{"address", (*runner)->address()},
+            {"workers", static_cast<int64_t>(addresses->size())},
+            {"model", f.model_name.empty() ? info.name() : f.model_name},
+            {"policy", f.policy}});
+
+  int signal = termination.Wait();
+  LogEvent(LogLevel::kInfo, "router", "draining", {{"signal", static_cast<int64_t>(signal)}});
+  service.StartDraining();
+  (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(f.drain_timeout_s));
+  LogEvent(LogLevel::kInfo, "router", "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace floe
+
+int main(int argc, char** argv) { return floe::Run(argc, argv); }

@@ -1,0 +1,150 @@
+// floe-worker: serves one model's engine over the floe.v1.Worker API.
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/cli/arg_parser.h"
+#include "common/log/log.h"
+#include "common/rpc/server_runner.h"
+#include "common/rpc/termination_signal.h"
+#include "services/worker/backend/cpu_backend.h"
+#include "services/worker/engine/engine.h"
+#include "services/worker/model/checkpoint.h"
+#include "services/worker/worker_service.h"
+
+namespace floe {
+namespace {
+
+struct WorkerFlags {
+  std::string model;
+  std::string model_name;
+  std::string load_format = "auto";
+  std::string dummy_dtype = "bf16";
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int threads = 0;
+  int block_size = 16;
+  double kv_cache_gb = 1.0;
+  int max_num_batched_tokens = 512;
+  int max_num_seqs = 64;
+  int max_waiting = 256;
+  int max_model_len = 0;
+  int max_tokens_limit = 4096;
+  bool no_prefix_caching = false;
+  int drain_timeout_s = 30;
+};
+
+int Run(int argc, char** argv) {
+  TerminationSignal termination;  // before any thread starts
+  WorkerFlags f;
+  ArgParser parser("floe-worker --model DIR [options]",
+                   "Serves a Hugging Face checkpoint folder over the floe.v1.Worker gRPC API on the CPU backend.\n"
+                   "Prints 'worker listening on HOST:PORT' once the port is bound; health turns SERVING once the\n"
+                   "model is loaded. SIGTERM drains: NOT_SERVING, running requests finish, then exit.");
+  parser.AddString("model", &f.model, "checkpoint folder (config.json + safetensors)");
+  parser.AddString("model-name", &f.model_name, "name clients use (default: the folder's name)");
+  parser.AddString("load-format", &f.load_format, "auto|safetensors|dummy (dummy: seeded random weights from config.json)");
+  parser.AddString("dummy-dtype", &f.dummy_dtype, "weight dtype of --load-format dummy: bf16|f32");
+  parser.AddString("host", &f.host, "address to bind");
+  parser.AddInt("port", &f.port, "port to bind (0: any free port)");
+  parser.AddInt("threads", &f.threads, "compute threads (0: all cores)");
+  parser.AddInt("block-size", &f.block_size, "KV cache block size in tokens");
+  parser.AddDouble("kv-cache-gb", &f.kv_cache_gb, "KV cache memory budget in GiB");
+  parser.AddInt("max-num-batched-tokens", &f.max_num_batched_tokens, "token budget of one engine step");
+  parser.AddInt("max-num-seqs", &f.max_num_seqs, "most sequences in one batch");
+  parser.AddInt("max-waiting", &f.max_waiting, "bound of the waiting queue (beyond: RESOURCE_EXHAUSTED)");
+  parser.AddInt("max-model-len", &f.max_model_len, "context limit (0: the model's)");
+  parser.AddInt("max-tokens-limit", &f.max_tokens_limit, "largest max_tokens a request may ask for");
+  parser.AddBool("no-prefix-caching", &f.no_prefix_caching, "disable automatic prefix caching");
+  parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "floe-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (parser.help_requested()) {
+    std::printf("%s", parser.Help().c_str());
+    return 0;
+  }
+  if (f.model.empty()) {
+    std::fprintf(stderr, "floe-worker: --model is required (see --help)\n");
+    return 2;
+  }
+  if (f.model_name.empty()) f.model_name = std::filesystem::path(f.model).filename().string();
+
+  LoadOptions load;
+  if (f.load_format == "dummy") {
+    load.format = LoadFormat::kDummy;
+  } else if (f.load_format == "safetensors") {
+    load.format = LoadFormat::kSafetensors;
+  } else if (f.load_format != "auto") {
+    std::fprintf(stderr, "floe-worker: --load-format must be auto, safetensors or dummy\n");
+    return 2;
+  }
+  auto dummy_dtype = ParseDTypeName(f.dummy_dtype);
+  if (!dummy_dtype.ok()) {
+    std::fprintf(stderr, "floe-worker: --dummy-dtype: %s\n", std::string(dummy_dtype.status().message()).c_str());
+    return 2;
+  }
+  load.dummy_dtype = *dummy_dtype;
+
+  WorkerService service;
+  auto runner = ServerRunner::Start({absl::StrCat(f.host, ":", f.port)}, {&service});
+  if (!runner.ok()) {
+    LogEvent(LogLevel::kError, "worker", "listen_failed", {{"error", std::string(runner.status().message())}});
+    return 1;
+  }
+  std::printf("worker listening on %s\n", (*runner)->address().c_str());
+  std::fflush(stdout);
+  LogEvent(LogLevel::kInfo, "worker", "loading", {{"model", f.model}, {"load_format", f.load_format}});
+
+  auto checkpoint = Checkpoint::Load(f.model, load);
+  if (!checkpoint.ok()) {
+    LogEvent(LogLevel::kError, "worker", "load_failed", {{"error", std::string(checkpoint.status().message())}});
+    return 1;
+  }
+  const ModelConfig& config = (*checkpoint)->config();
+  auto backend = CpuBackend::Create(config, (*checkpoint)->weights(), {f.threads});
+  if (!backend.ok()) {
+    LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(backend.status().message())}});
+    return 1;
+  }
+  EngineOptions engine_options;
+  engine_options.block_size = f.block_size;
+  engine_options.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_gb * (1 << 30));
+  engine_options.max_num_batched_tokens = f.max_num_batched_tokens;
+  engine_options.max_num_seqs = f.max_num_seqs;
+  engine_options.max_waiting = f.max_waiting;
+  engine_options.max_model_len = f.max_model_len;
+  engine_options.max_tokens_limit = f.max_tokens_limit;
+  engine_options.enable_prefix_caching = !f.no_prefix_caching;
+  engine_options.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  auto engine = Engine::Create(std::move(backend).value(), engine_options);
+  if (!engine.ok()) {
+    LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});
+    return 1;
+  }
+  service.AttachEngine(engine->get(), {f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
+                                       config.bos_token_id, engine_options.eos_token_ids});
+  (*runner)->SetServing(true);
+  EngineLoad load_report = (*engine)->Load();
+  LogEvent(LogLevel::kInfo, "worker", "ready",
+           {{"address", (*runner)->address()},
+            {"model", f.model_name},
+            {"kv_blocks", static_cast<int64_t>(load_report.total_blocks)},
+            {"block_size", static_cast<int64_t>(load_report.block_size)},
+            {"max_model_len", static_cast<int64_t>((*engine)->max_model_len())}});
+
+  int signal = termination.Wait();
+  LogEvent(LogLevel::kInfo, "worker", "draining", {{"signal", static_cast<int64_t>(signal)}});
+  service.StartDraining();
+  (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(f.drain_timeout_s));
+  (*engine)->Stop();
+  LogEvent(LogLevel::kInfo, "worker", "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace floe
+
+int main(int argc, char** argv) { return floe::Run(argc, argv); }
