@@ -11,8 +11,9 @@
 namespace floe::suffix_cache {
 
 SuffixTree::SuffixTree(int max_depth) : max_depth_(max_depth) {
-  FLOE_SUFFIX_INVARIANT(max_depth > 0, "max_depth");
+  FLOE_SUFFIX_INVARIANT(max_depth > 0 && max_depth <= 65535, "max_depth in [1, 65535]");
   nodes_.emplace_back();  // root: no label, no parent, no reference
+  nodes_[kRoot].hashed = 1;
 }
 
 int64_t SuffixTree::num_tokens() const { return nodes_[kRoot].count; }
@@ -51,8 +52,19 @@ int32_t SuffixTree::NewNode(int32_t count, int32_t parent, int32_t slot, int32_t
   x.ref_seq = slot;
   x.ref_idx = idx;
   x.length = length;
+  x.token = seqs_[slot].tokens[idx];
   ++seqs_[slot].refs;
   return n;
+}
+
+void SuffixTree::OnChildAdded(int32_t n, int32_t c) {
+  Node& x = nodes_[n];
+  if (x.hashed) {
+    edges_.Set(n, nodes_[c].token, c);
+  } else if (++x.num_children > kMaxScanned) {
+    x.hashed = 1;
+    for (int32_t s = x.head_child; s >= 0; s = nodes_[s].next) edges_.Set(n, nodes_[s].token, s);
+  }
 }
 
 void SuffixTree::FreeNode(int32_t n) {
@@ -344,31 +356,32 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
     if (n != kRoot && nodes_[n].count == 1) {
       // Only this suffix reaches n, so n is a leaf: grow its label. (Its
       // label may still point into a removed sequence's storage.)
-      const int32_t length = ++nodes_[n].length;
+      const int32_t length = ++nodes_[n].length;  // < max_depth before
       if (nodes_[n].ref_seq != slot) SetRef(n, slot, seq_len - length);
       continue;
     }
-    const int32_t c = edges_.Find(n, token);
+    const int32_t c = FindChild(n, token);
     if (c < 0) {
       // Branch off a new leaf.
       const int32_t leaf = NewNode(1, n, slot, seq_len - 1, 1);
-      edges_.Set(n, token, leaf);
       InsertAtTail(leaf);
+      OnChildAdded(n, leaf);
       seqs_[slot].active[pos] = leaf;
     } else if (n != kRoot && nodes_[n].count == nodes_[c].count + 1) {
       // Every other suffix through n continues into c: n ends only this one.
       if (nodes_[c].length == 1) {
         // n + token is exactly n + c: fuse n into c.
         const int32_t parent = nodes_[n].parent;
-        const int32_t n_token = Token(n);
+        const int32_t n_token = nodes_[n].token;
         Node& cn = nodes_[c];
         cn.count += 1;
+        cn.token = n_token;
         cn.length = nodes_[n].length + 1;
         SetRef(c, slot, seq_len - nodes_[c].length);
         ReplaceInSiblings(n, c);
         nodes_[n].head_child = -1;
-        edges_.Erase(n, token);
-        edges_.Set(parent, n_token, c);
+        if (nodes_[n].hashed) edges_.Erase(n, token);
+        OnChildReplaced(parent, c);
         FreeNode(n);
         seqs_[slot].active[pos] = c;
       } else {
@@ -377,11 +390,8 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
         SetRef(n, slot, seq_len - nodes_[n].length);
         nodes_[c].length -= 1;
         nodes_[c].ref_idx += 1;
-        const int32_t c_token = Token(c);
-        if (c_token != token) {
-          edges_.Erase(n, token);
-          edges_.Set(n, c_token, c);
-        }
+        const int32_t c_token = nodes_[c].token = Token(c);
+        if (c_token != token) OnChildRekeyed(n, token, c);
       }
     } else if (nodes_[c].length == 1) {
       // Step into c. (The reference leaves c's label reference alone here;
@@ -393,12 +403,13 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
       // Split c after its first token and step into the upper half.
       const int32_t mid = NewNode(nodes_[c].count, n, slot, seq_len - 1, 1);
       ReplaceInSiblings(c, mid);
-      edges_.Set(n, token, mid);
+      OnChildReplaced(n, mid);
       nodes_[c].length -= 1;
       nodes_[c].ref_idx += 1;
       nodes_[c].parent = mid;
-      edges_.Set(mid, Token(c), c);
+      nodes_[c].token = Token(c);
       nodes_[mid].head_child = c;
+      nodes_[mid].num_children = 1;
       nodes_[c].prev = c;
       nodes_[c].next = -1;
       nodes_[c].run = -1;
@@ -441,14 +452,14 @@ absl::Status SuffixTree::Remove(int32_t seq_id) {
     int32_t idx = start;
     while (idx < len) {
       const int32_t tok = seq[idx];
-      const int32_t c = edges_.Find(node, tok);
+      const int32_t c = FindChild(node, tok);
       if (c < 0) break;
       if (nodes_[c].count > 1) {
         Decrement(c);
       } else {
         // Only this suffix used c, so c is a leaf: drop it.
         Unlink(c);
-        edges_.Erase(node, tok);
+        OnChildRemoved(node, tok);
         FreeNode(c);
         break;
       }
@@ -460,14 +471,15 @@ absl::Status SuffixTree::Remove(int32_t seq_id) {
       const int32_t c = nodes_[node].head_child;
       if (c >= 0 && nodes_[c].next < 0 && nodes_[node].count == nodes_[c].count) {
         const int32_t parent = nodes_[node].parent;
-        const int32_t node_token = Token(node);
-        const int32_t c_token = Token(c);
+        const int32_t node_token = nodes_[node].token;
+        const int32_t c_token = nodes_[c].token;
+        nodes_[c].token = node_token;
         nodes_[c].length += nodes_[node].length;
         nodes_[c].ref_idx -= nodes_[node].length;
         ReplaceInSiblings(node, c);
         nodes_[node].head_child = -1;
-        edges_.Erase(node, c_token);
-        edges_.Set(parent, node_token, c);
+        if (nodes_[node].hashed) edges_.Erase(node, c_token);
+        OnChildReplaced(parent, c);
         FreeNode(node);
       }
     }
@@ -485,7 +497,7 @@ bool SuffixTree::MatchFromRoot(absl::Span<const int32_t> pattern, Locus* out) co
   int32_t idx = 0;
   for (int32_t c : pattern) {
     if (idx >= nodes_[node].length) {
-      node = edges_.Find(node, c);
+      node = FindChild(node, c);
       if (node < 0) return false;
       idx = 0;
     }

@@ -105,10 +105,16 @@ class SuffixTree {
  private:
   struct Node {
     int32_t count = 0;
+    int32_t token = 0;  // first label token (its key in the parent)
     int32_t parent = -1;
     int32_t ref_seq = -1;  // storage slot of the label's occurrence
     int32_t ref_idx = 0;   // label = tokens[ref_idx, ref_idx + length)
-    int32_t length = 0;
+    uint16_t length = 0;
+    // Children are found by scanning the sibling list while there are at
+    // most kMaxScanned of them (num_children counts them); beyond that the
+    // node is "hashed": all its child edges are in edges_ for good.
+    uint8_t num_children = 0;
+    uint8_t hashed = 0;
     int32_t head_child = -1;
     int32_t prev = -1;  // previous sibling; the head's prev is the tail
     int32_t next = -1;  // next sibling; -1 at the tail
@@ -136,6 +142,7 @@ class SuffixTree {
   };
 
   static constexpr int32_t kRoot = 0;
+  static constexpr int kMaxScanned = 8;
 
   int32_t SlotFor(int32_t seq_id);
   int32_t NewNode(int32_t count, int32_t parent, int32_t slot, int32_t idx, int32_t length);
@@ -145,6 +152,32 @@ class SuffixTree {
   int32_t Token(int32_t n, int32_t offset = 0) const {
     const Node& x = nodes_[n];
     return seqs_[x.ref_seq].tokens[x.ref_idx + offset];
+  }
+  // Child of n starting with `token`, or -1.
+  int32_t FindChild(int32_t n, int32_t token) const {
+    if (nodes_[n].hashed) return edges_.Find(n, token);
+    for (int32_t c = nodes_[n].head_child; c >= 0; c = nodes_[c].next) {
+      if (nodes_[c].token == token) return c;
+    }
+    return -1;
+  }
+  // Edge-index upkeep (a no-op for nodes that are scanned, not hashed).
+  void OnChildAdded(int32_t n, int32_t c);
+  void OnChildRemoved(int32_t n, int32_t token) {
+    if (nodes_[n].hashed) {
+      edges_.Erase(n, token);
+    } else {
+      --nodes_[n].num_children;
+    }
+  }
+  void OnChildRekeyed(int32_t n, int32_t old_token, int32_t c) {
+    if (nodes_[n].hashed) {
+      edges_.Erase(n, old_token);
+      edges_.Set(n, nodes_[c].token, c);
+    }
+  }
+  void OnChildReplaced(int32_t n, int32_t c) {
+    if (nodes_[n].hashed) edges_.Set(n, nodes_[c].token, c);
   }
 
   // Sibling list and runs (see the .cc for the ordering rules).

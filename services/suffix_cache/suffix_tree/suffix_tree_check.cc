@@ -31,7 +31,8 @@ absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* s
                         x.ref_idx + x.length <= static_cast<int32_t>(s.tokens.size()),
                     "node ", n);
     FLOE_TREE_CHECK(depth <= max_depth_, "node ", n, " depth ", depth);
-    FLOE_TREE_CHECK(edges_.Find(x.parent, Token(n)) == n, "node ", n);
+    FLOE_TREE_CHECK(x.token == Token(n), "node ", n);
+    FLOE_TREE_CHECK(FindChild(x.parent, Token(n)) == n, "node ", n);
     // The label's occurrence is preceded by the whole root path (merges
     // rely on it).
     int32_t pos = x.ref_idx;
@@ -47,6 +48,7 @@ absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* s
   }
   if (x.head_child < 0) return absl::OkStatus();
   int64_t child_sum = 0;
+  int32_t children = 0;
   int32_t prev = -1;
   int32_t seg_start = -1;
   int32_t seg_len = 0;
@@ -74,6 +76,7 @@ absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* s
     }
     if (n != kRoot) FLOE_TREE_CHECK(y.count < x.count, "child ", c, " of ", n);
     child_sum += y.count;
+    ++children;
     if (prev >= 0 && y.count == nodes_[prev].count) {
       ++seg_len;
     } else {
@@ -90,6 +93,9 @@ absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* s
   absl::Status st = check_segment(seg_start, seg_len);
   if (!st.ok()) return st;
   FLOE_TREE_CHECK(nodes_[x.head_child].prev == prev, "tail link of ", n);
+  if (!x.hashed) {
+    FLOE_TREE_CHECK(x.num_children == children && children <= kMaxScanned, "node ", n);
+  }
   FLOE_TREE_CHECK(child_sum <= x.count, "node ", n);
   return absl::OkStatus();
 }
@@ -114,7 +120,12 @@ absl::Status SuffixTree::CheckIntegrity() const {
     (void)before;
   }
   FLOE_TREE_CHECK(reachable == num_nodes(), reachable, " vs ", num_nodes());
-  FLOE_TREE_CHECK(static_cast<int64_t>(edges_.size()) == reachable - 1, edges_.size());
+  int64_t hashed_edges = 0;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (!nodes_[n].hashed) continue;
+    for (int32_t c = nodes_[n].head_child; c >= 0; c = nodes_[c].next) ++hashed_edges;
+  }
+  FLOE_TREE_CHECK(static_cast<int64_t>(edges_.size()) == hashed_edges, edges_.size());
   for (size_t s = 0; s < seqs_.size(); ++s) {
     FLOE_TREE_CHECK(seqs_[s].refs == refs[s], "slot ", s, ": ", seqs_[s].refs, " vs ", refs[s]);
   }
@@ -131,7 +142,7 @@ absl::Status SuffixTree::CheckIntegrity() const {
       int32_t node = kRoot;
       int32_t idx = start;
       while (idx < end) {
-        node = edges_.Find(node, s.tokens[idx]);
+        node = FindChild(node, s.tokens[idx]);
         FLOE_TREE_CHECK(node >= 0, "seq ", seq_id, " start ", start, " idx ", idx);
         FLOE_TREE_CHECK(idx + nodes_[node].length <= end, "seq ", seq_id, " start ", start);
         for (int32_t i = 0; i < nodes_[node].length; ++i) {
