@@ -1,0 +1,69 @@
+// Reference-compatible replays must reproduce the reference's exact step
+// counts (suffix-replay.md) on the dev traces. The traces live outside the
+// repository: FLOE_TRACE_DIR, default /work/shared/traces; skipped if absent.
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "services/suffix_cache/replay/replay.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+std::string TracePath(const std::string& name) {
+  const char* dir = std::getenv("FLOE_TRACE_DIR");
+  return std::string(dir ? dir : "/work/shared/traces") + "/" + name;
+}
+
+ReplayOptions Preset(int depth, int spec_tokens, int64_t cached) {
+  ReplayOptions o;
+  o.speculator = {.max_depth = depth, .max_cached_requests = cached};
+  o.draft.max_spec_tokens = spec_tokens;
+  o.draft.max_spec_factor = 1.0f;
+  o.draft.max_spec_offset = 0.0f;
+  o.draft.min_token_prob = 0.1f;
+  o.draft.extend_past_depth = false;  // reference-compatible
+  return o;
+}
+
+struct Case {
+  const char* trace;
+  const char* speculator;
+  int64_t steps;
+};
+
+class ReplayExactTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReplayExactTest, StepCountMatchesReference) {
+  const Case& c = GetParam();
+  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(TracePath(c.trace));
+  if (!trace.ok()) GTEST_SKIP() << trace.status();
+  ReplayOptions o;
+  const std::string s = c.speculator;
+  if (s == "arctic") {
+    o = Preset(64, 16, 100000);
+  } else if (s == "vllm") {
+    o = Preset(24, 24, 10000);
+  } else {
+    o.ngram = true;
+  }
+  absl::StatusOr<ReplayResult> r = RunReplay(*trace, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps, c.steps) << c.trace << " " << c.speculator;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Traces, ReplayExactTest,
+    ::testing::Values(Case{"dev-agentic.jsonl", "arctic", 31894},
+                      Case{"dev-agentic.jsonl", "vllm", 38658},
+                      Case{"dev-agentic.jsonl", "ngram", 51487},
+                      Case{"dev-chat.jsonl", "arctic", 119810},
+                      Case{"dev-chat.jsonl", "vllm", 120256},
+                      Case{"dev-chat.jsonl", "ngram", 180180}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = std::string(info.param.trace).substr(4, 4) + "_" + info.param.speculator;
+      return name;
+    });
+
+}  // namespace
+}  // namespace floe::suffix_cache
