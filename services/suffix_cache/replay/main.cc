@@ -78,6 +78,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (absl::Status st = ApplyPreset(f.preset, &f.options); !st.ok()) return st;
   f.options.draft.extend_past_depth = true;
+  f.options.draft.discount_own_suffix = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> absl::StatusOr<std::string> {
@@ -118,6 +119,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       ++i;  // applied above
     } else if (arg == "--reference-compatible") {
       f.options.draft.extend_past_depth = false;
+      f.options.draft.discount_own_suffix = false;
     } else if (arg == "--max-depth") {
       FLOE_FLAG_VALUE(f.options.speculator.max_depth, int_value(1, 4096));
     } else if (arg == "--max-spec-tokens") {

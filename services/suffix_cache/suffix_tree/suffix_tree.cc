@@ -525,7 +525,9 @@ int32_t SuffixTree::HintedMatches(absl::Span<const int32_t> context, int32_t hin
 }
 
 template <typename Sink>
-float SuffixTree::PathDraft(Locus at, int budget, const DraftParams& params,
+float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
+                            int budget,
+                            const DraftParams& params, std::vector<int32_t>* window,
                             Sink&& sink) const {
   // Float arithmetic in the reference's order, so scores (and ties) agree.
   float prob = 1.0f;
@@ -533,31 +535,51 @@ float SuffixTree::PathDraft(Locus at, int budget, const DraftParams& params,
   int emitted = 0;
   int32_t node = at.node;
   int32_t idx = at.idx;
+  const bool extend = params.extend_past_depth;
+  if (extend) window->assign(matched.begin(), matched.end());
+  auto emit = [&](int32_t token) {
+    sink(token, prob);
+    score += prob;
+    ++emitted;
+    if (extend) window->push_back(token);
+  };
   while (emitted < budget && prob >= params.min_token_prob) {
     const Node& n = nodes_[node];
     if (idx < n.length) {
-      sink(Token(node, idx), prob);
-      score += prob;
-      ++emitted;
+      emit(Token(node, idx));
       ++idx;
       continue;
     }
     const int32_t child = n.head_child;
-    if (child < 0) {
-      if (!params.extend_past_depth || node == kRoot) break;
-      // Past the indexed depth: keep copying the referenced occurrence.
+    if (child >= 0) {
+      const int32_t total = own_suffix ? n.count - 1 : n.count;
+      own_suffix = false;
+      prob *= static_cast<float>(nodes_[child].count) / static_cast<float>(total);
+      node = child;
+      idx = 0;
+      continue;
+    }
+    if (!extend || node == kRoot) break;
+    // The end of the indexed depth. A single occurrence continues as its
+    // sequence does; otherwise re-anchor on the shorter tail of what has
+    // been matched and drafted, whose children say how it goes on.
+    if (n.count == 1) {
       const std::vector<int32_t>& toks = seqs_[n.ref_seq].tokens;
       for (int32_t p = n.ref_idx + idx; emitted < budget && p < static_cast<int32_t>(toks.size());
            ++p) {
-        sink(toks[p], prob);
-        score += prob;
-        ++emitted;
+        emit(toks[p]);
       }
       break;
     }
-    prob *= static_cast<float>(nodes_[child].count) / static_cast<float>(n.count);
-    node = child;
-    idx = 0;
+    const int32_t keep = std::min<int32_t>(max_depth_ / 2, static_cast<int32_t>(window->size()) - 1);
+    Locus again;
+    if (keep < 1 ||
+        !MatchFromRoot(absl::MakeConstSpan(*window).subspan(window->size() - keep), &again)) {
+      break;
+    }
+    if (again.idx >= nodes_[again.node].length && nodes_[again.node].head_child < 0) break;
+    node = again.node;
+    idx = again.idx;
   }
   return score;
 }
@@ -619,6 +641,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int32_t n = hinted->active[pos];
     return Locus{n, nodes_[n].length};
   };
+  auto own = [&](int32_t m) { return params.discount_own_suffix && m <= k; };
   auto budget_for = [&](int32_t m) {
     const int b = std::min(params.max_spec_tokens,
                            static_cast<int>(m * params.max_spec_factor +
@@ -631,6 +654,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   const bool can_prune = params.max_spec_factor >= 0.0f;
   int32_t best_m = 0;
   float best_score = 0.0f;
+  std::vector<int32_t> window;  // only for extend_past_depth
   for (int32_t m = m_max; m >= 1; --m) {
     const int budget = budget_for(m);
     if (best_m > 0 && can_prune && best_score >= static_cast<float>(budget)) break;
@@ -644,7 +668,8 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
         best.match_len = m;
       }
     } else {
-      score = PathDraft(locus(m), budget, params, [](int32_t, float) {});
+      score = PathDraft(locus(m), own(m), context.subspan(len - m), budget, params, &window,
+                        [](int32_t, float) {});
     }
     if (best_m == 0 || score > best_score) {
       best_m = m;
@@ -655,7 +680,9 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int budget = budget_for(best_m);
     best.token_ids.reserve(budget);
     best.probs.reserve(budget);
-    best.score = PathDraft(locus(best_m), budget, params, [&](int32_t t, float p) {
+    best.score = PathDraft(locus(best_m), own(best_m), context.subspan(len - best_m), budget,
+                           params,
+                           &window, [&](int32_t t, float p) {
       best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
       best.token_ids.push_back(t);
       best.probs.push_back(p);

@@ -46,6 +46,10 @@ struct DraftParams {
   // sequence that node refers to, at the same probability. Lifts the
   // "match + draft <= max_depth" ceiling.
   bool extend_past_depth = false;
+  // Not reference-compatible: when the match is the live sequence's own
+  // tail (Speculate's hint), that occurrence has no continuation yet, so it
+  // is left out of the first branching probability instead of diluting it.
+  bool discount_own_suffix = false;
 };
 
 struct Draft {
@@ -199,7 +203,8 @@ class SuffixTree {
   int32_t HintedMatches(absl::Span<const int32_t> context, int32_t hint_seq,
                         const Seq** seq) const;
   template <typename Sink>
-  float PathDraft(Locus at, int budget, const DraftParams& params, Sink&& sink) const;
+  float PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched, int budget,
+                  const DraftParams& params, std::vector<int32_t>* window, Sink&& sink) const;
   void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
 
