@@ -1,0 +1,53 @@
+// Causal GQA attention over a paged f32 KV cache.
+//
+// KV layout (per layer, K and V separate arrays):
+//   [num_blocks][kv_heads][block_size][head_dim] f32
+// so one head's keys within a block are contiguous. Logical position p of a
+// sequence lives in physical block block_table[p / block_size], slot
+// p % block_size.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace floe::cpu {
+
+struct KvLayer {
+  float* k = nullptr;
+  float* v = nullptr;
+  int block_size = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+
+  int64_t Offset(int32_t block, int head, int slot) const {
+    return ((static_cast<int64_t>(block) * kv_heads + head) * block_size + slot) * head_dim;
+  }
+};
+
+// One sequence's new tokens: rows [first_row, first_row + num_tokens) of the
+// activation matrices, at positions start_pos, start_pos + 1, ...
+struct AttentionSeq {
+  int64_t first_row = 0;
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;
+  const int32_t* block_table = nullptr;
+};
+
+// Stores the K and V rows (kv_heads * head_dim each; row r at k + r * stride)
+// of every new token into the cache.
+void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float* k,
+             const float* v, int64_t stride);
+
+// out[row, h*head_dim..] = softmax(q.K^T * scale) V for every new token, over
+// keys 0..its own position (already in the cache, including this step's).
+// q head h reads kv head h / (num_heads / kv_heads). `scratch` holds
+// num_threads * scratch_per_thread floats, scratch_per_thread >= the longest
+// context of the batch.
+void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionSeq> seqs,
+                    const KvLayer& kv, int num_heads, float scale, float* out,
+                    int64_t out_stride, float* scratch, int64_t scratch_per_thread,
+                    ThreadPool& pool);
+
+}  // namespace floe::cpu

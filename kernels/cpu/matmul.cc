@@ -1,0 +1,224 @@
+// Highway per-target kernels for matmul.h; see the layout notes there.
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/matmul.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace floe::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lanes per vector, capped at the panel width so a panel is whole vectors.
+constexpr size_t kLanes = HWY_MAX_BYTES / 4 < 16 ? HWY_MAX_BYTES / 4 : 16;
+using DF = hn::CappedTag<float, kLanes>;
+using DU = hn::RebindToUnsigned<DF>;
+constexpr int kVecsPerPanel = kPanelWidth / static_cast<int>(kLanes);
+
+// Register blocking per target: rows per micro-kernel (kMaxRows) and panels
+// per micro-kernel for a block of `rows` rows, sized so accumulators
+// (rows * panels * kVecsPerPanel) plus widened weights fit the register file.
+#if HWY_MAX_BYTES >= 64
+constexpr int kMaxRows = 12;
+constexpr int PanelsFor(int rows) { return rows <= 4 ? 4 : 2; }
+#elif HWY_MAX_BYTES == 32
+constexpr int kMaxRows = 4;
+constexpr int PanelsFor(int rows) { return rows == 1 ? 2 : 1; }
+#else
+constexpr int kMaxRows = 2;
+constexpr int PanelsFor(int) { return 1; }
+#endif
+constexpr int kTaskPanels = kPanelGroup;  // panels per task; multiple of every PanelsFor()
+static_assert(kTaskPanels % PanelsFor(1) == 0 && kTaskPanels % PanelsFor(kMaxRows) == 0);
+
+// C[MR, NP*16] = X[MR, k] . panels^T. Each output: fma over k in order, from 0.
+template <int MR, int NP, bool kBF16>
+HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT x, int64_t ldx, int64_t k,
+                              const uint8_t* HWY_RESTRICT panels, int64_t panel_bytes,
+                              float* HWY_RESTRICT c, int64_t ldc) {
+  const DF df;
+  const DU du;
+  constexpr int NV = NP * kVecsPerPanel;
+  hn::Vec<DF> acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(df);
+  }
+  const int64_t pairs = k / 2;
+  if constexpr (kBF16) {
+    const auto hi_mask = hn::Set(du, 0xFFFF0000u);
+    const uint32_t* w[NP];
+#pragma GCC unroll 16
+    for (int p = 0; p < NP; ++p) w[p] = reinterpret_cast<const uint32_t*>(panels + p * panel_bytes);
+    auto step = [&](int64_t kp, bool odd_present) HWY_ATTR {
+      hn::Vec<DF> we[NV], wo[NV];
+#pragma GCC unroll 16
+      for (int p = 0; p < NP; ++p) {
+#pragma GCC unroll 16
+        for (int v = 0; v < kVecsPerPanel; ++v) {
+          const auto u = hn::LoadU(du, w[p] + kp * kPanelWidth + v * kLanes);
+          we[p * kVecsPerPanel + v] = hn::BitCast(df, hn::ShiftLeft<16>(u));
+          wo[p * kVecsPerPanel + v] = hn::BitCast(df, hn::And(u, hi_mask));
+        }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const auto xe = hn::Set(df, x[r * ldx + 2 * kp]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(xe, we[v], acc[r][v]);
+        if (odd_present) {
+          const auto xo = hn::Set(df, x[r * ldx + 2 * kp + 1]);
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(xo, wo[v], acc[r][v]);
+        }
+      }
+    };
+    for (int64_t kp = 0; kp < pairs; ++kp) step(kp, true);
+    if (k & 1) step(pairs, false);
+  } else {
+    const float* w[NP];
+#pragma GCC unroll 16
+    for (int p = 0; p < NP; ++p) w[p] = reinterpret_cast<const float*>(panels + p * panel_bytes);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      hn::Vec<DF> wv[NV];
+#pragma GCC unroll 16
+      for (int p = 0; p < NP; ++p) {
+#pragma GCC unroll 16
+        for (int v = 0; v < kVecsPerPanel; ++v) {
+          wv[p * kVecsPerPanel + v] = hn::LoadU(df, w[p] + kk * kPanelWidth + v * kLanes);
+        }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const auto xv = hn::Set(df, x[r * ldx + kk]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(xv, wv[v], acc[r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[r][v], df, c + r * ldc + v * kLanes);
+  }
+}
+
+using KernelFn = void (*)(const float*, int64_t, int64_t, const uint8_t*, int64_t, float*, int64_t);
+
+template <bool kBF16, int... kRows>
+constexpr auto MakeKernelTable(std::integer_sequence<int, kRows...>) {
+  return std::array<KernelFn, sizeof...(kRows)>{
+      &MicroKernel<kRows + 1, PanelsFor(kRows + 1), kBF16>...};
+}
+
+void MatmulImpl(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
+                ThreadPool& pool) {
+  static constexpr auto kBf16Kernels =
+      MakeKernelTable<true>(std::make_integer_sequence<int, kMaxRows>());
+  static constexpr auto kF32Kernels =
+      MakeKernelTable<false>(std::make_integer_sequence<int, kMaxRows>());
+  const auto& kernels = w.dtype() == DType::kBF16 ? kBf16Kernels : kF32Kernels;
+  const int64_t n = w.n(), k = w.k();
+  const int64_t panel_bytes = w.panel_elems() * DTypeSize(w.dtype());
+  // Packing pads the panels to a multiple of kTaskPanels.
+  const int64_t groups = (w.num_panels() + kTaskPanels - 1) / kTaskPanels;
+  // Row chunks bound the X rows a task streams; a multiple of kMaxRows.
+  const int64_t chunk_rows = kMaxRows * std::max<int64_t>(1, 96 / kMaxRows);
+  const int64_t chunks = (m + chunk_rows - 1) / chunk_rows;
+  const uint8_t* base = static_cast<const uint8_t*>(w.panel(0));
+  pool.ParallelFor(groups * chunks, [&](int64_t task, int) {
+    const int64_t chunk = task / groups, group = task % groups;
+    const int64_t row_end = std::min(m, (chunk + 1) * chunk_rows);
+    const int64_t col0 = group * kTaskPanels * kPanelWidth;
+    const bool partial = col0 + kTaskPanels * kPanelWidth > n;
+    HWY_ALIGN float tmp[kMaxRows * kTaskPanels * kPanelWidth];
+    for (int64_t row = chunk * chunk_rows; row < row_end; row += kMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, row_end - row));
+      const int step = PanelsFor(rows);
+      for (int p = 0; p < kTaskPanels; p += step) {
+        const int64_t col = col0 + p * kPanelWidth;
+        if (col >= n) break;
+        const uint8_t* panels = base + (group * kTaskPanels + p) * panel_bytes;
+        if (!partial) {
+          kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, y + row * n + col, n);
+        } else {
+          const int64_t ldc = step * kPanelWidth;
+          kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, tmp, ldc);
+          const int64_t cols = std::min<int64_t>(ldc, n - col);
+          for (int r = 0; r < rows; ++r) {
+            std::memcpy(y + (row + r) * n + col, tmp + r * ldc, cols * sizeof(float));
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace floe::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace floe::cpu {
+
+HWY_EXPORT(MatmulImpl);
+
+void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPool& pool,
+            int64_t ldx) {
+  if (m <= 0 || w.n() == 0) return;
+  HWY_DYNAMIC_DISPATCH(MatmulImpl)(x, ldx < 0 ? w.k() : ldx, m, w, y, pool);
+}
+
+PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
+  PackedMatrix packed;
+  packed.dtype_ = parts.empty() ? DType::kF32 : parts[0].dtype;
+  packed.k_ = parts.empty() ? 0 : parts[0].cols();
+  std::vector<const TensorView*> row_part;
+  std::vector<int64_t> row_in_part;
+  for (const TensorView& part : parts) {
+    for (int64_t r = 0; r < part.rows(); ++r) {
+      row_part.push_back(&part);
+      row_in_part.push_back(r);
+    }
+  }
+  packed.n_ = static_cast<int64_t>(row_part.size());
+  const int64_t panels = (packed.num_panels() + kPanelGroup - 1) / kPanelGroup * kPanelGroup;
+  const size_t elem = DTypeSize(packed.dtype_);
+  const int64_t panel_elems = packed.panel_elems();
+  const size_t bytes = std::max<size_t>(64, panels * panel_elems * elem);
+  packed.data_ = {std::aligned_alloc(64, (bytes + 63) / 64 * 64), &std::free};
+  uint8_t* out = static_cast<uint8_t*>(packed.data_.get());
+  std::memset(out, 0, bytes);
+  const int64_t n = packed.n_, k = packed.k_;
+  pool.ParallelFor(packed.num_panels(), [&](int64_t p, int) {
+    for (int j = 0; j < kPanelWidth; ++j) {
+      const int64_t row = p * kPanelWidth + j;
+      if (row >= n) break;
+      const TensorView& part = *row_part[row];
+      const uint8_t* src = static_cast<const uint8_t*>(part.data) + row_in_part[row] * k * elem;
+      if (packed.dtype_ == DType::kBF16) {
+        const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+        uint16_t* d = reinterpret_cast<uint16_t*>(out) + p * panel_elems;
+        for (int64_t kk = 0; kk < k; ++kk) d[(kk / 2 * kPanelWidth + j) * 2 + (kk & 1)] = s[kk];
+      } else {
+        const float* s = reinterpret_cast<const float*>(src);
+        float* d = reinterpret_cast<float*>(out) + p * panel_elems;
+        for (int64_t kk = 0; kk < k; ++kk) d[kk * kPanelWidth + j] = s[kk];
+      }
+    }
+  });
+  return packed;
+}
+
+}  // namespace floe::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,62 @@
+// Y[m, n] = X[m, k] . W[n, k]^T with X and Y f32 and W bf16 or f32 (HF layout,
+// row-major [out, in]).
+//
+// W is repacked once (at backend construction) into panels of kPanelWidth
+// output rows: panel p holds rows [16p, 16p+16) as
+//   bf16: [ceil(k/2)][16][2]  (pairs of consecutive k per output row, so one
+//         vector load widens to two f32 vectors with a shift and a mask)
+//   f32:  [k][16]
+// zero-padded to a multiple of 16 rows and an even k. Every kernel (decode
+// GEMV for small m, register-blocked GEMM for larger m) computes each output
+// as the same sequence of f32 FMAs over k = 0, 1, ..., k-1, starting from 0,
+// so a row's result is bit-identical whatever m, the row's position in X, the
+// thread count or the kernel chosen: batch invariance by construction.
+// Activations stay f32 (no bf16 rounding of X).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/tensor/tensor_view.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace floe::cpu {
+
+inline constexpr int kPanelWidth = 16;
+// Panels are padded to a multiple of this (the kernels' column blocking).
+inline constexpr int kPanelGroup = 4;
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  DType dtype() const { return dtype_; }
+  int64_t num_panels() const { return (n_ + kPanelWidth - 1) / kPanelWidth; }
+  // Elements (bf16 or f32) per panel.
+  int64_t panel_elems() const { return kPanelWidth * (dtype_ == DType::kBF16 ? (k_ + 1) / 2 * 2 : k_); }
+  const void* panel(int64_t p) const {
+    return static_cast<const char*>(data_.get()) + p * panel_elems() * DTypeSize(dtype_);
+  }
+  size_t bytes() const { return num_panels() * panel_elems() * DTypeSize(dtype_); }
+
+ private:
+  friend PackedMatrix PackMatrix(std::span<const TensorView>, ThreadPool&);
+  DType dtype_ = DType::kF32;
+  int64_t n_ = 0, k_ = 0;
+  std::unique_ptr<void, void (*)(void*)> data_{nullptr, nullptr};
+};
+
+// Packs the row-wise concatenation of `parts` (each [n_i, k], same k; bf16 or
+// f32, all the same dtype; f16 is not accepted) into one matrix, so fused
+// projections (q|k|v, gate|up) run as one matmul. Callers validate shapes.
+PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool);
+
+// Y = X . W^T; x is [m, w.k()] with rows ldx floats apart (ldx < 0: w.k()),
+// y is [m, w.n()] contiguous.
+void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPool& pool,
+            int64_t ldx = -1);
+
+}  // namespace floe::cpu

@@ -1,0 +1,269 @@
+// Each CPU kernel against a naive double-precision reference, at odd sizes,
+// with bf16 and f32 weights and several thread counts.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/tensor/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace floe::cpu {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(ThreadPoolTest, RunsEveryTaskOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t tasks : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(tasks);
+      for (int rep = 0; rep < 20; ++rep) {
+        pool.ParallelFor(tasks, [&](int64_t t, int thread) {
+          ASSERT_LT(thread, threads);
+          hits[t].fetch_add(1);
+        });
+      }
+      for (auto& h : hits) EXPECT_EQ(h.load(), 20);
+    }
+  }
+}
+
+struct MatmulCase {
+  int64_t m, n, k;
+};
+
+class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
+  const auto [dtype, threads] = GetParam();
+  ThreadPool pool(threads);
+  for (int64_t k : {1, 2, 3, 17, 64, 257}) {
+    for (int64_t n : {1, 3, 17, 64, 257}) {
+      std::vector<float> wf = Random(n * k, 7 + n * 31 + k);
+      std::vector<uint16_t> wb(n * k);
+      for (int64_t i = 0; i < n * k; ++i) {
+        wb[i] = F32ToBf16(wf[i]);
+        if (dtype == DType::kBF16) wf[i] = Bf16ToF32(wb[i]);
+      }
+      TensorView view{dtype, {n, k}, dtype == DType::kBF16 ? static_cast<const void*>(wb.data())
+                                                            : static_cast<const void*>(wf.data())};
+      // Two parts, to exercise the fused (concatenated) packing.
+      const int64_t n0 = n / 2;
+      TensorView parts[2] = {view, view};
+      parts[0].shape = {n0, k};
+      parts[1].shape = {n - n0, k};
+      parts[1].data = static_cast<const char*>(view.data) + n0 * k * DTypeSize(dtype);
+      PackedMatrix packed = n0 > 0 ? PackMatrix(parts, pool) : PackMatrix({&view, 1}, pool);
+      ASSERT_EQ(packed.n(), n);
+      for (int64_t m : {1, 2, 3, 4, 5, 13, 17, 64}) {
+        const int64_t ldx = k + 3;
+        std::vector<float> x = Random(m * ldx, 100 + m);
+        std::vector<float> y(m * n, -1.0f);
+        Matmul(x.data(), m, packed, y.data(), pool, ldx);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = 0, mag = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              ref += static_cast<double>(x[i * ldx + kk]) * wf[j * k + kk];
+              mag += std::abs(static_cast<double>(x[i * ldx + kk]) * wf[j * k + kk]);
+            }
+            ASSERT_NEAR(y[i * n + j], ref, 1e-6 * mag + 1e-30)
+                << "m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+          }
+          // Batch invariance: each row alone gives bit-identical results.
+          std::vector<float> y1(n);
+          Matmul(x.data() + i * ldx, 1, packed, y1.data(), pool);
+          ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * n, n * sizeof(float)))
+              << "row " << i << " of m=" << m << " n=" << n << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypesAndThreads, MatmulTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(1, 2, 3)));
+
+TEST(OpsTest, RowOpsMatchNaive) {
+  for (int64_t n : {1, 3, 17, 64, 257}) {
+    std::vector<float> x = Random(n, 1 + n), w = Random(n, 2 + n), u = Random(n, 3 + n);
+    std::vector<float> y(n);
+    RmsNorm(x.data(), w.data(), 1e-5f, n, y.data());
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], w[i] * x[i] * inv, 1e-5 * (1 + std::abs(y[i])));
+
+    SiluMul(x.data(), u.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))) * u[i];
+      EXPECT_NEAR(y[i], ref, 1e-5 * (1 + std::abs(ref)));
+    }
+    double dot = 0;
+    for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(x[i]) * w[i];
+    EXPECT_NEAR(Dot(x.data(), w.data(), n), dot, 1e-5 * (1 + std::sqrt(static_cast<double>(n))));
+
+    std::vector<float> e = x;
+    float mx = *std::max_element(x.begin(), x.end());
+    const float sum = ExpMinusMax(e.data(), mx, n);
+    double ref_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = std::exp(static_cast<double>(x[i]) - mx);
+      ref_sum += ref;
+      EXPECT_NEAR(e[i], ref, 2e-6 * ref + 1e-30);
+    }
+    EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
+
+    std::vector<float> acc = u;
+    ScaleMulAdd(acc.data(), 0.5f, 2.0f, x.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(acc[i], u[i] * 0.5 + 2.0 * x[i], 1e-6 * (1 + std::abs(acc[i])));
+    AddInPlace(acc.data(), x.data(), n);
+    Scale(acc.data(), 3.0f, n);
+  }
+}
+
+TEST(OpsTest, EmbeddingLookupWidensBf16) {
+  std::vector<float> table = Random(5 * 3, 9);
+  std::vector<uint16_t> bf(table.size());
+  for (size_t i = 0; i < table.size(); ++i) bf[i] = F32ToBf16(table[i]);
+  const int32_t ids[] = {4, 0, 4};
+  std::vector<float> out(9);
+  EmbeddingLookup(TensorView{DType::kBF16, {5, 3}, bf.data()}, ids, out.data());
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(out[i * 3 + j], Bf16ToF32(bf[ids[i] * 3 + j]));
+  }
+  EmbeddingLookup(TensorView{DType::kF32, {5, 3}, table.data()}, ids, out.data());
+  EXPECT_EQ(out[0], table[12]);
+}
+
+TEST(RopeTest, Llama3InvFreqMatchesHfFormula) {
+  RopeParams p;
+  p.head_dim = 64;
+  p.theta = 500000.0f;
+  p.scaling_type = "llama3";
+  p.factor = 32.0f;
+  p.low_freq_factor = 1.0f;
+  p.high_freq_factor = 4.0f;
+  p.original_max_position_embeddings = 8192;
+  std::vector<float> inv = RopeInvFreq(p);
+  ASSERT_EQ(inv.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    const double base = 1.0 / std::pow(500000.0, 2.0 * i / 64);
+    const double wavelen = 2 * M_PI / base;
+    double expected;
+    if (wavelen < 8192.0 / 4) {
+      expected = base;
+    } else if (wavelen > 8192.0) {
+      expected = base / 32;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1) / (4 - 1);
+      expected = (1 - smooth) * base / 32 + smooth * base;
+    }
+    EXPECT_NEAR(inv[i], expected, 1e-6 * expected) << i;
+  }
+}
+
+TEST(RopeTest, RotatesPairsHalfApart) {
+  for (int hd : {2, 16, 64}) {
+    RopeParams p;
+    p.head_dim = hd;
+    std::vector<float> inv = RopeInvFreq(p);
+    std::vector<float> c(hd / 2), s(hd / 2);
+    RopeCosSin(inv, 17, c.data(), s.data());
+    std::vector<float> x = Random(3 * hd, hd), ref = x;
+    ApplyRope(x.data(), 3, hd, c.data(), s.data());
+    for (int h = 0; h < 3; ++h) {
+      for (int i = 0; i < hd / 2; ++i) {
+        const double a = ref[h * hd + i], b = ref[h * hd + i + hd / 2];
+        const double ang = 17.0 * std::pow(10000.0, -2.0 * i / hd);
+        EXPECT_NEAR(x[h * hd + i], a * std::cos(ang) - b * std::sin(ang), 1e-5);
+        EXPECT_NEAR(x[h * hd + i + hd / 2], b * std::cos(ang) + a * std::sin(ang), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, PagedGqaMatchesNaive) {
+  const int heads = 4, kv_heads = 2, hd = 16, block_size = 3, num_blocks = 40;
+  const float scale = 0.25f;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::vector<float> kc(num_blocks * kv_heads * block_size * hd), vc(kc.size());
+    KvLayer kv{kc.data(), vc.data(), block_size, kv_heads, hd};
+    // Two sequences with shuffled blocks: one prefill chunk at start 5, one decode at 17.
+    std::vector<int32_t> table0 = {7, 3, 11, 0, 20, 21, 22, 23, 5, 9};
+    std::vector<int32_t> table1 = {1, 2, 4, 6, 8, 10, 12};
+    struct Seq { int start, n; std::vector<int32_t>* table; };
+    Seq seqs_def[] = {{5, 17, &table0}, {17, 1, &table1}};
+    // Full K/V history per sequence (positions 0..start+n-1).
+    std::vector<std::vector<float>> k_hist, v_hist;
+    std::vector<AttentionSeq> seqs;
+    int64_t rows = 0;
+    for (auto& s : seqs_def) {
+      const int total = s.start + s.n;
+      k_hist.push_back(Random(total * kv_heads * hd, 50 + total));
+      v_hist.push_back(Random(total * kv_heads * hd, 60 + total));
+      // Older positions go straight to the cache; new ones through WriteKv.
+      for (int pos = 0; pos < s.start; ++pos) {
+        for (int h = 0; h < kv_heads; ++h) {
+          const int64_t off = kv.Offset((*s.table)[pos / block_size], h, pos % block_size);
+          std::memcpy(&kc[off], &k_hist.back()[(pos * kv_heads + h) * hd], hd * 4);
+          std::memcpy(&vc[off], &v_hist.back()[(pos * kv_heads + h) * hd], hd * 4);
+        }
+      }
+      seqs.push_back({rows, s.n, s.start, s.table->data()});
+      rows += s.n;
+    }
+    std::vector<float> k_new(rows * kv_heads * hd), v_new(k_new.size());
+    for (size_t si = 0; si < seqs.size(); ++si) {
+      const int64_t off = seqs[si].start_pos * kv_heads * hd;
+      std::memcpy(&k_new[seqs[si].first_row * kv_heads * hd], &k_hist[si][off], seqs[si].num_tokens * kv_heads * hd * 4);
+      std::memcpy(&v_new[seqs[si].first_row * kv_heads * hd], &v_hist[si][off], seqs[si].num_tokens * kv_heads * hd * 4);
+    }
+    WriteKv(kv, seqs, k_new.data(), v_new.data(), kv_heads * hd);
+    std::vector<float> q = Random(rows * heads * hd, 77), out(rows * heads * hd);
+    const int64_t max_ctx = 22;
+    std::vector<float> scratch(threads * max_ctx);
+    PagedAttention(q.data(), heads * hd, seqs, kv, heads, scale, out.data(), heads * hd,
+                   scratch.data(), max_ctx, pool);
+    for (size_t si = 0; si < seqs.size(); ++si) {
+      for (int i = 0; i < seqs[si].num_tokens; ++i) {
+        const int64_t row = seqs[si].first_row + i;
+        const int ctx = seqs[si].start_pos + i + 1;
+        for (int h = 0; h < heads; ++h) {
+          const int g = h / (heads / kv_heads);
+          std::vector<double> sc(ctx);
+          double mx = -1e300, sum = 0;
+          for (int j = 0; j < ctx; ++j) {
+            double d = 0;
+            for (int e = 0; e < hd; ++e) d += q[(row * heads + h) * hd + e] * k_hist[si][(j * kv_heads + g) * hd + e];
+            sc[j] = d * scale;
+            mx = std::max(mx, sc[j]);
+          }
+          for (double& v : sc) sum += (v = std::exp(v - mx));
+          for (int e = 0; e < hd; ++e) {
+            double ref = 0;
+            for (int j = 0; j < ctx; ++j) ref += sc[j] / sum * v_hist[si][(j * kv_heads + g) * hd + e];
+            ASSERT_NEAR(out[(row * heads + h) * hd + e], ref, 1e-5) << si << " " << i << " " << h;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace floe::cpu

@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""Independent reference for the CPU backend: the HF Llama/Qwen2/Qwen3 forward
+pass written from scratch in PyTorch (f32), from raw little-endian f32 weight
+files. Usage: reference_llama.py DIR. DIR holds config.txt ("key value" lines),
+<hf tensor name>.bin for each weight, prompt.bin (int32). Writes
+prompt_logits.bin ([len(prompt), vocab] f32) and greedy.bin (int32, `steps`
+greedy tokens, each from a full recompute over prompt + previous tokens)."""
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def main(d):
+    cfg = {}
+    with open(os.path.join(d, "config.txt")) as f:
+        for line in f:
+            k, v = line.split()
+            cfg[k] = v
+    hidden = int(cfg["hidden_size"]); heads = int(cfg["num_heads"]); kv_heads = int(cfg["num_kv_heads"])
+    hd = int(cfg["head_dim"]); layers = int(cfg["num_layers"]); vocab = int(cfg["vocab_size"])
+    inter = int(cfg["intermediate_size"]); eps = float(cfg["rms_norm_eps"]); theta = float(cfg["rope_theta"])
+    bias = cfg["attention_bias"] == "1"; qk_norm = cfg["qk_norm"] == "1"; steps = int(cfg["steps"])
+    tied = cfg["tie_word_embeddings"] == "1"
+
+    def w(name, shape):
+        return torch.from_numpy(np.fromfile(os.path.join(d, name + ".bin"), dtype="<f4").reshape(shape))
+
+    # Rotary inverse frequencies: HF _compute_default/_compute_llama3_parameters.
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    if cfg.get("rope_type") == "llama3":
+        factor = float(cfg["rope_factor"]); low = float(cfg["low_freq_factor"])
+        high = float(cfg["high_freq_factor"]); old = float(cfg["original_max_position_embeddings"])
+        low_wl = old / low; high_wl = old / high
+        wavelen = 2 * math.pi / inv_freq
+        inv_l = torch.where(wavelen > low_wl, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+        medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+        inv_freq = torch.where(medium, smoothed, inv_l)
+
+    def rms(x, weight):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return weight * (x * torch.rsqrt(var + eps))
+
+    def rotate_half(x):
+        return torch.cat((-x[..., hd // 2:], x[..., : hd // 2]), dim=-1)
+
+    embed = w("model.embed_tokens.weight", (vocab, hidden))
+    lm_head = embed if tied else w("lm_head.weight", (vocab, hidden))
+    final_norm = w("model.norm.weight", (hidden,))
+    L = []
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        lw = {
+            "in": w(p + "input_layernorm.weight", (hidden,)),
+            "post": w(p + "post_attention_layernorm.weight", (hidden,)),
+            "q": w(p + "self_attn.q_proj.weight", (heads * hd, hidden)),
+            "k": w(p + "self_attn.k_proj.weight", (kv_heads * hd, hidden)),
+            "v": w(p + "self_attn.v_proj.weight", (kv_heads * hd, hidden)),
+            "o": w(p + "self_attn.o_proj.weight", (hidden, heads * hd)),
+            "gate": w(p + "mlp.gate_proj.weight", (inter, hidden)),
+            "up": w(p + "mlp.up_proj.weight", (inter, hidden)),
+            "down": w(p + "mlp.down_proj.weight", (hidden, inter)),
+        }
+        if bias:
+            lw["qb"] = w(p + "self_attn.q_proj.bias", (heads * hd,))
+            lw["kb"] = w(p + "self_attn.k_proj.bias", (kv_heads * hd,))
+            lw["vb"] = w(p + "self_attn.v_proj.bias", (kv_heads * hd,))
+        if qk_norm:
+            lw["qn"] = w(p + "self_attn.q_norm.weight", (hd,))
+            lw["kn"] = w(p + "self_attn.k_norm.weight", (hd,))
+        L.append(lw)
+
+    def forward(ids):
+        T = len(ids)
+        x = embed[torch.tensor(ids, dtype=torch.long)]
+        pos = torch.arange(T, dtype=torch.float32)
+        freqs = pos[:, None] @ inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        for lw in L:
+            h = rms(x, lw["in"])
+            q = h @ lw["q"].T; k = h @ lw["k"].T; v = h @ lw["v"].T
+            if bias:
+                q = q + lw["qb"]; k = k + lw["kb"]; v = v + lw["vb"]
+            q = q.view(T, heads, hd).transpose(0, 1)
+            k = k.view(T, kv_heads, hd).transpose(0, 1)
+            v = v.view(T, kv_heads, hd).transpose(0, 1)
+            if qk_norm:
+                q = rms(q, lw["qn"]); k = rms(k, lw["kn"])
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            rep = heads // kv_heads
+            k = k.repeat_interleave(rep, dim=0); v = v.repeat_interleave(rep, dim=0)
+            att = (q @ k.transpose(1, 2)) * (hd ** -0.5) + mask
+            att = torch.softmax(att, dim=-1, dtype=torch.float32)
+            o = (att @ v).transpose(0, 1).reshape(T, heads * hd)
+            x = x + o @ lw["o"].T
+            h = rms(x, lw["post"])
+            x = x + (torch.nn.functional.silu(h @ lw["gate"].T) * (h @ lw["up"].T)) @ lw["down"].T
+        return rms(x, final_norm) @ lm_head.T
+
+    prompt = np.fromfile(os.path.join(d, "prompt.bin"), dtype="<i4").tolist()
+    with torch.no_grad():
+        forward(prompt).numpy().astype("<f4").tofile(os.path.join(d, "prompt_logits.bin"))
+        ids = list(prompt); out = []
+        for _ in range(steps):
+            nxt = int(forward(ids)[-1].argmax())
+            out.append(nxt); ids.append(nxt)
+    np.array(out, dtype="<i4").tofile(os.path.join(d, "greedy.bin"))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(sys.argv[1])
