@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace floe {
@@ -17,14 +18,16 @@ constexpr size_t kSmallPiece = 48;
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
     absl::flat_hash_map<std::string, int32_t> vocab,
-    const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges) {
+    const std::vector<std::pair<std::string, std::string>>& merges, const Options& options) {
   std::unique_ptr<BpeModel> model(new BpeModel);
   model->vocab_ = std::move(vocab);
-  model->ignore_merges_ = ignore_merges;
+  model->options_ = options;
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);
     auto it = model->vocab_.find(absl::string_view(&c, 1));
     model->byte_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
+    it = model->vocab_.find(absl::StrCat("<0x", absl::AsciiStrToUpper(absl::StrCat(absl::Hex(b, absl::kZeroPad2))), ">"));
+    model->byte_fallback_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
   }
   model->merges_.reserve(merges.size());
   std::string joined;
@@ -54,8 +57,8 @@ std::optional<int32_t> BpeModel::Find(absl::string_view bytes) const {
 
 void BpeModel::Encode(absl::string_view piece, Scratch* s, std::vector<int32_t>* out) const {
   if (piece.empty()) return;
-  if (ignore_merges_ || piece.size() == 1) {
-    if (piece.size() == 1) {
+  if (options_.ignore_merges || (piece.size() == 1 && options_.byte_level)) {
+    if (piece.size() == 1 && options_.byte_level) {
       const int32_t id = byte_ids_[static_cast<uint8_t>(piece[0])];
       if (id >= 0) out->push_back(id);
       return;
@@ -69,9 +72,13 @@ void BpeModel::Encode(absl::string_view piece, Scratch* s, std::vector<int32_t>*
   if (piece.size() <= PieceCache::kMaxPieceBytes && cache_.Lookup(piece, out)) return;
   const size_t first = out->size();
   s->ids.clear();
-  for (char c : piece) {
-    const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-    if (id >= 0) s->ids.push_back(id);
+  if (options_.byte_level) {
+    for (char c : piece) {
+      const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+      if (id >= 0) s->ids.push_back(id);
+    }
+  } else {
+    InitialCharSymbols(piece, &s->ids);
   }
   if (s->ids.size() <= kSmallPiece) {
     MergeSmall(s, out);
@@ -79,6 +86,37 @@ void BpeModel::Encode(absl::string_view piece, Scratch* s, std::vector<int32_t>*
     MergeLarge(s, out);
   }
   cache_.Insert(piece, out->data() + first, out->size() - first);
+}
+
+// Mirrors Hugging Face's BPE::merge_word, including where a pending unknown
+// token is flushed (not before byte-fallback tokens).
+void BpeModel::InitialCharSymbols(absl::string_view piece, std::vector<int32_t>* ids) const {
+  bool unk_pending = false;
+  for (size_t i = 0; i < piece.size();) {
+    const auto lead = static_cast<uint8_t>(piece[i]);
+    const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    const absl::string_view c = piece.substr(i, len);
+    i += len;
+    auto it = vocab_.find(c);
+    if (it != vocab_.end()) {
+      if (unk_pending) ids->push_back(*options_.unk_id);
+      unk_pending = false;
+      ids->push_back(it->second);
+      continue;
+    }
+    if (options_.byte_fallback) {
+      bool all = true;
+      for (char b : c) all = all && byte_fallback_ids_[static_cast<uint8_t>(b)] >= 0;
+      if (all) {
+        for (char b : c) ids->push_back(byte_fallback_ids_[static_cast<uint8_t>(b)]);
+        continue;
+      }
+    }
+    if (!options_.unk_id) continue;
+    if (unk_pending && !options_.fuse_unk) ids->push_back(*options_.unk_id);
+    unk_pending = true;
+  }
+  if (unk_pending) ids->push_back(*options_.unk_id);
 }
 
 void BpeModel::MergeSmall(Scratch* s, std::vector<int32_t>* out) const {

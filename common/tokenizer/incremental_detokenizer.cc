@@ -6,6 +6,11 @@
 
 namespace floe {
 
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
+    : tokenizer_(tokenizer),
+      skip_special_tokens_(skip_special_tokens),
+      strip_spaces_(tokenizer->decoder_strip_spaces()) {}
+
 absl::StatusOr<std::string> IncrementalDetokenizer::Add(absl::Span<const int32_t> ids) {
   for (int32_t id : ids) {
     if (id < 0 || id >= tokenizer_->vocab_size()) {
@@ -24,6 +29,14 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Add(absl::Span<const int32_t
   pending_.assign(bytes, complete, std::string::npos);
   std::string out;
   utf8::AppendLossy(absl::string_view(bytes).substr(0, complete), &out);
+  // The decoder strips leading spaces of the whole text, i.e. of the stream's start.
+  size_t strip = 0;
+  while (strip_spaces_ > 0 && strip < out.size() && out[strip] == ' ') {
+    ++strip;
+    --strip_spaces_;
+  }
+  out.erase(0, strip);
+  if (!out.empty()) strip_spaces_ = 0;
   return out;
 }
 
@@ -31,6 +44,7 @@ std::string IncrementalDetokenizer::Finish() {
   std::string out;
   utf8::AppendLossy(pending_, &out);
   pending_.clear();
+  if (!out.empty()) strip_spaces_ = 0;
   return out;
 }
 

@@ -19,8 +19,7 @@ class Tokenizer;
 
 class IncrementalDetokenizer {
  public:
-  IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
-      : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
+  IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens);
 
   // Returns the text completed by `ids` (possibly empty). OUT_OF_RANGE for an id
   // outside the vocabulary; the state is then unchanged.
@@ -36,6 +35,7 @@ class IncrementalDetokenizer {
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
   std::string pending_;
+  int32_t strip_spaces_;  // Leading spaces still to drop (SentencePiece "▁" prefix).
 };
 
 }  // namespace floe

@@ -5,7 +5,9 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/added_token_matcher.h"
 #include "common/tokenizer/bpe_model.h"
@@ -80,7 +82,7 @@ std::string TokenContent(const Json& config, const char* key) {
 struct Tokenizer::EncodeState {
   std::vector<int32_t>* out;
   BpeModel::Scratch scratch;
-  std::string normalized;
+  std::string normalized[2];  // Alternating buffers for the normalizer steps.
   std::vector<std::string> prefixed;  // Per stage, for add_prefix_space.
 };
 
@@ -98,11 +100,13 @@ class Tokenizer::Loader {
     FLOE_ASSIGN_OR_RETURN(Json config, ReadOptionalJson(dir / "tokenizer_config.json"));
     FLOE_ASSIGN_OR_RETURN(Json generation, ReadOptionalJson(dir / "generation_config.json"));
     try {
+      // The decoder and pre-tokenizer say how vocabulary strings are spelled.
+      FLOE_RETURN_IF_ERROR(LoadDecoder(root.value("decoder", Json())));
+      FLOE_RETURN_IF_ERROR(LoadPreTokenizer(root.value("pre_tokenizer", Json())));
+      t_->byte_level_vocab_ = byte_level_seen_;
       FLOE_RETURN_IF_ERROR(LoadModel(root["model"]));
       FLOE_RETURN_IF_ERROR(LoadAddedTokens(root.value("added_tokens", Json::array())));
       FLOE_RETURN_IF_ERROR(LoadNormalizer(root.value("normalizer", Json())));
-      FLOE_RETURN_IF_ERROR(LoadPreTokenizer(root.value("pre_tokenizer", Json())));
-      FLOE_RETURN_IF_ERROR(LoadDecoder(root.value("decoder", Json())));
       bool templated = false;
       FLOE_RETURN_IF_ERROR(LoadPostProcessor(root.value("post_processor", Json()), &templated));
       FLOE_RETURN_IF_ERROR(LoadConfigs(config, generation, templated));
@@ -122,14 +126,30 @@ class Tokenizer::Loader {
     t_->token_flags_[id] = flags;
   }
 
+  // Byte-level vocabularies spell bytes in the GPT-2 alphabet; SentencePiece
+  // ones spell text, with <0xXX> byte tokens.
+  std::string ModelKey(const std::string& token) const {
+    return t_->byte_level_vocab_ ? VocabBytes(token) : token;
+  }
+
+  // What the decoder turns a vocabulary string into.
+  std::string DisplayBytes(const std::string& token) const {
+    if (t_->byte_level_vocab_) return VocabBytes(token);
+    int value = 0;
+    if (decoder_byte_fallback_ && token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>' &&
+        absl::SimpleHexAtoi(absl::string_view(token).substr(3, 2), &value)) {
+      return std::string(1, static_cast<char>(value));
+    }
+    std::string out = token;
+    for (const auto& [from, to] : decoder_replacements_) out = absl::StrReplaceAll(out, {{from, to}});
+    return out;
+  }
+
   absl::Status LoadModel(const Json& model) {
     if (!model.is_object()) return absl::InvalidArgumentError("tokenizer.json: missing 'model'");
     const std::string type = TypeOf(model);
     if (!type.empty() && type != "BPE") {
       return absl::UnimplementedError(absl::StrCat("model.type '", type, "' (only BPE is supported)"));
-    }
-    if (BoolField(model, "byte_fallback")) {
-      return absl::UnimplementedError("model.byte_fallback (SentencePiece-style BPE) is not supported");
     }
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       auto it = model.find(key);
@@ -150,9 +170,8 @@ class Tokenizer::Loader {
       if (id < 0 || id > (1 << 30)) {
         return absl::InvalidArgumentError(absl::StrCat("model.vocab['", it.key(), "']: id ", id, " out of range"));
       }
-      std::string bytes = VocabBytes(it.key());
-      vocab[bytes] = static_cast<int32_t>(id);
-      SetToken(static_cast<int32_t>(id), std::move(bytes), kPresent);
+      vocab[ModelKey(it.key())] = static_cast<int32_t>(id);
+      SetToken(static_cast<int32_t>(id), DisplayBytes(it.key()), kPresent);
     }
     std::vector<std::pair<std::string, std::string>> merges;
     const Json& merges_json = model.value("merges", Json::array());
@@ -165,14 +184,27 @@ class Tokenizer::Loader {
         if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
           return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: '", s, "' is not 'a b'"));
         }
-        merges.emplace_back(VocabBytes(s.substr(0, space)), VocabBytes(s.substr(space + 1)));
+        merges.emplace_back(ModelKey(s.substr(0, space)), ModelKey(s.substr(space + 1)));
       } else if (m.is_array() && m.size() == 2) {
-        merges.emplace_back(VocabBytes(m[0].get<std::string>()), VocabBytes(m[1].get<std::string>()));
+        merges.emplace_back(ModelKey(m[0].get<std::string>()), ModelKey(m[1].get<std::string>()));
       } else {
         return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: expected \"a b\" or [\"a\", \"b\"]"));
       }
     }
-    FLOE_ASSIGN_OR_RETURN(t_->bpe_, BpeModel::Create(std::move(vocab), merges, BoolField(model, "ignore_merges")));
+    BpeModel::Options options;
+    options.ignore_merges = BoolField(model, "ignore_merges");
+    options.byte_level = t_->byte_level_vocab_;
+    options.byte_fallback = BoolField(model, "byte_fallback");
+    options.fuse_unk = BoolField(model, "fuse_unk");
+    auto unk = model.find("unk_token");
+    if (unk != model.end() && unk->is_string()) {
+      auto id = vocab.find(ModelKey(unk->get<std::string>()));
+      if (id == vocab.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("model.unk_token '", unk->get<std::string>(), "' is not in model.vocab"));
+      }
+      options.unk_id = id->second;
+    }
+    FLOE_ASSIGN_OR_RETURN(t_->bpe_, BpeModel::Create(std::move(vocab), merges, options));
     return absl::OkStatus();
   }
 
@@ -204,11 +236,20 @@ class Tokenizer::Loader {
       for (const Json& child : n.at("normalizers")) FLOE_RETURN_IF_ERROR(LoadNormalizer(child));
       return absl::OkStatus();
     }
-    if (type != "NFC") {
-      return absl::UnimplementedError(absl::StrCat("normalizer.type '", type, "' (only NFC is supported)"));
-    }
-    if (t_->nfc_ == nullptr) {
-      FLOE_ASSIGN_OR_RETURN(t_->nfc_, NfcNormalizer::Create());
+    using Kind = NormalizerStep::Kind;
+    if (type == "NFC") {
+      if (t_->nfc_ == nullptr) {
+        FLOE_ASSIGN_OR_RETURN(t_->nfc_, NfcNormalizer::Create());
+      }
+      t_->normalizers_.push_back({Kind::kNfc, "", ""});
+    } else if (type == "Prepend") {
+      t_->normalizers_.push_back({Kind::kPrepend, "", n.at("prepend").get<std::string>()});
+    } else if (type == "Replace" && n.at("pattern").contains("String")) {
+      t_->normalizers_.push_back(
+          {Kind::kReplace, n["pattern"]["String"].get<std::string>(), n.at("content").get<std::string>()});
+    } else {
+      return absl::UnimplementedError(absl::StrCat(
+          "normalizer.type '", type, "' (supported: NFC, Prepend, Replace with a String pattern, Sequence)"));
     }
     return absl::OkStatus();
   }
@@ -231,6 +272,7 @@ class Tokenizer::Loader {
       return absl::OkStatus();
     }
     if (type == "ByteLevel") {
+      byte_level_seen_ = true;
       const bool use_regex = !p.contains("use_regex") || BoolField(p, "use_regex");
       const bool prefix = BoolField(p, "add_prefix_space");
       if (use_regex || prefix) FLOE_RETURN_IF_ERROR(AddSplitStage(use_regex ? kGpt2Pattern : "", prefix));
@@ -250,9 +292,24 @@ class Tokenizer::Loader {
   }
 
   absl::Status LoadDecoder(const Json& d) {
-    if (d.is_null() || TypeOf(d) == "ByteLevel") return absl::OkStatus();
-    return absl::UnimplementedError(
-        absl::StrCat("decoder.type '", TypeOf(d), "' (only ByteLevel is supported)"));
+    if (d.is_null()) return absl::OkStatus();
+    const std::string type = TypeOf(d);
+    if (type == "Sequence") {
+      for (const Json& child : d.at("decoders")) FLOE_RETURN_IF_ERROR(LoadDecoder(child));
+    } else if (type == "ByteLevel") {
+      byte_level_seen_ = true;
+    } else if (type == "Replace" && d.at("pattern").contains("String")) {
+      decoder_replacements_.emplace_back(d["pattern"]["String"].get<std::string>(), d.at("content").get<std::string>());
+    } else if (type == "ByteFallback") {
+      decoder_byte_fallback_ = true;
+    } else if (type == "Strip" && d.value("content", std::string(" ")) == " " && d.value("stop", 0) == 0) {
+      t_->decoder_strip_spaces_ = d.value("start", 0);
+    } else if (type != "Fuse") {
+      return absl::UnimplementedError(absl::StrCat(
+          "decoder.type '", type, "' (supported: ByteLevel, Replace with a String pattern, ByteFallback, Fuse, "
+          "Strip of leading spaces, Sequence)"));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status LoadPostProcessor(const Json& p, bool* templated) {
@@ -321,6 +378,9 @@ class Tokenizer::Loader {
   }
 
   Tokenizer* t_;
+  bool byte_level_seen_ = false;
+  bool decoder_byte_fallback_ = false;
+  std::vector<std::pair<std::string, std::string>> decoder_replacements_;
 };
 
 Tokenizer::Tokenizer() = default;
@@ -367,7 +427,26 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text, b
 
 absl::Status Tokenizer::EncodeSegment(absl::string_view text, EncodeState* state) const {
   if (text.empty()) return absl::OkStatus();
-  if (nfc_ != nullptr) text = nfc_->Normalize(text, &state->normalized);
+  int buffer = 0;  // Each step writes the buffer that `text` does not point into.
+  for (const NormalizerStep& step : normalizers_) {
+    std::string& out = state->normalized[buffer];
+    switch (step.kind) {
+      case NormalizerStep::Kind::kNfc:
+        text = nfc_->Normalize(text, &out);
+        break;
+      case NormalizerStep::Kind::kPrepend:
+        if (text.empty()) continue;
+        out.assign(step.to).append(text.data(), text.size());
+        text = out;
+        break;
+      case NormalizerStep::Kind::kReplace:
+        if (step.from.empty() || text.find(step.from) == absl::string_view::npos) continue;
+        out = absl::StrReplaceAll(text, {{step.from, step.to}});
+        text = out;
+        break;
+    }
+    buffer ^= 1;
+  }
   return EncodeStage(0, text, state);
 }
 
@@ -400,9 +479,15 @@ absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, boo
     if (skip_special_tokens && (token_flags_[id] & kSpecial)) continue;
     bytes.append(token_bytes_[id]);
   }
-  if (utf8::FindInvalid(bytes) == bytes.size()) return bytes;
   std::string out;
-  utf8::AppendLossy(bytes, &out);
+  if (utf8::FindInvalid(bytes) == bytes.size()) {
+    out = std::move(bytes);
+  } else {
+    utf8::AppendLossy(bytes, &out);
+  }
+  size_t strip = 0;
+  while (strip < out.size() && strip < static_cast<size_t>(decoder_strip_spaces_) && out[strip] == ' ') ++strip;
+  out.erase(0, strip);
   return out;
 }
 
@@ -419,7 +504,7 @@ std::optional<int32_t> Tokenizer::TokenToId(absl::string_view token) const {
   auto it = added_by_content_.find(token);
   if (it != added_by_content_.end()) return it->second;
   std::string bytes;
-  if (byte_level::CharsToBytes(token, &bytes)) return bpe_->Find(bytes);
+  if (byte_level_vocab_ && byte_level::CharsToBytes(token, &bytes)) return bpe_->Find(bytes);
   return bpe_->Find(token);
 }
 

@@ -1,6 +1,8 @@
 // Hugging Face `tokenizer.json` tokenizer: byte-level BPE (GPT-2 alphabet) with
 // the Split(Regex) + ByteLevel pre-tokenizers of Llama 3 and Qwen2/Qwen3, NFC
-// normalization, added tokens, TemplateProcessing and the ByteLevel decoder.
+// normalization, added tokens, TemplateProcessing and the ByteLevel decoder;
+// also SentencePiece-style BPE as in the Llama 2 / Mistral files (Prepend +
+// Replace normalizers, byte_fallback, Replace/ByteFallback/Fuse/Strip decoder).
 // Ids match the Hugging Face `tokenizers` library (checked by the conformance test).
 //
 // Thread safety: immutable after Load; every method may be called from any
@@ -39,7 +41,8 @@ class Tokenizer {
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text, bool add_special_tokens) const;
 
   // Ids outside the vocabulary -> OUT_OF_RANGE naming the id and vocab size.
-  // Byte sequences that are not valid UTF-8 come out as U+FFFD.
+  // Byte sequences that are not valid UTF-8 come out as U+FFFD (one per maximal
+  // invalid subpart), and a Strip decoder removes its leading spaces.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
 
   // Raw bytes a token stands for (after byte-level decoding); added tokens give
@@ -53,6 +56,9 @@ class Tokenizer {
   bool IsSpecial(int32_t id) const;
   // `token` as spelled in the vocabulary ("Ġthe") or an added token's content.
   std::optional<int32_t> TokenToId(absl::string_view token) const;
+  // Leading spaces the decoder strips from a whole decoded text (1 for the
+  // SentencePiece "▁" prefix, else 0); streaming decoders apply it at stream start.
+  int32_t decoder_strip_spaces() const { return decoder_strip_spaces_; }
 
   ~Tokenizer();
 
@@ -74,7 +80,16 @@ class Tokenizer {
   absl::flat_hash_map<std::string, int32_t> added_by_content_;
   std::unique_ptr<BpeModel> bpe_;
   std::unique_ptr<AddedTokenMatcher> added_matcher_;
+  // Normalizers, applied in order to text between added tokens.
+  struct NormalizerStep {
+    enum class Kind { kNfc, kPrepend, kReplace } kind;
+    std::string from;  // kReplace: the literal pattern.
+    std::string to;    // kPrepend / kReplace: the inserted text.
+  };
+  std::vector<NormalizerStep> normalizers_;
   std::unique_ptr<NfcNormalizer> nfc_;
+  bool byte_level_vocab_ = true;  // Vocabulary strings use the GPT-2 byte alphabet.
+  int32_t decoder_strip_spaces_ = 0;
   std::vector<Stage> stages_;  // Applied in sequence, each to every piece of the previous one.
   std::vector<int32_t> prefix_ids_;  // Added when add_special_tokens.
   std::vector<int32_t> suffix_ids_;

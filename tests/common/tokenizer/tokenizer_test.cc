@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/incremental_detokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/tokenizer/test_models.h"
@@ -161,6 +162,35 @@ TEST(TokenizerTest, TinyTokenizerWithPairMergesAndConfigs) {
   EXPECT_THAT(*t.Encode("ab  [X]  c", false), ElementsAre(256, 260, 'c'));
   EXPECT_EQ(*t.Decode({258, 257, 259}, true), "abc");
   EXPECT_EQ(Tokenizer::Load((dir / "missing").string()).status().code(), absl::StatusCode::kNotFound);
+}
+
+// SentencePiece-style BPE with byte fallback and fused unknown characters.
+// Expected values come from Hugging Face tokenizers on the same file.
+TEST(TokenizerTest, SentencePieceStyleUnknownAndByteFallback) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "tiny_sp_tokenizer";
+  std::filesystem::create_directories(dir);
+  WriteFile(dir / "tokenizer.json", R"({
+    "added_tokens": [{"id": 0, "content": "<unk>", "special": true}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+                   {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "pre_tokenizer": null, "post_processor": null,
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true,
+              "vocab": {"<unk>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "<0x78>": 5}, "merges": ["▁ a"]}})");
+  auto tokenizer = Tokenizer::Load(dir.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const Tokenizer& t = **tokenizer;
+  // "x" falls back to its byte token; "yzy" has none and fuses into one <unk>.
+  EXPECT_THAT(*t.Encode("a xyzy b", true), ElementsAre(4, 1, 5, 0, 1, 3));
+  EXPECT_EQ(*t.Decode({4, 1, 5, 0, 1, 3}, false), "a x<unk> b");
+  EXPECT_EQ(*t.Decode({1, 1, 2}, false), " a");  // Only the first space is stripped.
+  EXPECT_EQ(t.TokenToId("▁a"), 4);
+  EXPECT_EQ(t.TokenBytes(5), "x");
+  IncrementalDetokenizer detokenizer(&t, false);
+  EXPECT_EQ(*detokenizer.Add({1}), "");
+  EXPECT_EQ(*detokenizer.Add({1}), " ");
+  EXPECT_EQ(*detokenizer.Add({2}), "a");
 }
 
 }  // namespace
