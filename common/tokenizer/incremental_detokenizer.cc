@@ -1,6 +1,6 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 
-#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/utf8.h"
 
@@ -12,12 +12,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, bool 
       strip_spaces_(tokenizer->decoder_strip_spaces()) {}
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Add(absl::Span<const int32_t> ids) {
-  for (int32_t id : ids) {
-    if (id < 0 || id >= tokenizer_->vocab_size()) {
-      return absl::OutOfRangeError(absl::StrCat("token id ", id, " is not in the vocabulary (vocab size ",
-                                                tokenizer_->vocab_size(), ")"));
-    }
-  }
+  FLOE_RETURN_IF_ERROR(tokenizer_->ValidateIds(ids));
   std::string bytes = std::move(pending_);
   pending_.clear();
   for (int32_t id : ids) {

@@ -470,12 +470,9 @@ absl::Status Tokenizer::EncodeStage(size_t stage, absl::string_view text, Encode
 }
 
 absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {
+  FLOE_RETURN_IF_ERROR(ValidateIds(ids));
   std::string bytes;
   for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size() || !(token_flags_[id] & kPresent)) {
-      return absl::OutOfRangeError(
-          absl::StrCat("token id ", id, " is not in the vocabulary (vocab size ", vocab_size(), ")"));
-    }
     if (skip_special_tokens && (token_flags_[id] & kSpecial)) continue;
     bytes.append(token_bytes_[id]);
   }
@@ -489,6 +486,16 @@ absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, boo
   while (strip < out.size() && strip < static_cast<size_t>(decoder_strip_spaces_) && out[strip] == ' ') ++strip;
   out.erase(0, strip);
   return out;
+}
+
+absl::Status Tokenizer::ValidateIds(absl::Span<const int32_t> ids) const {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size() || !(token_flags_[id] & kPresent)) {
+      return absl::OutOfRangeError(
+          absl::StrCat("token id ", id, " is not in the vocabulary (vocab size ", vocab_size(), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::string_view Tokenizer::TokenBytes(int32_t id) const {

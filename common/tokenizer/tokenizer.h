@@ -45,6 +45,10 @@ class Tokenizer {
   // invalid subpart), and a Strip decoder removes its leading spaces.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
 
+  // OK when every id is in the vocabulary, else OUT_OF_RANGE naming the first
+  // bad id and the vocab size (what Decode returns for it).
+  absl::Status ValidateIds(absl::Span<const int32_t> ids) const;
+
   // Raw bytes a token stands for (after byte-level decoding); added tokens give
   // their content. Empty for ids outside the vocabulary.
   absl::string_view TokenBytes(int32_t id) const;
