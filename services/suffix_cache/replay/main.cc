@@ -35,6 +35,10 @@ suffix-replay.md) and prints acceptance, latency and memory figures.
   --max-spec-offset F        budget offset (0.0)
   --min-token-prob P         stop drafting below this path probability (0.1)
   --max-cached-requests N    global tree size in responses; -1 unlimited, 0 off
+  --confident-prob P         (default mode) past the match-length budget, keep
+                             drafting while the path probability is >= P (0.99;
+                             0 turns it off) ...
+  --confident-min-match N    ... from matches of >= N tokens (max-spec-tokens/3)
   --tree-spec                tree drafts (best-first) instead of path drafts
   --ngram                    n-gram prompt-lookup baseline (n=3, k=10) instead
   --limit N                  replay only the first N requests
@@ -79,6 +83,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (absl::Status st = ApplyPreset(f.preset, &f.options); !st.ok()) return st;
   f.options.draft.extend_past_depth = true;
   f.options.draft.discount_own_suffix = true;
+  f.options.draft.confident_prob = 0.99f;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> absl::StatusOr<std::string> {
@@ -120,6 +125,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (arg == "--reference-compatible") {
       f.options.draft.extend_past_depth = false;
       f.options.draft.discount_own_suffix = false;
+      f.options.draft.confident_prob = 0.0f;
     } else if (arg == "--max-depth") {
       FLOE_FLAG_VALUE(f.options.speculator.max_depth, int_value(1, 4096));
     } else if (arg == "--max-spec-tokens") {
@@ -132,6 +138,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       FLOE_FLAG_VALUE(f.options.draft.min_token_prob, float_value(0.0f, 1.0f));
     } else if (arg == "--max-cached-requests") {
       FLOE_FLAG_VALUE(f.options.speculator.max_cached_requests, int_value(-1, 0x7FFFFFFF));
+    } else if (arg == "--confident-prob") {
+      FLOE_FLAG_VALUE(f.options.draft.confident_prob, float_value(0.0f, 1.0f));
+    } else if (arg == "--confident-min-match") {
+      FLOE_FLAG_VALUE(f.options.draft.confident_min_match, int_value(0, 4096));
     } else if (arg == "--tree-spec") {
       f.options.draft.use_tree_spec = true;
     } else if (arg == "--ngram") {
@@ -178,7 +188,9 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
                    {"max_spec_offset", o.draft.max_spec_offset},
                    {"min_token_prob", o.draft.min_token_prob},
                    {"max_cached_requests", o.speculator.max_cached_requests},
-                   {"tree_spec", o.draft.use_tree_spec}};
+                   {"tree_spec", o.draft.use_tree_spec},
+                   {"confident_prob", o.draft.confident_prob},
+                   {"discount_own_suffix", o.draft.discount_own_suffix}};
   }
   j["requests"] = r.requests;
   j["prompt_tokens"] = r.prompt_tokens;
@@ -204,6 +216,8 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
       r.cached_tokens ? static_cast<double>(r.global_tree_bytes) / r.cached_tokens : 0.0;
   j["peak_rss_mb"] = ru.ru_maxrss / 1024.0;
   j["wall_s"] = r.wall_s;
+  j["drafted_histogram"] = r.drafted_histogram;
+  j["accepted_histogram"] = r.accepted_histogram;
   return j;
 }
 

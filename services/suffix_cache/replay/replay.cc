@@ -124,6 +124,12 @@ absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
       res.accepted_tokens += accepted;
       res.drafted_tokens += drafted;
       if (drafted == 0) ++res.empty_draft_steps;
+      auto bump = [](std::vector<int64_t>& h, int64_t at) {
+        if (static_cast<int64_t>(h.size()) <= at) h.resize(at + 1, 0);
+        ++h[at];
+      };
+      bump(res.drafted_histogram, drafted);
+      bump(res.accepted_histogram, accepted);
       const absl::Span<const int32_t> emitted = out.subspan(i, emit);
       t0 = Clock::now();
       FLOE_RETURN_IF_ERROR(drafter.Append(r, emitted));

@@ -31,6 +31,9 @@ struct ReplayResult {
   int64_t drafted_tokens = 0;
   int64_t empty_draft_steps = 0;
   std::vector<double> speculate_us;  // one per step
+  // Steps by draft length and by accepted length (index = tokens).
+  std::vector<int64_t> drafted_histogram;
+  std::vector<int64_t> accepted_histogram;
   double append_us = 0;              // total
   double start_us = 0;
   double stop_us = 0;

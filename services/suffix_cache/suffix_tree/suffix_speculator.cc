@@ -1,5 +1,6 @@
 #include "services/suffix_cache/suffix_tree/suffix_speculator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "services/suffix_cache/suffix_tree/invariant.h"
@@ -22,7 +23,7 @@ absl::Status SuffixSpeculator::StartRequest(absl::string_view request_id,
   }
   auto local = std::make_unique<SuffixTree>(config_.max_depth);
   local->Extend(kLocalSeq, prompt);
-  active_.emplace(id, std::move(local));
+  active_.emplace(id, Active{std::move(local), {}, false});
   if (config_.max_cached_requests != 0) {
     if (cached_.contains(id)) {
       absl::Status st = Evict(id);
@@ -89,7 +90,11 @@ absl::Status SuffixSpeculator::AppendTokens(absl::string_view request_id,
   if (it == active_.end()) {
     return absl::NotFoundError(absl::StrCat("request '", request_id, "' is not active"));
   }
-  it->second->Extend(kLocalSeq, tokens);
+  Active& a = it->second;
+  a.local->Extend(kLocalSeq, tokens);
+  a.last_accepted = !a.last_draft.empty() && tokens.size() > a.last_draft.size() &&
+                    std::equal(a.last_draft.begin(), a.last_draft.end(), tokens.begin());
+  a.last_draft.clear();
   if (auto c = cached_.find(request_id); c != cached_.end()) {
     global_.Extend(c->second.seq_id, tokens);
   }
@@ -110,7 +115,7 @@ absl::Status SuffixSpeculator::StopRequest(absl::string_view request_id) {
 
 absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
                                                   absl::Span<const int32_t> context,
-                                                  const DraftParams& params) const {
+                                                  const DraftParams& params) {
   auto it = active_.find(request_id);
   if (it == active_.end()) {
     return absl::NotFoundError(absl::StrCat("request '", request_id, "' is not active"));
@@ -118,19 +123,27 @@ absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
   if (static_cast<int>(context.size()) > config_.max_depth) {
     context = context.subspan(context.size() - config_.max_depth);
   }
-  Draft best = it->second->Speculate(context, params, kLocalSeq);
+  Active& a = it->second;
+  DraftParams local_params = params;
+  if (!a.last_accepted) local_params.confident_prob = 0.0f;
+  Draft best = a.local->Speculate(context, local_params, kLocalSeq);
   if (config_.max_cached_requests != 0) {
     int32_t hint = -1;
     if (auto c = cached_.find(request_id); c != cached_.end()) hint = c->second.seq_id;
-    Draft global = global_.Speculate(context, params, hint);
+    // Confident extension pays off for copies of the request's own prompt;
+    // from other responses it mostly over-drafts.
+    DraftParams global_params = params;
+    global_params.confident_prob = 0.0f;
+    Draft global = global_.Speculate(context, global_params, hint);
     if (global.score > best.score) best = std::move(global);
   }
+  a.last_draft = best.token_ids;
   return best;
 }
 
 size_t SuffixSpeculator::LocalMemoryUsage() const {
   size_t total = 0;
-  for (const auto& [id, tree] : active_) total += tree->MemoryUsage();
+  for (const auto& [id, a] : active_) total += a.local->MemoryUsage();
   return total;
 }
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -50,9 +51,12 @@ class SuffixSpeculator {
 
   // Draft for `context` (normally prompt + response so far; only its last
   // max_depth tokens are used). NotFound if the request is not active.
+  // DraftParams::confident_prob applies only to the local tree and only
+  // while the request's previous draft was accepted in full (as seen by the
+  // next AppendTokens).
   absl::StatusOr<Draft> Speculate(absl::string_view request_id,
                                   absl::Span<const int32_t> context,
-                                  const DraftParams& params) const;
+                                  const DraftParams& params);
 
   const SpeculatorConfig& config() const { return config_; }
   const SuffixTree& global_tree() const { return global_; }
@@ -72,7 +76,12 @@ class SuffixSpeculator {
 
   SpeculatorConfig config_;
   SuffixTree global_;
-  absl::flat_hash_map<std::string, std::unique_ptr<SuffixTree>> active_;
+  struct Active {
+    std::unique_ptr<SuffixTree> local;
+    std::vector<int32_t> last_draft;
+    bool last_accepted = false;  // the previous draft was accepted in full
+  };
+  absl::flat_hash_map<std::string, Active> active_;
   absl::flat_hash_map<std::string, Cached> cached_;
   absl::flat_hash_map<int32_t, std::string> request_of_seq_;
   std::map<uint64_t, std::string> fifo_;

@@ -526,7 +526,7 @@ int32_t SuffixTree::HintedMatches(absl::Span<const int32_t> context, int32_t hin
 
 template <typename Sink>
 float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
-                            int budget,
+                            int budget, bool confident_extra,
                             const DraftParams& params, std::vector<int32_t>* window,
                             Sink&& sink) const {
   // Float arithmetic in the reference's order, so scores (and ties) agree.
@@ -543,7 +543,9 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     ++emitted;
     if (extend) window->push_back(token);
   };
-  while (emitted < budget && prob >= params.min_token_prob) {
+  while (prob >= params.min_token_prob &&
+         (emitted < budget || (confident_extra && emitted < params.max_spec_tokens &&
+                               prob >= params.confident_prob))) {
     const Node& n = nodes_[node];
     if (idx < n.length) {
       emit(Token(node, idx));
@@ -565,7 +567,10 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     // been matched and drafted, whose children say how it goes on.
     if (n.count == 1) {
       const std::vector<int32_t>& toks = seqs_[n.ref_seq].tokens;
-      for (int32_t p = n.ref_idx + idx; emitted < budget && p < static_cast<int32_t>(toks.size());
+      const int limit = confident_extra && prob >= params.confident_prob
+                            ? std::max(budget, params.max_spec_tokens)
+                            : budget;
+      for (int32_t p = n.ref_idx + idx; emitted < limit && p < static_cast<int32_t>(toks.size());
            ++p) {
         emit(toks[p]);
       }
@@ -642,6 +647,9 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     return Locus{n, nodes_[n].length};
   };
   auto own = [&](int32_t m) { return params.discount_own_suffix && m <= k; };
+  const int confident_min = params.confident_min_match >= 0 ? params.confident_min_match
+                                                             : params.max_spec_tokens / 3;
+  auto confident = [&](int32_t m) { return params.confident_prob > 0.0f && m >= confident_min; };
   auto budget_for = [&](int32_t m) {
     const int b = std::min(params.max_spec_tokens,
                            static_cast<int>(m * params.max_spec_factor +
@@ -657,7 +665,9 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   std::vector<int32_t> window;  // only for extend_past_depth
   for (int32_t m = m_max; m >= 1; --m) {
     const int budget = budget_for(m);
-    if (best_m > 0 && can_prune && best_score >= static_cast<float>(budget)) break;
+    // Scores never exceed the number of drafted tokens.
+    const int bound = confident(m) ? std::max(budget, params.max_spec_tokens) : budget;
+    if (best_m > 0 && can_prune && best_score >= static_cast<float>(bound)) break;
     float score;
     if (params.use_tree_spec) {
       Draft d;
@@ -668,7 +678,8 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
         best.match_len = m;
       }
     } else {
-      score = PathDraft(locus(m), own(m), context.subspan(len - m), budget, params, &window,
+      score = PathDraft(locus(m), own(m), context.subspan(len - m), budget, confident(m), params,
+                        &window,
                         [](int32_t, float) {});
     }
     if (best_m == 0 || score > best_score) {
@@ -681,7 +692,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     best.token_ids.reserve(budget);
     best.probs.reserve(budget);
     best.score = PathDraft(locus(best_m), own(best_m), context.subspan(len - best_m), budget,
-                           params,
+                           confident(best_m), params,
                            &window, [&](int32_t t, float p) {
       best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
       best.token_ids.push_back(t);
