@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/added_token_matcher.h"
@@ -83,7 +84,8 @@ struct Tokenizer::EncodeState {
   std::vector<int32_t>* out;
   BpeModel::Scratch scratch;
   std::string normalized[2];  // Alternating buffers for the normalizer steps.
-  std::vector<std::string> prefixed;  // Per stage, for add_prefix_space.
+  std::vector<std::string> prefixed;  // Per stage, for add_prefix_space / Metaspace.
+  bool at_text_start = true;          // No text or added token was encoded yet.
 };
 
 class Tokenizer::Loader {
@@ -124,6 +126,18 @@ class Tokenizer::Loader {
     }
     t_->token_bytes_[id] = std::move(bytes);
     t_->token_flags_[id] = flags;
+  }
+
+  // Metaspace's prepend_scheme, or the older add_prefix_space (default true).
+  static Stage::Prepend MetaspacePrepend(const Json& j) {
+    if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
+      const std::string scheme = j["prepend_scheme"].get<std::string>();
+      if (scheme == "first") return Stage::Prepend::kFirst;
+      if (scheme == "never") return Stage::Prepend::kNever;
+      return Stage::Prepend::kAlways;
+    }
+    return !j.contains("add_prefix_space") || BoolField(j, "add_prefix_space") ? Stage::Prepend::kAlways
+                                                                               : Stage::Prepend::kNever;
   }
 
   // Byte-level vocabularies spell bytes in the GPT-2 alphabet; SentencePiece
@@ -278,6 +292,15 @@ class Tokenizer::Loader {
       if (use_regex || prefix) FLOE_RETURN_IF_ERROR(AddSplitStage(use_regex ? kGpt2Pattern : "", prefix));
       return absl::OkStatus();
     }
+    if (type == "Metaspace") {
+      Stage stage;
+      stage.metaspace = p.value("replacement", std::string("\u2581"));
+      if (stage.metaspace.empty()) return absl::InvalidArgumentError("pre_tokenizer Metaspace: empty replacement");
+      stage.prepend = MetaspacePrepend(p);
+      stage.metaspace_split = !p.contains("split") || BoolField(p, "split");
+      t_->stages_.push_back(std::move(stage));
+      return absl::OkStatus();
+    }
     if (type == "Split") {
       const Json& pattern = p.at("pattern");
       if (!pattern.contains("Regex")) {
@@ -300,6 +323,9 @@ class Tokenizer::Loader {
       byte_level_seen_ = true;
     } else if (type == "Replace" && d.at("pattern").contains("String")) {
       decoder_replacements_.emplace_back(d["pattern"]["String"].get<std::string>(), d.at("content").get<std::string>());
+    } else if (type == "Metaspace") {
+      decoder_replacements_.emplace_back(d.value("replacement", std::string("\u2581")), " ");
+      if (MetaspacePrepend(d) != Stage::Prepend::kNever) t_->decoder_strip_spaces_ = 1;
     } else if (type == "ByteFallback") {
       decoder_byte_fallback_ = true;
     } else if (type == "Strip" && d.value("content", std::string(" ")) == " " && d.value("stop", 0) == 0) {
@@ -418,6 +444,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text, b
   for (const auto& m : matches) {
     FLOE_RETURN_IF_ERROR(EncodeSegment(text.substr(pos, m.begin - pos), &state));
     out.push_back(m.id);
+    state.at_text_start = false;
     pos = m.end;
   }
   FLOE_RETURN_IF_ERROR(EncodeSegment(text.substr(pos), &state));
@@ -456,6 +483,7 @@ absl::Status Tokenizer::EncodeStage(size_t stage, absl::string_view text, Encode
     return absl::OkStatus();
   }
   const Stage& s = stages_[stage];
+  if (!s.metaspace.empty()) return EncodeMetaspace(stage, text, state);
   if (s.add_prefix_space && (text.empty() || text[0] != ' ')) {
     std::string& storage = state->prefixed[stage];
     storage.assign(" ").append(text.data(), text.size());
@@ -467,6 +495,31 @@ absl::Status Tokenizer::EncodeStage(size_t stage, absl::string_view text, Encode
     if (status.ok()) status = EncodeStage(stage + 1, piece, state);
   }));
   return status;
+}
+
+// Hugging Face's Metaspace pre-tokenizer: spaces become the replacement
+// character, which is also prepended (always, or only at the start of the
+// text), then pieces split before each replacement character.
+absl::Status Tokenizer::EncodeMetaspace(size_t stage, absl::string_view text, EncodeState* state) const {
+  const Stage& s = stages_[stage];
+  std::string& storage = state->prefixed[stage];
+  storage = absl::StrReplaceAll(text, {{" ", s.metaspace}});
+  const bool prepend = s.prepend == Stage::Prepend::kAlways ||
+                       (s.prepend == Stage::Prepend::kFirst && state->at_text_start);
+  state->at_text_start = false;
+  if (prepend && !absl::StartsWith(storage, s.metaspace)) storage.insert(0, s.metaspace);
+  const absl::string_view replaced = storage;
+  if (!s.metaspace_split) return EncodeStage(stage + 1, replaced, state);
+  size_t begin = 0;
+  while (begin < replaced.size()) {
+    // A piece runs to the next replacement character after its first character
+    // (searching from begin + 1 never matches inside a character: valid UTF-8).
+    size_t end = replaced.find(s.metaspace, begin + 1);
+    if (end == absl::string_view::npos) end = replaced.size();
+    FLOE_RETURN_IF_ERROR(EncodeStage(stage + 1, replaced.substr(begin, end - begin), state));
+    begin = end;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {

