@@ -67,6 +67,16 @@ std::string TypeOf(const Json& j) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
+// Calls `load` on `j`, or on each member when `j` is a {"type": "Sequence"}
+// whose members are listed under `list_key`; nothing for null.
+template <typename Load>
+absl::Status ForEachComponent(const Json& j, const char* list_key, Load load) {
+  if (j.is_null()) return absl::OkStatus();
+  if (TypeOf(j) != "Sequence") return load(j);
+  for (const Json& child : j.at(list_key)) FLOE_RETURN_IF_ERROR(ForEachComponent(child, list_key, load));
+  return absl::OkStatus();
+}
+
 // "<s>" or {"content": "<s>", ...}; empty when absent or null.
 std::string TokenContent(const Json& config, const char* key) {
   auto it = config.find(key);
@@ -103,14 +113,18 @@ class Tokenizer::Loader {
     FLOE_ASSIGN_OR_RETURN(Json generation, ReadOptionalJson(dir / "generation_config.json"));
     try {
       // The decoder and pre-tokenizer say how vocabulary strings are spelled.
-      FLOE_RETURN_IF_ERROR(LoadDecoder(root.value("decoder", Json())));
-      FLOE_RETURN_IF_ERROR(LoadPreTokenizer(root.value("pre_tokenizer", Json())));
+      FLOE_RETURN_IF_ERROR(ForEachComponent(root.value("decoder", Json()), "decoders",
+                                            [&](const Json& j) { return LoadDecoder(j); }));
+      FLOE_RETURN_IF_ERROR(ForEachComponent(root.value("pre_tokenizer", Json()), "pretokenizers",
+                                            [&](const Json& j) { return LoadPreTokenizer(j); }));
       t_->byte_level_vocab_ = byte_level_seen_;
       FLOE_RETURN_IF_ERROR(LoadModel(root["model"]));
       FLOE_RETURN_IF_ERROR(LoadAddedTokens(root.value("added_tokens", Json::array())));
-      FLOE_RETURN_IF_ERROR(LoadNormalizer(root.value("normalizer", Json())));
+      FLOE_RETURN_IF_ERROR(ForEachComponent(root.value("normalizer", Json()), "normalizers",
+                                            [&](const Json& j) { return LoadNormalizer(j); }));
       bool templated = false;
-      FLOE_RETURN_IF_ERROR(LoadPostProcessor(root.value("post_processor", Json()), &templated));
+      FLOE_RETURN_IF_ERROR(ForEachComponent(root.value("post_processor", Json()), "processors",
+                                            [&](const Json& j) { return LoadPostProcessor(j, &templated); }));
       FLOE_RETURN_IF_ERROR(LoadConfigs(config, generation, templated));
     } catch (const Json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(json_path.string(), ": unexpected field type: ", e.what()));
@@ -244,12 +258,7 @@ class Tokenizer::Loader {
   }
 
   absl::Status LoadNormalizer(const Json& n) {
-    if (n.is_null()) return absl::OkStatus();
     const std::string type = TypeOf(n);
-    if (type == "Sequence") {
-      for (const Json& child : n.at("normalizers")) FLOE_RETURN_IF_ERROR(LoadNormalizer(child));
-      return absl::OkStatus();
-    }
     using Kind = NormalizerStep::Kind;
     if (type == "NFC") {
       if (t_->nfc_ == nullptr) {
@@ -279,12 +288,7 @@ class Tokenizer::Loader {
   }
 
   absl::Status LoadPreTokenizer(const Json& p) {
-    if (p.is_null()) return absl::OkStatus();
     const std::string type = TypeOf(p);
-    if (type == "Sequence") {
-      for (const Json& child : p.at("pretokenizers")) FLOE_RETURN_IF_ERROR(LoadPreTokenizer(child));
-      return absl::OkStatus();
-    }
     if (type == "ByteLevel") {
       byte_level_seen_ = true;
       const bool use_regex = !p.contains("use_regex") || BoolField(p, "use_regex");
@@ -315,11 +319,8 @@ class Tokenizer::Loader {
   }
 
   absl::Status LoadDecoder(const Json& d) {
-    if (d.is_null()) return absl::OkStatus();
     const std::string type = TypeOf(d);
-    if (type == "Sequence") {
-      for (const Json& child : d.at("decoders")) FLOE_RETURN_IF_ERROR(LoadDecoder(child));
-    } else if (type == "ByteLevel") {
+    if (type == "ByteLevel") {
       byte_level_seen_ = true;
     } else if (type == "Replace" && d.at("pattern").contains("String")) {
       decoder_replacements_.emplace_back(d["pattern"]["String"].get<std::string>(), d.at("content").get<std::string>());
@@ -339,12 +340,7 @@ class Tokenizer::Loader {
   }
 
   absl::Status LoadPostProcessor(const Json& p, bool* templated) {
-    if (p.is_null()) return absl::OkStatus();
     const std::string type = TypeOf(p);
-    if (type == "Sequence") {
-      for (const Json& child : p.at("processors")) FLOE_RETURN_IF_ERROR(LoadPostProcessor(child, templated));
-      return absl::OkStatus();
-    }
     if (type == "ByteLevel") return absl::OkStatus();  // Offsets only.
     if (type != "TemplateProcessing") {
       return absl::UnimplementedError(absl::StrCat("post_processor.type '", type, "' is not supported"));

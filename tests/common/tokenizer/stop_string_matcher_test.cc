@@ -1,6 +1,7 @@
 #include "common/tokenizer/stop_string_matcher.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -58,26 +59,29 @@ TEST(StopStringMatcherTest, EarliestOfSeveralStops) {
   EXPECT_EQ(r.text, "hel");
 }
 
+// Feeds `chunks`; returns everything emitted, and whether a stop string matched.
+std::pair<std::string, bool> Feed(StopStringMatcher& m, const std::vector<std::string>& chunks) {
+  std::string emitted;
+  bool stopped = false;
+  for (const auto& chunk : chunks) {
+    auto r = m.Consume(chunk);
+    emitted += r.text;
+    stopped = stopped || r.stopped;
+  }
+  return {emitted, stopped};
+}
+
 TEST(StopStringMatcherTest, OverlappingPrefixesHoldLongestCandidate) {
   StopStringMatcher m({"aab"});
-  std::string emitted;
-  emitted += m.Consume("xa").text;
-  emitted += m.Consume("a").text;
-  emitted += m.Consume("a").text;  // "aaa": only the last "aa" can still start "aab".
-  EXPECT_EQ(emitted, "xa");
-  auto r = m.Consume("b!");
-  EXPECT_TRUE(r.stopped);
-  EXPECT_EQ(emitted + r.text, "xa");
+  // "aaa": only the last "aa" can still start "aab".
+  EXPECT_EQ(Feed(m, {"xa", "a", "a"}), std::make_pair(std::string("xa"), false));
+  EXPECT_EQ(Feed(m, {"b!"}), std::make_pair(std::string(""), true));
 }
 
 TEST(StopStringMatcherTest, MultibyteStopString) {
   StopStringMatcher m({"終わり"});
-  std::string emitted;
-  emitted += m.Consume("これで終").text;
-  EXPECT_EQ(emitted, "これで");
-  auto r = m.Consume("わり です");
-  EXPECT_TRUE(r.stopped);
-  EXPECT_EQ(emitted + r.text, "これで");
+  EXPECT_EQ(Feed(m, {"これで終"}), std::make_pair(std::string("これで"), false));
+  EXPECT_EQ(Feed(m, {"わり です"}), std::make_pair(std::string(""), true));
 }
 
 TEST(StopStringMatcherTest, FlushReturnsHeldTextWithoutStop) {
