@@ -15,6 +15,7 @@
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/nfc_normalizer.h"
 #include "common/tokenizer/regex_splitter.h"
+#include "common/tokenizer/tokenizer_json_reader.h"
 #include "common/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
@@ -104,11 +105,9 @@ class Tokenizer::Loader {
 
   absl::Status Load(const std::filesystem::path& json_path, const std::filesystem::path& dir) {
     FLOE_ASSIGN_OR_RETURN(std::string text, ReadFile(json_path));
-    Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (root.is_discarded() || !root.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(json_path.string(), ": malformed JSON"));
-    }
-    text.clear();
+    FLOE_ASSIGN_OR_RETURN(TokenizerJson parsed, ParseTokenizerJson(text, json_path.string()));
+    text = std::string();
+    const Json& root = parsed.root;
     FLOE_ASSIGN_OR_RETURN(Json config, ReadOptionalJson(dir / "tokenizer_config.json"));
     FLOE_ASSIGN_OR_RETURN(Json generation, ReadOptionalJson(dir / "generation_config.json"));
     try {
@@ -118,7 +117,7 @@ class Tokenizer::Loader {
       FLOE_RETURN_IF_ERROR(ForEachComponent(root.value("pre_tokenizer", Json()), "pretokenizers",
                                             [&](const Json& j) { return LoadPreTokenizer(j); }));
       t_->byte_level_vocab_ = byte_level_seen_;
-      FLOE_RETURN_IF_ERROR(LoadModel(root["model"]));
+      FLOE_RETURN_IF_ERROR(LoadModel(root.value("model", Json()), std::move(parsed.vocab), std::move(parsed.merges)));
       FLOE_RETURN_IF_ERROR(LoadAddedTokens(root.value("added_tokens", Json::array())));
       FLOE_RETURN_IF_ERROR(ForEachComponent(root.value("normalizer", Json()), "normalizers",
                                             [&](const Json& j) { return LoadNormalizer(j); }));
@@ -173,7 +172,9 @@ class Tokenizer::Loader {
     return out;
   }
 
-  absl::Status LoadModel(const Json& model) {
+  // `vocab_entries` and `merges` are model.vocab and model.merges, read outside the JSON tree.
+  absl::Status LoadModel(const Json& model, std::vector<std::pair<std::string, int64_t>> vocab_entries,
+                         std::vector<std::pair<std::string, std::string>> merges) {
     if (!model.is_object()) return absl::InvalidArgumentError("tokenizer.json: missing 'model'");
     const std::string type = TypeOf(model);
     if (!type.empty() && type != "BPE") {
@@ -189,35 +190,19 @@ class Tokenizer::Loader {
     if (dropout != model.end() && dropout->is_number() && dropout->get<double>() > 0) {
       return absl::UnimplementedError("model.dropout is not supported");
     }
-    const Json& vocab_json = model.at("vocab");
-    if (!vocab_json.is_object()) return absl::InvalidArgumentError("model.vocab must be an object");
     absl::flat_hash_map<std::string, int32_t> vocab;
-    vocab.reserve(vocab_json.size());
-    for (auto it = vocab_json.begin(); it != vocab_json.end(); ++it) {
-      const int64_t id = it.value().get<int64_t>();
+    vocab.reserve(vocab_entries.size());
+    for (const auto& [token, id] : vocab_entries) {
       if (id < 0 || id > (1 << 30)) {
-        return absl::InvalidArgumentError(absl::StrCat("model.vocab['", it.key(), "']: id ", id, " out of range"));
+        return absl::InvalidArgumentError(absl::StrCat("model.vocab['", token, "']: id ", id, " out of range"));
       }
-      vocab[ModelKey(it.key())] = static_cast<int32_t>(id);
-      SetToken(static_cast<int32_t>(id), DisplayBytes(it.key()), kPresent);
+      vocab[ModelKey(token)] = static_cast<int32_t>(id);
+      SetToken(static_cast<int32_t>(id), DisplayBytes(token), kPresent);
     }
-    std::vector<std::pair<std::string, std::string>> merges;
-    const Json& merges_json = model.value("merges", Json::array());
-    merges.reserve(merges_json.size());
-    for (size_t i = 0; i < merges_json.size(); ++i) {
-      const Json& m = merges_json[i];
-      if (m.is_string()) {
-        const std::string& s = m.get_ref<const std::string&>();
-        const size_t space = s.find(' ');
-        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-          return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: '", s, "' is not 'a b'"));
-        }
-        merges.emplace_back(ModelKey(s.substr(0, space)), ModelKey(s.substr(space + 1)));
-      } else if (m.is_array() && m.size() == 2) {
-        merges.emplace_back(ModelKey(m[0].get<std::string>()), ModelKey(m[1].get<std::string>()));
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: expected \"a b\" or [\"a\", \"b\"]"));
-      }
+    vocab_entries = {};
+    for (auto& [left, right] : merges) {
+      left = ModelKey(left);
+      right = ModelKey(right);
     }
     BpeModel::Options options;
     options.ignore_merges = BoolField(model, "ignore_merges");

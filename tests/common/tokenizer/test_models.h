@@ -35,7 +35,8 @@ inline const Tokenizer* SharedTokenizer(const std::string& package) {
   auto it = loaded->find(package);
   if (it == loaded->end()) {
     auto t = Tokenizer::Load(ModelDir(package));
-    EXPECT_TRUE(t.ok()) << t.status() << "\n" << MissingModelsMessage();
+    EXPECT_TRUE(t.ok()) << t.status() << "\n"
+                        << (std::filesystem::exists(ModelDir(package)) ? "" : MissingModelsMessage());
     it = loaded->emplace(package, t.ok() ? std::move(*t) : nullptr).first;
   }
   return it->second.get();

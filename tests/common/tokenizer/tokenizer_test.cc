@@ -164,6 +164,30 @@ TEST(TokenizerTest, TinyTokenizerWithPairMergesAndConfigs) {
   EXPECT_EQ(Tokenizer::Load((dir / "missing").string()).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(TokenizerTest, LoadErrorsNameTheProblem) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "bad_tokenizers";
+  std::filesystem::create_directories(dir);
+  const auto load = [&](const std::string& name, const std::string& json) {
+    WriteFile(dir / name, json);
+    return Tokenizer::Load((dir / name).string()).status();
+  };
+  absl::Status s = load("truncated.json", R"({"model": {"vocab": {"a": 0)");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("malformed JSON"));
+  s = load("bad_merge.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b", "ab"]}})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model.merges[1]"));
+  s = load("bad_id.json", R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model.vocab"));
+  s = load("unknown_merge.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "q"]]}})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model.merges[0]"));
+  s = load("wordpiece.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("WordPiece"));
+}
+
 // SentencePiece-style BPE with byte fallback and fused unknown characters.
 // Expected values come from Hugging Face tokenizers on the same file.
 TEST(TokenizerTest, SentencePieceStyleUnknownAndByteFallback) {
