@@ -33,13 +33,14 @@ void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionS
                     int64_t out_stride, float* scratch, int64_t scratch_per_thread,
                     ThreadPool& pool) {
   // Tasks: (sequence, head, chunk of kTokensPerTask tokens), sequence-major.
-  int64_t total = 0;
+  int64_t total = 0, work = 0;
   for (const AttentionSeq& seq : seqs) {
     total += static_cast<int64_t>(num_heads) * ((seq.num_tokens + kTokensPerTask - 1) / kTokensPerTask);
+    work += static_cast<int64_t>(seq.num_tokens) * (seq.start_pos + seq.num_tokens) * num_heads * kv.head_dim * 2;
   }
   const int group = num_heads / kv.kv_heads;
   const int hd = kv.head_dim;
-  pool.ParallelFor(total, [&](int64_t task, int thread) {
+  pool.ParallelFor(total, work, [&](int64_t task, int thread) {
     size_t s = 0;
     for (;; ++s) {
       const int64_t n = static_cast<int64_t>(num_heads) *

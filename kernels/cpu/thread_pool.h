@@ -26,6 +26,21 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
+  // Below this much work (in multiply-adds or element ops, roughly) a job runs
+  // inline: a fork-join costs microseconds, and far more when the machine is
+  // oversubscribed and a worker has to be rescheduled first.
+  static constexpr int64_t kMinParallelWork = int64_t{1} << 18;
+
+  // ParallelFor, or an inline loop when `work` < kMinParallelWork.
+  template <class Fn>
+  void ParallelFor(int64_t num_tasks, int64_t work, const Fn& fn) {
+    if (work < kMinParallelWork) {
+      for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
+    } else {
+      ParallelFor(num_tasks, fn);
+    }
+  }
+
   // Calls fn(task, thread) for every task in [0, num_tasks), thread in
   // [0, num_threads()); returns when all are done.
   template <class Fn>

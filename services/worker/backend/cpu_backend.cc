@@ -228,7 +228,7 @@ void CpuBackend::EnsureWorkspace(int64_t rows, int64_t logit_rows, int64_t max_c
 template <class Fn>
 void CpuBackend::ForRows(int64_t rows, const Fn& fn) {
   const int64_t tasks = std::min<int64_t>(rows, pool_.num_threads() * 4);
-  pool_.ParallelFor(tasks, [&](int64_t task, int) {
+  pool_.ParallelFor(tasks, rows * config_.hidden_size * 4, [&](int64_t task, int) {
     for (int64_t r = rows * task / tasks; r < rows * (task + 1) / tasks; ++r) fn(r);
   });
 }
