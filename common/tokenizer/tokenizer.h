@@ -5,9 +5,14 @@
 // Replace normalizers or the Metaspace pre-tokenizer, byte_fallback, the
 // Replace/ByteFallback/Fuse/Strip or Metaspace decoders).
 // Ids match the Hugging Face `tokenizers` library (checked by the conformance test).
+// Known gaps: added tokens are matched on the raw text whatever their
+// `normalized` flag (all such tokens in the Llama 3.1 / Qwen3 files are
+// unnormalized), lstrip/rstrip strip ASCII whitespace only, and decoding
+// replaces invalid UTF-8 per maximal subpart (HF's ByteFallback does it per byte).
 //
-// Thread safety: immutable after Load; every method may be called from any
-// number of threads at once.
+// Thread safety: immutable after Load apart from an internally synchronized
+// cache of encoded pieces; every method may be called from any number of
+// threads at once.
 #pragma once
 
 #include <cstdint>
