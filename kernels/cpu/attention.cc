@@ -1,15 +1,98 @@
-#include "kernels/cpu/attention.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/attention.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace floe::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+
+// One query over keys [0, ctx) of one kv head: scores, softmax, weighted V.
+// Everything per query, so a token's output does not depend on its batch.
+void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table,
+               int kv_head, int32_t ctx, float scale, float* HWY_RESTRICT scores,
+               float* HWY_RESTRICT out) {
+  const DF df;
+  const int64_t lanes = hn::Lanes(df);
+  const int hd = kv.head_dim;
+  const int64_t vec_end = hd / lanes * lanes;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int32_t j = 0; j < ctx; ++j) {
+    const float* k = kv.k + kv.Offset(block_table[j / kv.block_size], kv_head, j % kv.block_size);
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+    int64_t d = 0;
+    for (; d + 2 * lanes <= vec_end; d += 2 * lanes) {
+      a0 = hn::MulAdd(hn::LoadU(df, qh + d), hn::LoadU(df, k + d), a0);
+      a1 = hn::MulAdd(hn::LoadU(df, qh + d + lanes), hn::LoadU(df, k + d + lanes), a1);
+    }
+    for (; d < vec_end; d += lanes) a0 = hn::MulAdd(hn::LoadU(df, qh + d), hn::LoadU(df, k + d), a0);
+    float dot = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    for (; d < hd; ++d) dot += qh[d] * k[d];
+    scores[j] = dot * scale;
+    max = std::max(max, scores[j]);
+  }
+  const auto vmax = hn::Set(df, max);
+  auto vsum = hn::Zero(df);
+  int32_t j = 0;
+  for (; j + lanes <= ctx; j += lanes) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, scores + j), vmax));
+    hn::StoreU(e, df, scores + j);
+    vsum = hn::Add(vsum, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; j < ctx; ++j) {
+    scores[j] = std::exp(scores[j] - max);
+    sum += scores[j];
+  }
+  const float inv = 1.0f / sum;
+  // V: up to kChunk vectors of the output stay in registers across all keys.
+  constexpr int kChunk = HWY_MAX_BYTES >= 64 ? 8 : 4;
+  for (int64_t d0 = 0; d0 < vec_end; d0 += kChunk * lanes) {
+    const int nvec = static_cast<int>(std::min<int64_t>(kChunk, (vec_end - d0) / lanes));
+    hn::Vec<DF> acc[kChunk];
+    for (int c = 0; c < kChunk; ++c) acc[c] = hn::Zero(df);
+    for (int32_t jj = 0; jj < ctx; ++jj) {
+      const float* v = kv.v + kv.Offset(block_table[jj / kv.block_size], kv_head, jj % kv.block_size) + d0;
+      const auto p = hn::Set(df, scores[jj]);
+      if (nvec == kChunk) {
+#pragma GCC unroll 8
+        for (int c = 0; c < kChunk; ++c) acc[c] = hn::MulAdd(p, hn::LoadU(df, v + c * lanes), acc[c]);
+      } else {
+        for (int c = 0; c < nvec; ++c) acc[c] = hn::MulAdd(p, hn::LoadU(df, v + c * lanes), acc[c]);
+      }
+    }
+    const auto vinv = hn::Set(df, inv);
+    for (int c = 0; c < nvec; ++c) hn::StoreU(hn::Mul(acc[c], vinv), df, out + d0 + c * lanes);
+  }
+  for (int64_t d = vec_end; d < hd; ++d) {
+    float acc = 0.0f;
+    for (int32_t jj = 0; jj < ctx; ++jj) {
+      acc += scores[jj] * kv.v[kv.Offset(block_table[jj / kv.block_size], kv_head, jj % kv.block_size) + d];
+    }
+    out[d] = acc * inv;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace floe::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace floe::cpu {
 namespace {
 constexpr int kTokensPerTask = 16;
 }  // namespace
+
+HWY_EXPORT(AttendOne);
 
 void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float* k,
              const float* v, int64_t stride) {
@@ -58,24 +141,11 @@ void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionS
     for (int32_t i = first; i < last; ++i) {
       const int64_t row = seq.first_row + i;
       const float* qh = q + row * q_stride + head * hd;
-      const int32_t ctx = seq.start_pos + i + 1;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int32_t j = 0; j < ctx; ++j) {
-        const int32_t block = seq.block_table[j / kv.block_size];
-        const float sc = Dot(qh, kv.k + kv.Offset(block, kv_head, j % kv.block_size), hd) * scale;
-        scores[j] = sc;
-        max = std::max(max, sc);
-      }
-      const float sum = ExpMinusMax(scores, max, ctx);
-      float* o = out + row * out_stride + head * hd;
-      std::memset(o, 0, hd * sizeof(float));
-      for (int32_t j = 0; j < ctx; ++j) {
-        const int32_t block = seq.block_table[j / kv.block_size];
-        ScaleMulAdd(o, 1.0f, scores[j], kv.v + kv.Offset(block, kv_head, j % kv.block_size), hd);
-      }
-      Scale(o, 1.0f / sum, hd);
+      HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, seq.start_pos + i + 1, scale, scores,
+                                      out + row * out_stride + head * hd);
     }
   });
 }
 
 }  // namespace floe::cpu
+#endif  // HWY_ONCE
