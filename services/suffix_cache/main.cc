@@ -1,0 +1,112 @@
+// floe-suffix-cache: the global suffix tree of Suffix Decoding as a gRPC
+// service (floe.v1.SuffixCache; docs/suffix-cache.md).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/cli/arg_parser.h"
+#include "common/log/log.h"
+#include "common/rpc/server_runner.h"
+#include "common/rpc/termination_signal.h"
+#include "services/suffix_cache/suffix_cache_service.h"
+
+namespace floe {
+namespace {
+
+using suffix_cache::ServiceLimits;
+using suffix_cache::StoreOptions;
+
+int Run(int argc, char** argv) {
+  TerminationSignal termination;  // before any thread starts
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string snapshot_dir;
+  int snapshot_interval_s = 300;
+  int drain_timeout_s = 10;
+  int max_threads = 64;
+  StoreOptions store_options;
+  ServiceLimits limits;
+  ArgParser parser("floe-suffix-cache [options]",
+                   "Serves Suffix Decoding's global suffix tree (cached responses per namespace) over the\n"
+                   "floe.v1.SuffixCache gRPC API. Prints 'suffix-cache listening on HOST:PORT' once bound;\n"
+                   "health turns SERVING after the snapshot is restored. SIGTERM: NOT_SERVING, running calls\n"
+                   "finish, a final snapshot is written, exit.");
+  parser.AddString("host", &host, "address to bind");
+  parser.AddInt("port", &port, "port to bind (0: any free port)");
+  parser.AddString("snapshot-dir", &snapshot_dir, "folder of suffix-cache.snap (empty: no snapshots)");
+  parser.AddInt("snapshot-interval-s", &snapshot_interval_s, "seconds between periodic snapshots (0: only on SIGTERM and Snapshot)");
+  parser.AddInt("max-depth", &store_options.max_depth, "suffix tree depth (longest match + draft)");
+  parser.AddInt64("max-cached-responses", &store_options.max_cached_responses,
+                  "cached responses per namespace, FIFO beyond (-1: unlimited, 0: no global tree)");
+  parser.AddInt64("max-bytes", &store_options.max_bytes, "memory budget of all global trees; oldest responses evicted beyond");
+  parser.AddInt("max-batch", &limits.max_batch, "most requests in one Step");
+  parser.AddInt("vocab-size", &limits.vocab_size, "token ids must be below this (0: unchecked)");
+  parser.AddInt("max-namespace-bytes", &limits.max_namespace_bytes, "longest namespace");
+  parser.AddInt("max-spec-tokens", &limits.max_spec_tokens, "largest max_spec_tokens a Step may ask for");
+  parser.AddInt("max-concurrent-calls", &limits.max_concurrent_calls, "calls served at once (beyond: RESOURCE_EXHAUSTED)");
+  parser.AddInt("max-threads", &max_threads, "gRPC server threads");
+  parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "floe-suffix-cache: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (parser.help_requested()) {
+    std::printf("%s", parser.Help().c_str());
+    return 0;
+  }
+  if (store_options.max_depth < 2 || store_options.max_depth > 1024 || limits.max_batch < 1 ||
+      limits.max_concurrent_calls < 1 || store_options.max_bytes < 0) {
+    std::fprintf(stderr, "floe-suffix-cache: --max-depth must be in [2, 1024]; --max-batch, "
+                         "--max-concurrent-calls >= 1; --max-bytes >= 0\n");
+    return 2;
+  }
+  if (!snapshot_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(snapshot_dir, ec);
+    limits.snapshot_path = (std::filesystem::path(snapshot_dir) / "suffix-cache.snap").string();
+  }
+
+  suffix_cache::SuffixCacheStore store(store_options);
+  suffix_cache::SuffixCacheService service(&store, limits);
+  ServerOptions server_options;
+  server_options.address = absl::StrCat(host, ":", port);
+  server_options.max_threads = max_threads;
+  auto runner = ServerRunner::Start(server_options, {&service});
+  if (!runner.ok()) {
+    LogEvent(LogLevel::kError, "suffix-cache", "listen_failed", {{"error", std::string(runner.status().message())}});
+    return 1;
+  }
+  std::printf("suffix-cache listening on %s\n", (*runner)->address().c_str());
+  std::fflush(stdout);
+
+  // NOT_SERVING (and UNAVAILABLE) while restoring.
+  const int64_t restored = service.RestoreSnapshot();
+  store.TrimToBudget();
+  service.SetAccepting(true);
+  (*runner)->SetServing(true);
+  LogEvent(LogLevel::kInfo, "suffix-cache", "ready",
+           {{"address", (*runner)->address()}, {"restored_responses", restored}});
+
+  auto last_snapshot = std::chrono::steady_clock::now();
+  std::optional<int> signal;
+  while (!(signal = termination.WaitFor(std::chrono::milliseconds(200)))) {
+    store.TrimToBudget();
+    if (!limits.snapshot_path.empty() && snapshot_interval_s > 0 &&
+        std::chrono::steady_clock::now() - last_snapshot >= std::chrono::seconds(snapshot_interval_s)) {
+      service.WriteSnapshot().IgnoreError();  // logged; the next period retries
+      last_snapshot = std::chrono::steady_clock::now();
+    }
+  }
+  LogEvent(LogLevel::kInfo, "suffix-cache", "draining", {{"signal", static_cast<int64_t>(*signal)}});
+  service.SetAccepting(false);
+  (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(drain_timeout_s));
+  if (!limits.snapshot_path.empty()) service.WriteSnapshot().IgnoreError();
+  LogEvent(LogLevel::kInfo, "suffix-cache", "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace floe
+
+int main(int argc, char** argv) { return floe::Run(argc, argv); }

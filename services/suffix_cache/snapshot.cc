@@ -1,0 +1,186 @@
+#include "services/suffix_cache/snapshot.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+constexpr char kMagic[8] = {'F', 'L', 'O', 'E', 'S', 'U', 'F', 'X'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;
+
+uint64_t Fnv1a64(absl::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+void PutString(std::string* out, absl::string_view s) {
+  Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
+  template <typename T>
+  absl::Status Get(T* v, const char* what) {
+    if (bytes_.size() - pos_ < sizeof(T)) return Truncated(what);
+    std::memcpy(v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return absl::OkStatus();
+  }
+  absl::Status GetString(std::string* s, const char* what) {
+    uint32_t n = 0;
+    if (absl::Status st = Get(&n, what); !st.ok()) return st;
+    if (bytes_.size() - pos_ < n) return Truncated(what);
+    s->assign(bytes_.data() + pos_, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+  absl::Status GetTokens(std::vector<int32_t>* tokens) {
+    uint32_t n = 0;
+    if (absl::Status st = Get(&n, "token count"); !st.ok()) return st;
+    if ((bytes_.size() - pos_) / sizeof(int32_t) < n) return Truncated("tokens");
+    tokens->resize(n);
+    std::memcpy(tokens->data(), bytes_.data() + pos_, n * sizeof(int32_t));
+    pos_ += n * sizeof(int32_t);
+    return absl::OkStatus();
+  }
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  absl::Status Truncated(const char* what) const {
+    return absl::DataLossError(absl::StrCat("snapshot payload truncated at byte ", pos_, " reading ", what));
+  }
+  absl::string_view bytes_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string EncodeSnapshot(const SnapshotData& data) {
+  std::string payload;
+  Put<uint32_t>(&payload, static_cast<uint32_t>(data.namespaces.size()));
+  for (const SnapshotNamespace& ns : data.namespaces) {
+    PutString(&payload, ns.name);
+    Put<uint32_t>(&payload, static_cast<uint32_t>(ns.responses.size()));
+    for (const SnapshotResponse& r : ns.responses) {
+      PutString(&payload, r.request_id);
+      Put<uint32_t>(&payload, static_cast<uint32_t>(r.tokens.size()));
+      payload.append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
+    }
+  }
+  std::string out(kMagic, sizeof(kMagic));
+  Put<uint32_t>(&out, kVersion);
+  Put<uint32_t>(&out, data.max_depth);
+  Put<uint64_t>(&out, payload.size());
+  Put<uint64_t>(&out, Fnv1a64(payload));
+  out += payload;
+  return out;
+}
+
+absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
+  if (bytes.size() < kHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("snapshot is ", bytes.size(), " bytes, shorter than its ",
+                                            kHeaderBytes, "-byte header"));
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError("snapshot magic is not FLOESUFX");
+  }
+  Reader header(bytes.substr(8, kHeaderBytes - 8));
+  uint32_t version = 0;
+  uint64_t payload_len = 0, checksum = 0;
+  SnapshotData data;
+  header.Get(&version, "version").IgnoreError();
+  header.Get(&data.max_depth, "max_depth").IgnoreError();
+  header.Get(&payload_len, "payload length").IgnoreError();
+  header.Get(&checksum, "checksum").IgnoreError();
+  if (version != kVersion) {
+    return absl::DataLossError(absl::StrCat("snapshot version ", version, " is not ", kVersion));
+  }
+  absl::string_view payload = bytes.substr(kHeaderBytes);
+  if (payload.size() != payload_len) {
+    return absl::DataLossError(absl::StrCat("snapshot payload is ", payload.size(),
+                                            " bytes, header says ", payload_len));
+  }
+  if (Fnv1a64(payload) != checksum) return absl::DataLossError("snapshot checksum mismatch");
+  Reader r(payload);
+  uint32_t num_ns = 0;
+  if (absl::Status st = r.Get(&num_ns, "namespace count"); !st.ok()) return st;
+  for (uint32_t i = 0; i < num_ns; ++i) {
+    SnapshotNamespace ns;
+    if (absl::Status st = r.GetString(&ns.name, "namespace name"); !st.ok()) return st;
+    uint32_t num_resp = 0;
+    if (absl::Status st = r.Get(&num_resp, "response count"); !st.ok()) return st;
+    for (uint32_t j = 0; j < num_resp; ++j) {
+      SnapshotResponse resp;
+      if (absl::Status st = r.GetString(&resp.request_id, "request id"); !st.ok()) return st;
+      if (absl::Status st = r.GetTokens(&resp.tokens); !st.ok()) return st;
+      ns.responses.push_back(std::move(resp));
+    }
+    data.namespaces.push_back(std::move(ns));
+  }
+  if (!r.done()) return absl::DataLossError("snapshot payload has trailing bytes");
+  return data;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat(step, " ", tmp, ": ", std::strerror(err)));
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail("open");
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    return fail("fsync");
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace floe::suffix_cache

@@ -1,0 +1,90 @@
+// SuffixCacheService: floe.v1.SuffixCache over a SuffixCacheStore
+// (docs/suffix-cache.md). Validates input (limits named in the message),
+// bounds concurrent calls (beyond max_concurrent_calls: RESOURCE_EXHAUSTED at
+// once, never queued), answers UNAVAILABLE while restoring or draining, and
+// writes/restores snapshots.
+//
+// Thread-safety: every method may be called from any thread; gRPC calls run
+// concurrently (the store does the locking, see suffix_cache_store.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "floe/v1/suffix_cache.grpc.pb.h"
+#include "services/suffix_cache/suffix_cache_store.h"
+
+namespace floe::suffix_cache {
+
+struct ServiceLimits {
+  int max_batch = 256;              // entries per Step
+  int32_t vocab_size = 0;           // > 0: token ids must be < vocab_size
+  int max_namespace_bytes = 128;
+  int max_request_id_bytes = 256;
+  int max_spec_tokens = 64;         // upper bound of SpeculateParams.max_spec_tokens
+  int max_concurrent_calls = 256;
+  std::string snapshot_path;        // "" : no snapshots
+};
+
+struct SnapshotInfo {
+  std::string path;
+  int64_t bytes = 0;
+  int64_t responses = 0;
+};
+
+class SuffixCacheService final : public floe::v1::SuffixCache::Service {
+ public:
+  // `store` must outlive the service. Starts not accepting calls.
+  SuffixCacheService(SuffixCacheStore* store, ServiceLimits limits);
+
+  // Restores limits().snapshot_path when it exists; a corrupt or truncated
+  // file is logged (event snapshot_corrupt), moved aside to PATH.corrupt and
+  // skipped. Returns the number of responses restored.
+  int64_t RestoreSnapshot();
+  // Writes the snapshot now (serialized with other writers).
+  absl::StatusOr<SnapshotInfo> WriteSnapshot();
+  // false: every call answers UNAVAILABLE (restoring, draining).
+  void SetAccepting(bool accepting) { accepting_.store(accepting); }
+  int in_flight() const { return in_flight_.load(); }
+  const ServiceLimits& limits() const { return limits_; }
+
+  grpc::Status StartRequest(grpc::ServerContext*, const floe::v1::SuffixStartRequest*,
+                            floe::v1::SuffixStartResponse*) override;
+  grpc::Status Step(grpc::ServerContext*, const floe::v1::SuffixStepRequest*,
+                    floe::v1::SuffixStepResponse*) override;
+  grpc::Status EndRequest(grpc::ServerContext*, const floe::v1::SuffixEndRequest*,
+                          floe::v1::SuffixEndResponse*) override;
+  grpc::Status AbortRequest(grpc::ServerContext*, const floe::v1::SuffixAbortRequest*,
+                            floe::v1::SuffixAbortResponse*) override;
+  grpc::Status GetStats(grpc::ServerContext*, const floe::v1::SuffixStatsRequest*,
+                        floe::v1::SuffixStats*) override;
+  grpc::Status Snapshot(grpc::ServerContext*, const floe::v1::SuffixSnapshotRequest*,
+                        floe::v1::SuffixSnapshotResponse*) override;
+  grpc::Status ClearNamespace(grpc::ServerContext*, const floe::v1::SuffixClearNamespaceRequest*,
+                              floe::v1::SuffixClearNamespaceResponse*) override;
+
+ private:
+  class CallSlot;
+  absl::Status CheckIds(absl::string_view field, const std::string& ns, const std::string& request_id) const;
+  absl::Status CheckNamespace(absl::string_view field, const std::string& ns) const;
+  absl::Status CheckTokens(absl::string_view field, const google::protobuf::RepeatedField<int32_t>& tokens) const;
+  absl::StatusOr<DraftParams> ToDraftParams(absl::string_view field, const floe::v1::SpeculateParams& p) const;
+
+  SuffixCacheStore* store_;
+  const ServiceLimits limits_;
+  std::atomic<bool> accepting_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> steps_total_{0};
+  std::atomic<int64_t> drafts_total_{0};
+  std::atomic<int64_t> rejected_total_{0};
+  std::atomic<int64_t> last_snapshot_ms_{0};
+  absl::Mutex snapshot_mu_;  // one snapshot writer at a time
+};
+
+// "" -> "default".
+std::string NamespaceOrDefault(const std::string& ns);
+
+}  // namespace floe::suffix_cache

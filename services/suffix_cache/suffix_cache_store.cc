@@ -1,0 +1,467 @@
+#include "services/suffix_cache/suffix_cache_store.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/suffix_cache/suffix_tree/invariant.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+constexpr int32_t kLocalSeq = 0;  // the one sequence of a local tree
+// Live-size estimate of a tree node (node + its share of the edge table) and
+// of a cached token (tree storage + the copy kept for snapshots). Measured
+// from live counts, not capacities: freed nodes are reused by later appends.
+constexpr int64_t kBytesPerNode = 64;
+constexpr int64_t kBytesPerToken = 8;
+
+}  // namespace
+
+struct SuffixCacheStore::Request {
+  explicit Request(int max_depth) : local(max_depth) {}
+  absl::Mutex mu;
+  SuffixTree local;
+  std::vector<int32_t> context;  // tail of prompt + response
+  int64_t response_len = 0;
+  std::vector<int32_t> last_draft;
+  bool last_accepted = false;  // the previous draft was accepted in full
+  bool done = false;           // ended or aborted while a Step held it
+};
+
+struct SuffixCacheStore::Namespace {
+  Namespace(std::string n, int max_depth) : name(std::move(n)), global(max_depth) {}
+  struct Cached {
+    int32_t seq_id;
+    uint64_t order;
+    std::vector<int32_t> tokens;
+    bool active;
+  };
+  // Unlinks a cached response; returns its seq id when the tree still holds
+  // it (the caller removes it with RemoveFromTree), else -1.
+  int32_t Detach(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tree_mu) {
+    auto it = cached.find(id);
+    if (it == cached.end()) return -1;
+    const int32_t seq = it->second.seq_id;
+    cached_tokens -= static_cast<int64_t>(it->second.tokens.size());
+    fifo.erase(it->second.order);
+    cached.erase(it);
+    if (global.Contains(seq)) return seq;
+    used_seqs.erase(seq);  // an empty response never reached the tree
+    return -1;
+  }
+  int32_t AllocateSeqId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tree_mu) {
+    while (true) {
+      const int32_t seq = next_seq;
+      next_seq = (next_seq + 1) & 0x7FFFFFFF;
+      if (!used_seqs.contains(seq) && !global.Contains(seq)) return seq;
+    }
+  }
+  int64_t EstimatedBytes() const ABSL_SHARED_LOCKS_REQUIRED(tree_mu) {
+    return global.num_nodes() * kBytesPerNode + cached_tokens * kBytesPerToken;
+  }
+
+  const std::string name;
+  absl::Mutex requests_mu;
+  absl::flat_hash_map<std::string, std::shared_ptr<Request>> active ABSL_GUARDED_BY(requests_mu);
+  absl::Mutex tree_mu;
+  SuffixTree global ABSL_GUARDED_BY(tree_mu);
+  absl::flat_hash_map<std::string, Cached> cached ABSL_GUARDED_BY(tree_mu);
+  absl::flat_hash_map<int32_t, bool> used_seqs ABSL_GUARDED_BY(tree_mu);
+  std::map<uint64_t, std::string> fifo ABSL_GUARDED_BY(tree_mu);
+  int32_t next_seq ABSL_GUARDED_BY(tree_mu) = 0;
+  int64_t cached_tokens ABSL_GUARDED_BY(tree_mu) = 0;
+};
+
+SuffixCacheStore::SuffixCacheStore(const StoreOptions& options) : options_(options) {}
+SuffixCacheStore::~SuffixCacheStore() = default;
+
+std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::FindNamespace(const std::string& ns) const {
+  absl::ReaderMutexLock l(&namespaces_mu_);
+  auto it = namespaces_.find(ns);
+  return it == namespaces_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::GetOrCreateNamespace(const std::string& ns) {
+  if (auto found = FindNamespace(ns)) return found;
+  absl::MutexLock l(&namespaces_mu_);
+  auto& slot = namespaces_[ns];
+  if (!slot) slot = std::make_shared<Namespace>(ns, options_.max_depth);
+  return slot;
+}
+
+std::vector<std::shared_ptr<SuffixCacheStore::Namespace>> SuffixCacheStore::AllNamespaces() const {
+  absl::ReaderMutexLock l(&namespaces_mu_);
+  std::vector<std::shared_ptr<Namespace>> all;
+  for (const auto& [name, ns] : namespaces_) all.push_back(ns);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->name < b->name; });
+  return all;
+}
+
+void SuffixCacheStore::RemoveFromTree(Namespace& ns, const std::vector<int32_t>& seq_ids) {
+  // One removal per exclusive hold: speculates interleave between them.
+  for (int32_t seq : seq_ids) {
+    if (seq < 0) continue;
+    absl::MutexLock t(&ns.tree_mu);
+    absl::Status st = ns.global.Remove(seq);
+    FLOE_SUFFIX_INVARIANT(st.ok(), "removing a detached response");
+    ns.used_seqs.erase(seq);
+    evictions_total_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const std::string& request_id,
+                                            absl::Span<const int32_t> prompt) {
+  auto ns = GetOrCreateNamespace(ns_name);
+  auto request = std::make_shared<Request>(options_.max_depth);
+  request->local.Extend(kLocalSeq, prompt);  // outside every shared lock
+  const size_t keep = std::min<size_t>(prompt.size(), options_.max_depth);
+  request->context.assign(prompt.end() - keep, prompt.end());
+  std::vector<int32_t> victims;
+  {
+    absl::MutexLock l(&ns->requests_mu);
+    if (ns->active.contains(request_id)) {
+      return absl::AlreadyExistsError(absl::StrCat("request_id '", request_id, "' is already active in namespace '",
+                                                   ns_name, "'"));
+    }
+    if (options_.max_cached_responses != 0) {
+      absl::MutexLock t(&ns->tree_mu);
+      victims.push_back(ns->Detach(request_id));  // re-start replaces the cached response
+      const int32_t seq = ns->AllocateSeqId();
+      const uint64_t order = next_order_.fetch_add(1);
+      ns->cached[request_id] = Namespace::Cached{seq, order, {}, true};
+      ns->used_seqs[seq] = true;
+      ns->fifo.emplace(order, request_id);
+      while (options_.max_cached_responses > 0 &&
+             static_cast<int64_t>(ns->cached.size()) > options_.max_cached_responses) {
+        auto it = ns->fifo.begin();  // oldest first, never the one just added
+        if (it->second == request_id) ++it;
+        if (it == ns->fifo.end()) break;
+        const std::string victim = it->second;
+        victims.push_back(ns->Detach(victim));
+      }
+    }
+    ns->active.emplace(request_id, std::move(request));
+  }
+  RemoveFromTree(*ns, victims);
+  return absl::OkStatus();
+}
+
+std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& items) {
+  std::vector<StepOutcome> out(items.size());
+  std::vector<std::pair<absl::string_view, size_t>> order;
+  order.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) order.emplace_back(items[i].ns, i);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t b = 0; b < order.size();) {
+    size_t e = b;
+    std::vector<size_t> group;
+    while (e < order.size() && order[e].first == order[b].first) group.push_back(order[e++].second);
+    auto ns = FindNamespace(std::string(order[b].first));
+    if (ns == nullptr) {
+      for (size_t i : group) {
+        out[i].status = absl::NotFoundError(absl::StrCat("request_id '", items[i].request_id,
+                                                         "' is not active in namespace '", items[i].ns, "'"));
+      }
+    } else {
+      StepNamespace(*ns, items, group, &out);
+    }
+    b = e;
+  }
+  return out;
+}
+
+void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>& items,
+                                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<std::pair<std::shared_ptr<Request>, size_t>> live;
+  std::vector<size_t> missing;
+  {
+    absl::ReaderMutexLock l(&ns.requests_mu);
+    for (size_t i : indices) {
+      auto it = ns.active.find(items[i].request_id);
+      if (it == ns.active.end()) {
+        missing.push_back(i);
+      } else {
+        live.emplace_back(it->second, i);
+      }
+    }
+  }
+  auto ended_error = [&](size_t i) {
+    return absl::FailedPreconditionError(absl::StrCat("request_id '", items[i].request_id, "' in namespace '",
+                                                      items[i].ns, "' has ended; no more appends"));
+  };
+  if (!missing.empty()) {
+    absl::ReaderMutexLock t(&ns.tree_mu);
+    for (size_t i : missing) {
+      auto c = ns.cached.find(items[i].request_id);
+      (*out)[i].status = (c != ns.cached.end() && !c->second.active)
+                             ? ended_error(i)
+                             : absl::NotFoundError(absl::StrCat("request_id '", items[i].request_id,
+                                                                "' is not active in namespace '", items[i].ns, "'"));
+    }
+  }
+  // Address order: two batches sharing requests never deadlock.
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first.get() < b.first.get(); });
+  for (auto& [req, i] : live) req->mu.Lock();
+
+  std::vector<std::pair<Request*, size_t>> appended;
+  std::vector<std::pair<Request*, size_t>> ok;
+  for (auto& [req_ptr, i] : live) {
+    Request& req = *req_ptr;
+    const StepItem& item = items[i];
+    if (req.done) {
+      (*out)[i].status = ended_error(i);
+      continue;
+    }
+    if (item.response_offset != req.response_len) {
+      (*out)[i].status = absl::FailedPreconditionError(
+          absl::StrCat("response_offset ", item.response_offset, " of request_id '", item.request_id,
+                       "' is out of order: the request has ", req.response_len, " response tokens"));
+      continue;
+    }
+    ok.emplace_back(&req, i);
+    if (item.appended.empty()) continue;
+    req.local.Extend(kLocalSeq, item.appended);
+    req.last_accepted = !req.last_draft.empty() && item.appended.size() > req.last_draft.size() &&
+                        std::equal(req.last_draft.begin(), req.last_draft.end(), item.appended.begin());
+    req.last_draft.clear();
+    req.response_len += static_cast<int64_t>(item.appended.size());
+    req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
+    if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
+      req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
+    }
+    appended.emplace_back(&req, i);
+  }
+  if (!appended.empty() && options_.max_cached_responses != 0) {
+    absl::MutexLock t(&ns.tree_mu);  // one exclusive hold for the batch's appends
+    for (auto& [req, i] : appended) {
+      auto c = ns.cached.find(items[i].request_id);
+      if (c == ns.cached.end()) continue;  // evicted while active
+      ns.global.Extend(c->second.seq_id, items[i].appended);
+      c->second.tokens.insert(c->second.tokens.end(), items[i].appended.begin(), items[i].appended.end());
+      ns.cached_tokens += static_cast<int64_t>(items[i].appended.size());
+    }
+  }
+  for (auto& [req_ptr, i] : ok) {
+    Request& req = *req_ptr;
+    const StepItem& item = items[i];
+    if (!item.speculate) continue;
+    absl::Span<const int32_t> context(req.context);
+    if (static_cast<int>(context.size()) > options_.max_depth) {
+      context = context.subspan(context.size() - options_.max_depth);
+    }
+    DraftParams local_params = item.params;
+    if (!req.last_accepted) local_params.confident_prob = 0.0f;
+    Draft best = req.local.Speculate(context, local_params, kLocalSeq);
+    if (options_.max_cached_responses != 0) {
+      DraftParams global_params = item.params;
+      global_params.confident_prob = 0.0f;  // as SuffixSpeculator: only the local tree extends
+      absl::ReaderMutexLock t(&ns.tree_mu);
+      auto c = ns.cached.find(item.request_id);
+      const int32_t hint = c == ns.cached.end() ? -1 : c->second.seq_id;
+      Draft global = ns.global.Speculate(context, global_params, hint);
+      if (global.score > best.score) best = std::move(global);
+    }
+    req.last_draft = best.token_ids;
+    (*out)[i].draft = std::move(best);
+  }
+  for (auto& [req, i] : live) req->mu.Unlock();
+}
+
+absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, const std::string& request_id) {
+  auto ns = FindNamespace(ns_name);
+  std::shared_ptr<Request> request;
+  if (ns != nullptr) {
+    absl::MutexLock l(&ns->requests_mu);
+    auto it = ns->active.find(request_id);
+    if (it != ns->active.end()) {
+      request = std::move(it->second);
+      ns->active.erase(it);
+    }
+  }
+  if (request == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
+  }
+  {
+    absl::MutexLock r(&request->mu);
+    request->done = true;
+  }
+  absl::MutexLock t(&ns->tree_mu);
+  auto c = ns->cached.find(request_id);
+  if (c == ns->cached.end()) return false;
+  c->second.active = false;
+  ns->global.Finish(c->second.seq_id);  // no more appends: drop match state
+  return true;
+}
+
+absl::Status SuffixCacheStore::AbortRequest(const std::string& ns_name, const std::string& request_id) {
+  auto ns = FindNamespace(ns_name);
+  std::shared_ptr<Request> request;
+  if (ns != nullptr) {
+    absl::MutexLock l(&ns->requests_mu);
+    auto it = ns->active.find(request_id);
+    if (it != ns->active.end()) {
+      request = std::move(it->second);
+      ns->active.erase(it);
+    }
+  }
+  if (request == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
+  }
+  {
+    absl::MutexLock r(&request->mu);
+    request->done = true;
+  }
+  std::vector<int32_t> victims;
+  {
+    absl::MutexLock t(&ns->tree_mu);
+    victims.push_back(ns->Detach(request_id));
+  }
+  RemoveFromTree(*ns, victims);
+  return absl::OkStatus();
+}
+
+std::pair<int64_t, int64_t> SuffixCacheStore::ClearNamespace(const std::string& ns_name) {
+  std::shared_ptr<Namespace> ns;
+  {
+    absl::MutexLock l(&namespaces_mu_);
+    auto it = namespaces_.find(ns_name);
+    if (it == namespaces_.end()) return {0, 0};
+    ns = std::move(it->second);
+    namespaces_.erase(it);
+  }
+  // Steps already holding `ns` finish on it; it is freed with the last one.
+  std::vector<std::shared_ptr<Request>> active;
+  {
+    absl::MutexLock l(&ns->requests_mu);
+    for (auto& [id, r] : ns->active) active.push_back(r);
+    ns->active.clear();
+  }
+  for (auto& r : active) {
+    absl::MutexLock rl(&r->mu);
+    r->done = true;
+  }
+  int64_t cached = 0;
+  {
+    absl::ReaderMutexLock t(&ns->tree_mu);
+    for (const auto& [id, c] : ns->cached) cached += c.active ? 0 : 1;
+  }
+  return {cached, static_cast<int64_t>(active.size())};
+}
+
+int64_t SuffixCacheStore::TrimToBudget() {
+  auto all = AllNamespaces();
+  std::vector<int64_t> sizes(all.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    absl::ReaderMutexLock t(&all[i]->tree_mu);
+    sizes[i] = all[i]->EstimatedBytes();
+    total += sizes[i];
+  }
+  int64_t evicted = 0;
+  while (total > options_.max_bytes) {
+    // The oldest ended response over all namespaces (active ones stay).
+    size_t best = all.size();
+    uint64_t best_order = std::numeric_limits<uint64_t>::max();
+    std::string best_id;
+    for (size_t i = 0; i < all.size(); ++i) {
+      absl::ReaderMutexLock t(&all[i]->tree_mu);
+      for (const auto& [order, id] : all[i]->fifo) {
+        if (order >= best_order) break;
+        if (all[i]->cached.at(id).active) continue;
+        best = i, best_order = order, best_id = id;
+        break;
+      }
+    }
+    if (best == all.size()) break;
+    Namespace& ns = *all[best];
+    int32_t seq = -1;
+    {
+      absl::MutexLock t(&ns.tree_mu);
+      auto c = ns.cached.find(best_id);
+      if (c == ns.cached.end() || c->second.order != best_order) continue;  // raced: pick again
+      seq = ns.Detach(best_id);
+    }
+    RemoveFromTree(ns, {seq});
+    ++evicted;
+    absl::ReaderMutexLock t(&ns.tree_mu);
+    total += ns.EstimatedBytes() - sizes[best];
+    sizes[best] = ns.EstimatedBytes();
+  }
+  bytes_.store(total);
+  return evicted;
+}
+
+StoreStats SuffixCacheStore::Stats() const {
+  StoreStats stats;
+  for (const auto& ns : AllNamespaces()) {
+    NamespaceStats n;
+    n.name = ns->name;
+    {
+      absl::ReaderMutexLock l(&ns->requests_mu);
+      n.active = static_cast<int64_t>(ns->active.size());
+    }
+    {
+      absl::ReaderMutexLock t(&ns->tree_mu);
+      n.cached = static_cast<int64_t>(ns->cached.size());
+      n.cached_tokens = ns->cached_tokens;
+      n.tree_bytes = ns->EstimatedBytes();
+    }
+    stats.active += n.active;
+    stats.cached += n.cached;
+    stats.cached_tokens += n.cached_tokens;
+    stats.bytes += n.tree_bytes;
+    stats.namespaces.push_back(std::move(n));
+  }
+  stats.evictions_total = evictions_total_.load();
+  return stats;
+}
+
+SnapshotData SuffixCacheStore::ExportSnapshot() const {
+  SnapshotData data;
+  data.max_depth = static_cast<uint32_t>(options_.max_depth);
+  for (const auto& ns : AllNamespaces()) {
+    SnapshotNamespace out;
+    out.name = ns->name;
+    absl::ReaderMutexLock t(&ns->tree_mu);
+    for (const auto& [order, id] : ns->fifo) {
+      const auto& c = ns->cached.at(id);
+      if (!c.active) out.responses.push_back({id, c.tokens});
+    }
+    if (!out.responses.empty()) data.namespaces.push_back(std::move(out));
+  }
+  return data;
+}
+
+void SuffixCacheStore::ImportSnapshot(const SnapshotData& data) {
+  if (options_.max_cached_responses == 0) return;
+  for (const SnapshotNamespace& in : data.namespaces) {
+    auto ns = GetOrCreateNamespace(in.name);
+    size_t first = 0;
+    if (options_.max_cached_responses > 0 &&
+        static_cast<int64_t>(in.responses.size()) > options_.max_cached_responses) {
+      first = in.responses.size() - options_.max_cached_responses;  // keep the newest
+    }
+    for (size_t i = first; i < in.responses.size(); ++i) {
+      const SnapshotResponse& r = in.responses[i];
+      absl::MutexLock t(&ns->tree_mu);
+      if (ns->cached.contains(r.request_id)) continue;
+      const int32_t seq = ns->AllocateSeqId();
+      const uint64_t order = next_order_.fetch_add(1);
+      ns->global.Extend(seq, r.tokens);
+      ns->global.Finish(seq);
+      ns->cached[r.request_id] = Namespace::Cached{seq, order, r.tokens, false};
+      ns->used_seqs[seq] = true;
+      ns->fifo.emplace(order, r.request_id);
+      ns->cached_tokens += static_cast<int64_t>(r.tokens.size());
+    }
+  }
+}
+
+}  // namespace floe::suffix_cache

@@ -1,0 +1,135 @@
+// SuffixCacheStore: the suffix-cache service's state without gRPC. One
+// SuffixSpeculator-equivalent cache per namespace (a global tree over cached
+// responses + a local tree per active request), safe for many callers at once.
+// For the same sequence of calls in one namespace its drafts equal
+// SuffixSpeculator's (same tree operations in the same order, same
+// local/global choice, same confident-extension rule).
+//
+// Concurrency (why speculate does not wait behind other work):
+//  - Namespaces are independent shards: nothing in one namespace waits for
+//    another (the namespace map is read-locked only for a lookup).
+//  - Per namespace, `tree_mu` is a reader-writer lock over the global tree.
+//    Speculate takes it shared, per entry, so speculates run in parallel and a
+//    writer can slip in between two entries of a batch. Appends of one Step are
+//    batched under one exclusive hold (microseconds: O(depth) per token).
+//  - Eviction removes one response per exclusive hold and drops the lock in
+//    between; the victims are unlinked from the maps first. Byte-budget
+//    eviction runs off the Step path (TrimToBudget, from the maintenance
+//    thread). So a speculate waits at most for one append batch or one
+//    response removal in its own namespace.
+//  - Each active request has its own mutex over its local tree; a Step locks
+//    the requests of a namespace group in address order (no deadlock between
+//    batches that share requests).
+//  Lock order: namespaces_mu_ < Namespace::requests_mu < Request::mu <
+//  Namespace::tree_mu. Counters are atomics.
+//
+// Memory: max_bytes bounds the global trees plus the stored response tokens
+// (as measured by TrimToBudget); active requests' local trees are bounded by
+// the engine's context limit and not counted. max_cached_responses bounds
+// each namespace's cached responses (active ones included, as in
+// SuffixSpeculator). Both evict FIFO, oldest first.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "services/suffix_cache/snapshot.h"
+#include "services/suffix_cache/suffix_tree/suffix_tree.h"
+
+namespace floe::suffix_cache {
+
+struct StoreOptions {
+  int max_depth = 64;
+  int64_t max_cached_responses = 100000;  // per namespace; -1: unlimited
+  int64_t max_bytes = int64_t{4} << 30;   // all namespaces
+};
+
+// One request's part of a Step. Validated by the caller (ids, token range).
+struct StepItem {
+  std::string ns;  // already defaulted ("" -> "default")
+  std::string request_id;
+  int64_t response_offset = 0;
+  absl::Span<const int32_t> appended;
+  bool speculate = false;
+  DraftParams params;
+};
+struct StepOutcome {
+  absl::Status status;
+  Draft draft;
+};
+
+struct NamespaceStats {
+  std::string name;
+  int64_t active = 0;
+  int64_t cached = 0;
+  int64_t cached_tokens = 0;
+  int64_t tree_bytes = 0;
+};
+struct StoreStats {
+  int64_t active = 0;
+  int64_t cached = 0;
+  int64_t cached_tokens = 0;
+  int64_t bytes = 0;
+  int64_t evictions_total = 0;
+  std::vector<NamespaceStats> namespaces;
+};
+
+class SuffixCacheStore {
+ public:
+  explicit SuffixCacheStore(const StoreOptions& options);
+  ~SuffixCacheStore();
+
+  // AlreadyExists if active; an ended id's cached response is replaced.
+  absl::Status StartRequest(const std::string& ns, const std::string& request_id,
+                            absl::Span<const int32_t> prompt);
+  // Appends and drafts for every item; outcomes[i] answers items[i]. Items
+  // must name distinct (ns, request_id) pairs.
+  std::vector<StepOutcome> Step(const std::vector<StepItem>& items);
+  // NotFound if not active. Returns whether the response is still cached.
+  absl::StatusOr<bool> EndRequest(const std::string& ns, const std::string& request_id);
+  // NotFound if not active.
+  absl::Status AbortRequest(const std::string& ns, const std::string& request_id);
+  // Returns {dropped cached, dropped active}.
+  std::pair<int64_t, int64_t> ClearNamespace(const std::string& ns);
+
+  // Re-measures memory and evicts the oldest ended responses (any namespace)
+  // until within max_bytes. Returns the number evicted.
+  int64_t TrimToBudget();
+  StoreStats Stats() const;
+
+  // Ended cached responses, FIFO order per namespace.
+  SnapshotData ExportSnapshot() const;
+  // Rebuilds the trees from a snapshot (call before serving).
+  void ImportSnapshot(const SnapshotData& data);
+
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  struct Namespace;
+  struct Request;
+  std::shared_ptr<Namespace> FindNamespace(const std::string& ns) const;
+  std::shared_ptr<Namespace> GetOrCreateNamespace(const std::string& ns);
+  std::vector<std::shared_ptr<Namespace>> AllNamespaces() const;
+  void StepNamespace(Namespace& ns, const std::vector<StepItem>& items,
+                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out);
+  void RemoveFromTree(Namespace& ns, const std::vector<int32_t>& seq_ids);
+
+  StoreOptions options_;
+  mutable absl::Mutex namespaces_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Namespace>> namespaces_
+      ABSL_GUARDED_BY(namespaces_mu_);
+  std::atomic<uint64_t> next_order_{0};  // FIFO position across namespaces
+  std::atomic<int64_t> evictions_total_{0};
+  std::atomic<int64_t> bytes_{0};
+};
+
+}  // namespace floe::suffix_cache
