@@ -1,0 +1,291 @@
+// End to end through real processes on loopback: client -> floe-router ->
+// floe-worker -> engine -> back, on the tiny checkpoint with the real Llama
+// 3.1 tokenizer. Bad input, cancellation, deadlines, overload, worker loss,
+// session affinity and drain, each against the running services.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <future>
+#include <thread>
+
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+
+namespace floe::testing {
+namespace {
+
+using floe::v1::GenerateRequest;
+
+GenerateRequest TextRequest(const std::string& text, int max_tokens) {
+  GenerateRequest r;
+  r.set_text(text);
+  r.mutable_stopping()->set_max_tokens(max_tokens);
+  r.mutable_stopping()->set_ignore_eos(true);
+  return r;
+}
+
+// Waits until the worker reports no running request and no KV in use.
+bool WorkerIdle(LocalCluster& cluster, int worker, int timeout_ms = 5000) {
+  auto stub = cluster.WorkerStub(worker);
+  for (int waited = 0; waited < timeout_ms; waited += 50) {
+    grpc::ClientContext context;
+    floe::v1::LoadReport load;
+    if (stub->GetLoad(&context, floe::v1::LoadRequest(), &load).ok() && load.running() == 0 &&
+        load.waiting() == 0 && load.kv_usage() == 0.0f)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new LocalCluster(1, {"--max-tokens-limit", "512"}, {"--max-message-bytes", "1048576"});
+    ASSERT_TRUE(cluster_->ok());
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+  static LocalCluster* cluster_;
+};
+LocalCluster* ClusterTest::cluster_ = nullptr;
+
+TEST_F(ClusterTest, StreamsTextThatDetokenizesTheIds) {
+  auto stub = cluster_->RouterStub();
+  Generation g = Generate(*stub, TextRequest("Hello, Floe! Tell me a story about", 24));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.token_ids.size(), 24u);
+  EXPECT_EQ(g.complete.finish_reason(), floe::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(g.complete.usage().completion_tokens(), 24);
+  auto tokenizer = Tokenizer::Load(TinyModelDir());
+  ASSERT_TRUE(tokenizer.ok());
+  auto prompt_ids = (*tokenizer)->Encode("Hello, Floe! Tell me a story about", true);
+  EXPECT_EQ(g.complete.usage().prompt_tokens(), static_cast<int>(prompt_ids->size()));
+  EXPECT_EQ(g.text, *(*tokenizer)->Decode(g.token_ids, /*skip_special_tokens=*/true));
+  EXPECT_GE(g.chunks, 24);
+}
+
+TEST_F(ClusterTest, GreedyIsIdenticalAloneAndUnderConcurrency) {
+  auto stub = cluster_->RouterStub();
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 8; ++i) requests.push_back(TextRequest("Prompt number " + std::to_string(i) + " is here", 16 + i));
+  std::vector<Generation> alone;
+  for (const auto& r : requests) alone.push_back(Generate(*stub, r));
+  std::vector<std::future<Generation>> together;
+  for (const auto& r : requests) together.push_back(std::async(std::launch::async, [&, r] { return Generate(*stub, r); }));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Generation g = together[i].get();
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_EQ(g.token_ids, alone[i].token_ids) << "request " << i;
+    EXPECT_EQ(g.text, alone[i].text) << "request " << i;
+  }
+}
+
+TEST_F(ClusterTest, SeededSamplingIsReproducible) {
+  auto stub = cluster_->RouterStub();
+  GenerateRequest r = TextRequest("Once upon a time", 20);
+  r.mutable_sampling()->set_temperature(0.8f);
+  r.mutable_sampling()->set_top_p(0.9f);
+  r.mutable_sampling()->set_seed(42);
+  Generation a = Generate(*stub, r), b = Generate(*stub, r);
+  ASSERT_TRUE(a.status.ok());
+  EXPECT_EQ(a.token_ids, b.token_ids);
+}
+
+TEST_F(ClusterTest, StopStringEndsTheTextBeforeIt) {
+  auto stub = cluster_->RouterStub();
+  Generation full = Generate(*stub, TextRequest("The quick brown fox", 40));
+  ASSERT_TRUE(full.status.ok());
+  ASSERT_GT(full.text.size(), 20u);
+  // A stop string taken from the middle of the greedy text.
+  std::string stop = full.text.substr(full.text.size() / 2, 3);
+  GenerateRequest r = TextRequest("The quick brown fox", 40);
+  r.mutable_stopping()->add_stop(stop);
+  Generation cut = Generate(*stub, r);
+  ASSERT_TRUE(cut.status.ok());
+  EXPECT_EQ(cut.complete.finish_reason(), floe::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(cut.complete.stop_reason(), stop);
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_TRUE(WorkerIdle(*cluster_, 0));
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(GenerateRequest&)> mutate;
+  grpc::StatusCode code;
+  const char* needle;
+};
+
+TEST_F(ClusterTest, BadInputGetsTheRightStatusAndServiceKeepsServing) {
+  const std::vector<BadCase> cases = {
+      {"empty prompt", [](GenerateRequest& r) { r.set_text(""); }, grpc::StatusCode::INVALID_ARGUMENT, "empty"},
+      {"no prompt", [](GenerateRequest& r) { r.clear_prompt(); }, grpc::StatusCode::INVALID_ARGUMENT, "empty"},
+      {"prompt over context",
+       [](GenerateRequest& r) {
+         r.clear_prompt();
+         for (int i = 0; i < 1100; ++i) r.mutable_token_ids()->add_ids(100 + i);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "context"},
+      {"max_tokens zero", [](GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens"},
+      {"max_tokens negative", [](GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(-3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens"},
+      {"max_tokens over limit", [](GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(600); },
+       grpc::StatusCode::OUT_OF_RANGE, "max_tokens"},
+      {"max_tokens over context", [](GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(5000); },
+       grpc::StatusCode::OUT_OF_RANGE, "context"},
+      {"token id outside vocabulary",
+       [](GenerateRequest& r) {
+         r.clear_prompt();
+         r.mutable_token_ids()->add_ids(5);
+         r.mutable_token_ids()->add_ids(999999);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "token_ids[1]"},
+      {"negative token id",
+       [](GenerateRequest& r) {
+         r.clear_prompt();
+         r.mutable_token_ids()->add_ids(-1);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "vocabulary"},
+      {"temperature below zero", [](GenerateRequest& r) { r.mutable_sampling()->set_temperature(-0.1f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+      {"top_p above one", [](GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.5f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "top_p"},
+      {"top_p zero", [](GenerateRequest& r) { r.mutable_sampling()->set_top_p(0.0f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "top_p"},
+      {"invalid UTF-8", [](GenerateRequest& r) { r.set_text(std::string("ok \xC3\x28 bad")); },
+       grpc::StatusCode::INVALID_ARGUMENT, "UTF-8"},
+      {"message over size limit", [](GenerateRequest& r) { r.set_text(std::string(2 << 20, 'a')); },
+       grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
+      {"unknown model", [](GenerateRequest& r) { r.set_model("gpt-17"); }, grpc::StatusCode::NOT_FOUND, "gpt-17"},
+  };
+  auto stub = cluster_->RouterStub();
+  for (const BadCase& c : cases) {
+    GenerateRequest r = TextRequest("a valid prompt", 4);
+    c.mutate(r);
+    Generation g = Generate(*stub, r);
+    EXPECT_EQ(g.status.error_code(), c.code) << c.name << ": " << g.status.error_message();
+    EXPECT_NE(g.status.error_message().find(c.needle), std::string::npos) << c.name << ": " << g.status.error_message();
+    EXPECT_TRUE(g.token_ids.empty()) << c.name;
+  }
+  Generation ok = Generate(*stub, TextRequest("still serving?", 4));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.token_ids.size(), 4u);
+}
+
+TEST_F(ClusterTest, ClientCancellationAbortsAndFreesKv) {
+  auto stub = cluster_->RouterStub();
+  grpc::ClientContext context;
+  auto reader = stub->Generate(&context, TextRequest("a long one", 500));
+  floe::v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  context.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WorkerIdle(*cluster_, 0));
+}
+
+TEST_F(ClusterTest, DeadlineAbortsAndFreesKv) {
+  auto stub = cluster_->RouterStub();
+  Generation g = Generate(*stub, TextRequest("a long one", 500), /*timeout_ms=*/150);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(g.token_ids.size(), 500u);
+  EXPECT_TRUE(WorkerIdle(*cluster_, 0));
+}
+
+TEST_F(ClusterTest, TokenizeDetokenizeAndModelInfo) {
+  auto stub = cluster_->RouterStub();
+  grpc::ClientContext c1;
+  floe::v1::TokenizeRequest tr;
+  tr.set_text("Hello world");
+  floe::v1::TokenizeResponse ids;
+  ASSERT_TRUE(stub->Tokenize(&c1, tr, &ids).ok());
+  EXPECT_EQ(std::vector<int32_t>(ids.ids().begin(), ids.ids().end()), (std::vector<int32_t>{9906, 1917}));
+  grpc::ClientContext c2;
+  floe::v1::DetokenizeRequest dr;
+  dr.mutable_ids()->CopyFrom(ids.ids());
+  floe::v1::DetokenizeResponse text;
+  ASSERT_TRUE(stub->Detokenize(&c2, dr, &text).ok());
+  EXPECT_EQ(text.text(), "Hello world");
+  grpc::ClientContext c3;
+  floe::v1::ListModelsResponse models;
+  ASSERT_TRUE(stub->ListModels(&c3, floe::v1::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).vocab_size(), 128256);
+  EXPECT_EQ(models.models(0).max_context(), 1024);
+  grpc::ClientContext c4;
+  floe::v1::GetModelInfoRequest unknown;
+  unknown.set_model("nope");
+  floe::v1::ModelInfo info;
+  EXPECT_EQ(stub->GetModelInfo(&c4, unknown, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(ClusterOverloadTest, BeyondTheQueueIsResourceExhaustedAtOnce) {
+  LocalCluster cluster(1, {}, {"--max-in-flight", "1", "--max-queued", "0"});
+  ASSERT_TRUE(cluster.ok());
+  auto stub = cluster.RouterStub();
+  grpc::ClientContext long_context;
+  auto long_reader = stub->Generate(&long_context, TextRequest("occupy the only slot", 400));
+  floe::v1::GenerateResponse response;
+  ASSERT_TRUE(long_reader->Read(&response));
+  auto start = std::chrono::steady_clock::now();
+  Generation rejected = Generate(*stub, TextRequest("one too many", 4));
+  EXPECT_EQ(rejected.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << rejected.status.error_message();
+  EXPECT_NE(rejected.status.error_message().find("max_in_flight"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  long_context.TryCancel();
+  while (long_reader->Read(&response)) {
+  }
+  long_reader->Finish();
+}
+
+TEST(ClusterFaultTest, DeadWorkerIsEjectedAndOthersServe) {
+  LocalCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  auto stub = cluster.RouterStub();
+  kill(cluster.worker(0).pid(), SIGKILL);
+  for (int i = 0; i < 6; ++i) {
+    GenerateRequest r = TextRequest("after the crash", 4);
+    r.set_session_id("session-" + std::to_string(i));  // spread over both ring positions
+    Generation g = Generate(*stub, r);
+    EXPECT_TRUE(g.status.ok()) << i << ": " << g.status.error_message();
+  }
+}
+
+TEST(ClusterAffinityTest, SessionTurnsHitTheirWorkersPrefixCache) {
+  LocalCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  auto stub = cluster.RouterStub();
+  for (int s = 0; s < 4; ++s) {
+    std::string history = "Session " + std::to_string(s) +
+                          " shares a long history so that several KV blocks fill up and are cached.";
+    for (int turn = 0; turn < 3; ++turn) {
+      GenerateRequest r = TextRequest(history, 8);
+      r.set_session_id("agent-" + std::to_string(s));
+      Generation g = Generate(*stub, r);
+      ASSERT_TRUE(g.status.ok());
+      if (turn > 0) EXPECT_GE(g.complete.usage().cached_prompt_tokens(), 16 * turn) << "session " << s << " turn " << turn;
+      history += g.text + " and then more text for the next turn.";
+    }
+  }
+}
+
+TEST(ClusterDrainTest, SigtermFinishesInFlightThenExits) {
+  LocalCluster cluster(1);
+  ASSERT_TRUE(cluster.ok());
+  auto stub = cluster.RouterStub();
+  auto pending = std::async(std::launch::async, [&] { return Generate(*stub, TextRequest("finish me", 60)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill(cluster.router().pid(), SIGTERM);
+  Generation g = pending.get();
+  EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.token_ids.size(), 60u);
+  for (int i = 0; i < 100 && !cluster.router().Exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(cluster.router().Exited());
+  EXPECT_TRUE(WIFEXITED(cluster.router().exit_status()));
+  EXPECT_EQ(WEXITSTATUS(cluster.router().exit_status()), 0);
+}
+
+}  // namespace
+}  // namespace floe::testing

