@@ -10,7 +10,7 @@ APT_PACKAGES=(
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy python3-torch
-  prometheus
+  prometheus gnuplot-nox
 )
 
 missing=()

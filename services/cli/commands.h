@@ -9,5 +9,6 @@ int RunGenerate(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
 int RunDetokenize(int argc, char** argv);
 int RunMakeModel(int argc, char** argv);
+int RunBench(int argc, char** argv);
 
 }  // namespace floe

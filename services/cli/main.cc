@@ -14,7 +14,8 @@ constexpr char kUsage[] =
     "  generate     send one request to a router and stream the text\n"
     "  tokenize     text on stdin -> {\"ids\": [...]} with a tokenizer.json\n"
     "  detokenize   {\"ids\": [...]} on stdin -> text\n"
-    "  make-model   write a Hugging Face checkpoint folder with seeded random weights\n";
+    "  make-model   write a Hugging Face checkpoint folder with seeded random weights\n"
+    "  bench        serving benchmark against a router (TTFT, TPOT, ITL, throughput)\n";
 
 }  // namespace
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return floe::RunTokenize(argc - 1, argv + 1);
   if (command == "detokenize") return floe::RunDetokenize(argc - 1, argv + 1);
   if (command == "make-model") return floe::RunMakeModel(argc - 1, argv + 1);
+  if (command == "bench") return floe::RunBench(argc - 1, argv + 1);
   std::fprintf(stderr, "floe: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
   return 2;
 }
