@@ -91,7 +91,7 @@ std::string EncodeSnapshot(const SnapshotData& data) {
   Put<uint32_t>(&out, kVersion);
   Put<uint32_t>(&out, data.max_depth);
   Put<uint64_t>(&out, payload.size());
-  Put<uint64_t>(&out, Fnv1a64(payload));
+  Put<uint64_t>(&out, Fnv1a64(out + payload));  // covers the header fields too
   out += payload;
   return out;
 }
@@ -120,7 +120,8 @@ absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
     return absl::DataLossError(absl::StrCat("snapshot payload is ", payload.size(),
                                             " bytes, header says ", payload_len));
   }
-  if (Fnv1a64(payload) != checksum) return absl::DataLossError("snapshot checksum mismatch");
+  const std::string covered = absl::StrCat(bytes.substr(0, kHeaderBytes - 8), payload);
+  if (Fnv1a64(covered) != checksum) return absl::DataLossError("snapshot checksum mismatch");
   Reader r(payload);
   uint32_t num_ns = 0;
   if (absl::Status st = r.Get(&num_ns, "namespace count"); !st.ok()) return st;

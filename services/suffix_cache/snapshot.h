@@ -3,7 +3,7 @@
 // the format does not depend on the tree layout).
 //
 //   header  "FLOESUFX" | u32 version (1) | u32 max_depth | u64 payload bytes
-//           | u64 FNV-1a 64 of the payload
+//           | u64 FNV-1a 64 of (the header before it + the payload)
 //   payload u32 namespaces, each: u32 name bytes, name, u32 responses,
 //           each: u32 id bytes, id, u32 tokens, tokens as int32
 // All integers little-endian. A file that is short, long, has another magic or

@@ -1,0 +1,145 @@
+// The floe-suffix-cache binary: listening line, serving, SIGTERM writes a
+// snapshot that the next start restores; a corrupt snapshot is reported.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "services/suffix_cache/client/suffix_cache_client.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  std::string address;
+};
+
+// Starts the binary with stdout on a pipe (for the listening line) and stderr
+// into `log`.
+Child Launch(const std::vector<std::string>& args, const std::string& log) {
+  const char* bin_dir = std::getenv("FLOE_BINARY_DIR");
+  const std::string bin = std::string(bin_dir ? bin_dir : "build") + "/bin/floe-suffix-cache";
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  Child c;
+  c.pid = fork();
+  if (c.pid == 0) {
+    dup2(fds[1], 1);
+    FILE* err = std::fopen(log.c_str(), "w");
+    if (err) dup2(fileno(err), 2);
+    close(fds[0]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(bin.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE* out = fdopen(fds[0], "r");
+  char line[256] = {0};
+  if (std::fgets(line, sizeof(line), out) != nullptr) {
+    const std::string s(line);
+    const std::string prefix = "suffix-cache listening on ";
+    if (s.rfind(prefix, 0) == 0) c.address = s.substr(prefix.size(), s.size() - prefix.size() - 1);
+  }
+  std::fclose(out);
+  return c;
+}
+
+int Terminate(const Child& c) {
+  kill(c.pid, SIGTERM);
+  int status = 0;
+  waitpid(c.pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::unique_ptr<SuffixCacheClient> Connect(const std::string& address) {
+  ClientOptions o;
+  o.addresses = {address};
+  o.call_deadline = std::chrono::milliseconds(2000);
+  o.step_deadline = std::chrono::milliseconds(2000);
+  return std::move(SuffixCacheClient::Create(o)).value();
+}
+
+// The server answers UNAVAILABLE until it has restored; retry briefly.
+absl::StatusOr<floe::v1::SuffixStats> StatsWhenReady(SuffixCacheClient& client) {
+  absl::StatusOr<floe::v1::SuffixStats> s;
+  for (int i = 0; i < 100; ++i) {
+    s = client.GetStats(0);
+    if (s.ok()) break;
+    usleep(20000);
+  }
+  return s;
+}
+
+TEST(SuffixCacheBinaryTest, SigtermSnapshotsAndRestartRestores) {
+  const std::string dir = ::testing::TempDir() + "/suffix_binary";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> args = {"--port", "0", "--snapshot-dir", dir + "/snap", "--vocab-size", "1000"};
+  Child c = Launch(args, dir + "/log1.txt");
+  ASSERT_FALSE(c.address.empty()) << ReadFile(dir + "/log1.txt");
+  {
+    auto client = Connect(c.address);
+    ASSERT_TRUE(StatsWhenReady(*client).ok());
+    ASSERT_TRUE(client->StartRequest("team", "r1", {1, 2, 3}).ok());
+    floe::v1::SuffixStepRequest step;
+    auto* e = step.add_entries();
+    e->set_namespace_("team");
+    e->set_request_id("r1");
+    for (int t : {10, 11, 12, 13}) e->add_appended(t);
+    floe::v1::SuffixStepResponse resp = client->Step(step);
+    ASSERT_EQ(resp.results(0).code(), 0) << resp.results(0).error();
+    ASSERT_TRUE(client->EndRequest("team", "r1").ok());
+  }
+  EXPECT_EQ(Terminate(c), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/snap/suffix-cache.snap"));
+  EXPECT_NE(ReadFile(dir + "/log1.txt").find("snapshot_written"), std::string::npos);
+
+  Child again = Launch(args, dir + "/log2.txt");
+  ASSERT_FALSE(again.address.empty());
+  {
+    auto client = Connect(again.address);
+    auto stats = StatsWhenReady(*client);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->cached_responses(), 1);
+    EXPECT_EQ(stats->cached_tokens(), 4);
+  }
+  EXPECT_EQ(Terminate(again), 0);
+
+  // A corrupt snapshot: reported in the log, skipped, the service starts empty.
+  std::ofstream(dir + "/snap/suffix-cache.snap", std::ios::trunc) << "FLOESUFX garbage";
+  Child third = Launch(args, dir + "/log3.txt");
+  ASSERT_FALSE(third.address.empty());
+  {
+    auto client = Connect(third.address);
+    auto stats = StatsWhenReady(*client);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->cached_responses(), 0);
+  }
+  EXPECT_EQ(Terminate(third), 0);
+  EXPECT_NE(ReadFile(dir + "/log3.txt").find("snapshot_corrupt"), std::string::npos);
+}
+
+TEST(SuffixCacheBinaryTest, HelpExitsZero) {
+  const char* bin_dir = std::getenv("FLOE_BINARY_DIR");
+  const std::string cmd = std::string(bin_dir ? bin_dir : "build") + "/bin/floe-suffix-cache --help > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+}  // namespace
+}  // namespace floe::suffix_cache

@@ -1,0 +1,125 @@
+// SuffixCacheClient: late answers are dropped at the deadline, a stopped
+// replica fails fast, namespaces route to their replica.
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "services/suffix_cache/client/suffix_cache_client.h"
+#include "tests/services/suffix_cache/service/test_server.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Answers Step only after 300 ms: every answer is late.
+class SlowService final : public floe::v1::SuffixCache::Service {
+ public:
+  grpc::Status Step(grpc::ServerContext*, const floe::v1::SuffixStepRequest* req,
+                    floe::v1::SuffixStepResponse* resp) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int i = 0; i < req->entries_size(); ++i) resp->add_results()->add_token_ids(1);
+    return grpc::Status::OK;
+  }
+};
+
+floe::v1::SuffixStepRequest OneEntry(const std::string& ns, const std::string& id) {
+  floe::v1::SuffixStepRequest req;
+  auto* e = req.add_entries();
+  e->set_namespace_(ns);
+  e->set_request_id(id);
+  e->set_speculate(true);
+  return req;
+}
+
+TEST(SuffixCacheClientTest, LateAnswerIsDroppedAtTheDeadline) {
+  SlowService slow;
+  auto runner = ServerRunner::Start({"127.0.0.1:0"}, {&slow});
+  ASSERT_TRUE(runner.ok());
+  ClientOptions options;
+  options.addresses = {(*runner)->address()};
+  options.step_deadline = std::chrono::milliseconds(5);
+  auto client = SuffixCacheClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 3; ++i) {  // the first call also connects
+    const auto t0 = Clock::now();
+    floe::v1::SuffixStepResponse resp = (*client)->Step(OneEntry("", "r"));
+    const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    ASSERT_EQ(resp.results_size(), 1);
+    EXPECT_EQ(resp.results(0).code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_EQ(resp.results(0).token_ids_size(), 0);
+    EXPECT_LT(ms, 5 + 45) << "call " << i;
+  }
+  (*runner)->Shutdown(std::chrono::milliseconds(0));
+}
+
+TEST(SuffixCacheClientTest, StoppedServerFailsFastWithinTheDeadline) {
+  std::string address;
+  {
+    TestServer server(StoreOptions{}, ServiceLimits{});
+    address = server.runner->address();
+  }
+  ClientOptions options;
+  options.addresses = {address};
+  options.step_deadline = std::chrono::milliseconds(5);
+  options.call_deadline = std::chrono::milliseconds(20);
+  auto client = SuffixCacheClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    floe::v1::SuffixStepResponse resp = (*client)->Step(OneEntry("", "r"));
+    const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const int code = resp.results(0).code();
+    EXPECT_TRUE(code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) << code;
+    EXPECT_LT(ms, 5 + 45) << "call " << i;
+  }
+  const auto t0 = Clock::now();
+  absl::Status s = (*client)->StartRequest("", "r", {1, 2});
+  EXPECT_FALSE(s.ok());
+  const double start_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_LT(start_ms, 20 + 45);
+}
+
+TEST(SuffixCacheClientTest, NamespacesRouteToTheirReplica) {
+  TestServer a(StoreOptions{}, ServiceLimits{}), b(StoreOptions{}, ServiceLimits{});
+  ClientOptions options;
+  options.addresses = {a.runner->address(), b.runner->address()};
+  options.step_deadline = std::chrono::milliseconds(500);  // loaded CI machines
+  auto client = SuffixCacheClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  std::string on[2];
+  for (int i = 0; on[0].empty() || on[1].empty(); ++i) on[(*client)->ReplicaFor(absl::StrCat("ns", i))] = absl::StrCat("ns", i);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE((*client)->StartRequest(on[r], "w", {1, 2}).ok());
+  }
+  floe::v1::SuffixStepRequest step;
+  for (int r = 0; r < 2; ++r) {
+    auto* e = step.add_entries();
+    e->set_namespace_(on[r]);
+    e->set_request_id("w");
+    e->add_appended(40 + r);
+    e->add_appended(41);
+    e->add_appended(42);
+    e->set_speculate(true);
+  }
+  floe::v1::SuffixStepResponse resp = (*client)->Step(step);
+  ASSERT_EQ(resp.results_size(), 2);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(resp.results(r).code(), 0) << resp.results(r).error();
+  for (int r = 0; r < 2; ++r) {
+    auto cached = (*client)->EndRequest(on[r], "w");
+    ASSERT_TRUE(cached.ok()) << cached.status();
+    EXPECT_TRUE(*cached);
+  }
+  EXPECT_EQ(a.store.Stats().cached, 1);
+  EXPECT_EQ(b.store.Stats().cached, 1);
+  EXPECT_EQ(a.store.Stats().namespaces[0].name, on[0]);
+  EXPECT_EQ(b.store.Stats().namespaces[0].name, on[1]);
+  auto stats = (*client)->GetStats(1);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->cached_responses(), 1);
+  EXPECT_EQ((*client)->AbortRequest(on[0], "w").code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace floe::suffix_cache
