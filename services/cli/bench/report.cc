@@ -156,7 +156,8 @@ std::string SummaryTable(const LabeledRun& run) {
 
 std::string CompareTable(const LabeledRun& a, const LabeledRun& b) {
   std::string out = Title("Comparison");
-  absl::StrAppendFormat(&out, "%-28s %14s %14s %8s\n", "", a.label.substr(0, 14), b.label.substr(0, 14), "B/A");
+  absl::StrAppend(&out, "A: ", a.label, "\nB: ", b.label, "\n");
+  absl::StrAppendFormat(&out, "%-28s %14s %14s %8s\n", "", "A", "B", "B/A");
   for (const Row& row : Rows()) {
     const double x = row.get(a.summary), y = row.get(b.summary);
     absl::StrAppendFormat(&out, "%-28s %14.2f %14.2f %8s\n", row.name, x, y, x != 0 ? absl::StrFormat("%.3f", y / x) : "-");
