@@ -18,6 +18,8 @@
 
 #include "gtest/gtest.h"
 #include "services/worker/backend/cpu_backend.h"
+#include "services/worker/model/checkpoint.h"
+#include "services/worker/model/checkpoint_writer.h"
 #include "tests/services/worker/backend/test_model.h"
 
 namespace floe {
@@ -34,42 +36,28 @@ std::vector<char> ReadFile(const std::string& path) {
   return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-class ReferenceTest : public ::testing::TestWithParam<std::tuple<Flavor, DType>> {};
-
-TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
-  const auto [flavor, dtype] = GetParam();
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " missing";
+// Runs reference_llama.py on `dir` (config.txt and weights already there)
+// and checks the backend's prompt logits and greedy continuation against it.
+void CompareWithReference(Backend& backend, const std::string& dir, int steps) {
   const char* src = std::getenv("FLOE_SOURCE_DIR");
   ASSERT_NE(src, nullptr) << "FLOE_SOURCE_DIR unset (run through ctest)";
-  const std::string script =
-      std::string(src) + "/tests/services/worker/backend/reference_llama.py";
-  const std::string dir = ::testing::TempDir() + "/floe_ref_" +
-                          std::to_string(static_cast<int>(flavor)) + "_" + DTypeName(dtype).data() +
-                          "_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-
-  TestModel model(flavor, dtype, /*seed=*/11 + static_cast<int>(flavor));
-  model.WriteReferenceFiles(dir);
+  const int vocab = backend.config().vocab_size;
   std::vector<int32_t> prompt(13);
   std::mt19937 rng(5);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % model.config().vocab_size);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % vocab);
   {
     std::ofstream f(dir + "/prompt.bin", std::ios::binary);
     f.write(reinterpret_cast<const char*>(prompt.data()), prompt.size() * 4);
-    std::ofstream cfg(dir + "/config.txt", std::ios::app);
-    cfg << "steps " << kSteps << "\n";
   }
-  const std::string cmd = std::string(kPython) + " " + script + " " + dir;
+  const std::string cmd = std::string(kPython) + " " + src +
+                          "/tests/services/worker/backend/reference_llama.py " + dir;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 
-  auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  const int block_size = 4, max_blocks = (13 + kSteps + 3) / 4;
-  ASSERT_TRUE((*backend)->AllocateKvCache(max_blocks + 3, block_size).ok());
-  auto gen = testing_model::Generate(**backend, prompt, kSteps, /*chunk=*/0, block_size,
+  const int block_size = 4, max_blocks = (13 + steps + 3) / 4;
+  ASSERT_TRUE(backend.AllocateKvCache(max_blocks + 3, block_size).ok());
+  auto gen = testing_model::Generate(backend, prompt, steps, /*chunk=*/0, block_size,
                                      /*first_block=*/3, max_blocks);
 
-  const int vocab = model.config().vocab_size;
   std::vector<char> ref_logits = ReadFile(dir + "/prompt_logits.bin");
   ASSERT_EQ(ref_logits.size(), prompt.size() * vocab * sizeof(float));
   const float* ref = reinterpret_cast<const float*>(ref_logits.data());
@@ -80,19 +68,67 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
       max_abs = std::max<double>(max_abs, std::abs(ref[i * vocab + v]));
     }
   }
-  const double tolerance = 2e-5;
-  EXPECT_LE(max_diff, tolerance) << "max |logit| " << max_abs;
+  EXPECT_LE(max_diff, 2e-5) << "max |logit| " << max_abs;
   std::cout << "max |diff| of prompt logits: " << max_diff << " (max |logit| " << max_abs << ")\n";
 
   std::vector<char> ref_greedy = ReadFile(dir + "/greedy.bin");
-  ASSERT_EQ(ref_greedy.size(), kSteps * sizeof(int32_t));
+  ASSERT_EQ(ref_greedy.size(), steps * sizeof(int32_t));
   const int32_t* ref_tokens = reinterpret_cast<const int32_t*>(ref_greedy.data());
-  std::vector<int32_t> expected(ref_tokens, ref_tokens + kSteps);
+  std::vector<int32_t> expected(ref_tokens, ref_tokens + steps);
   EXPECT_EQ(gen.tokens, expected);
   std::set<int32_t> distinct(expected.begin(), expected.end());
   EXPECT_GE(distinct.size(), 3u) << "degenerate continuation: the test would prove little";
+}
+
+std::string TempDir(const std::string& tag) {
+  const std::string dir = ::testing::TempDir() + "/floe_ref_" + tag + "_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+class ReferenceTest : public ::testing::TestWithParam<std::tuple<Flavor, DType>> {};
+
+TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
+  const auto [flavor, dtype] = GetParam();
+  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " missing";
+  const std::string dir = TempDir(std::to_string(static_cast<int>(flavor)) + DTypeName(dtype).data());
+  TestModel model(flavor, dtype, /*seed=*/11 + static_cast<int>(flavor));
+  model.WriteReferenceFiles(dir, kSteps);
+  auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CompareWithReference(**backend, dir, kSteps);
   std::filesystem::remove_all(dir);
 }
+
+// A real checkpoint folder: the random-checkpoint writer's safetensors, loaded
+// by Checkpoint::Load, and read independently by the script. The "tiny" preset
+// has the full Llama 3 vocabulary (128256), so fewer steps.
+class CheckpointReferenceTest
+    : public ::testing::TestWithParam<std::tuple<const char*, DType>> {};
+
+TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
+  const auto [architecture, dtype] = GetParam();
+  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " missing";
+  const std::string dir = TempDir(std::string("ckpt") + architecture + DTypeName(dtype).data());
+  CheckpointSpec spec;
+  spec.preset = "tiny";
+  spec.architecture = architecture;
+  spec.dtype = dtype;
+  spec.seed = 7;
+  ASSERT_TRUE(WriteRandomCheckpoint(spec, dir).ok());
+  auto checkpoint = Checkpoint::Load(dir, LoadOptions{});
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  constexpr int kCheckpointSteps = 16;
+  testing_model::WriteReferenceConfig((*checkpoint)->config(), kCheckpointSteps, dir);
+  auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(), {.num_threads = 2});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CompareWithReference(**backend, dir, kCheckpointSteps);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CheckpointReferenceTest,
+                         ::testing::Values(std::make_tuple("", DType::kBF16),
+                                           std::make_tuple("Qwen2ForCausalLM", DType::kF32)));
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<Flavor, DType>>& info) {
   static const char* const kNames[] = {"Llama3", "Qwen2", "Qwen3"};

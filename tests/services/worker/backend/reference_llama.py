@@ -2,9 +2,10 @@
 """Independent reference for the CPU backend: the HF Llama/Qwen2/Qwen3 forward
 pass written from scratch in PyTorch (f32), from raw little-endian f32 weight
 files. Usage: reference_llama.py DIR. DIR holds config.txt ("key value" lines),
-<hf tensor name>.bin for each weight, prompt.bin (int32). Writes
+<hf tensor name>.bin for each weight (or a model.safetensors, f32/bf16), prompt.bin (int32). Writes
 prompt_logits.bin ([len(prompt), vocab] f32) and greedy.bin (int32, `steps`
 greedy tokens, each from a full recompute over prompt + previous tokens)."""
+import json
 import math
 import os
 import sys
@@ -25,8 +26,28 @@ def main(d):
     bias = cfg["attention_bias"] == "1"; qk_norm = cfg["qk_norm"] == "1"; steps = int(cfg["steps"])
     tied = cfg["tie_word_embeddings"] == "1"
 
+    st_path = os.path.join(d, "model.safetensors")
+    if os.path.exists(st_path):  # a checkpoint folder (single file): read it directly
+        with open(st_path, "rb") as f:
+            raw = f.read()
+        header_len = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + header_len])
+        base = 8 + header_len
+
     def w(name, shape):
-        return torch.from_numpy(np.fromfile(os.path.join(d, name + ".bin"), dtype="<f4").reshape(shape))
+        if not os.path.exists(st_path):
+            return torch.from_numpy(np.fromfile(os.path.join(d, name + ".bin"), dtype="<f4").reshape(shape))
+        meta = header[name]
+        begin, end = meta["data_offsets"]
+        buf = raw[base + begin:base + end]
+        if meta["dtype"] == "F32":
+            arr = np.frombuffer(buf, dtype="<f4")
+        elif meta["dtype"] == "BF16":
+            arr = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(meta["dtype"])
+        assert list(meta["shape"]) == list(shape), (name, meta["shape"], shape)
+        return torch.from_numpy(arr.copy().reshape(shape))
 
     # Rotary inverse frequencies: HF _compute_default/_compute_llama3_parameters.
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))

@@ -102,8 +102,7 @@ TensorView TestModel::Add(const std::string& name, std::vector<int64_t> shape, f
   return view;
 }
 
-void TestModel::WriteReferenceFiles(const std::string& dir) const {
-  const ModelConfig& c = config_;
+void WriteReferenceConfig(const ModelConfig& c, int steps, const std::string& dir) {
   std::ofstream cfg(dir + "/config.txt");
   cfg << "hidden_size " << c.hidden_size << "\nnum_heads " << c.num_heads << "\nnum_kv_heads "
       << c.num_kv_heads << "\nhead_dim " << c.head_dim << "\nnum_layers " << c.num_layers
@@ -117,6 +116,11 @@ void TestModel::WriteReferenceFiles(const std::string& dir) const {
         << "\noriginal_max_position_embeddings " << c.rope_scaling.original_max_position_embeddings
         << "\n";
   }
+  cfg << "steps " << steps << "\n";
+}
+
+void TestModel::WriteReferenceFiles(const std::string& dir, int steps) const {
+  WriteReferenceConfig(config_, steps, dir);
   for (const auto& [name, v] : values_) {
     std::ofstream f(dir + "/" + name + ".bin", std::ios::binary);
     f.write(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));

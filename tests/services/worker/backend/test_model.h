@@ -24,9 +24,9 @@ class TestModel {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
 
-  // Writes config.txt and <hf name>.bin (f32, the exact values the backend
+  // Writes config.txt (with `steps`) and <hf name>.bin (f32, the exact values the backend
   // sees) for reference_llama.py.
-  void WriteReferenceFiles(const std::string& dir) const;
+  void WriteReferenceFiles(const std::string& dir, int steps) const;
 
  private:
   TensorView Add(const std::string& name, std::vector<int64_t> shape, float scale, float offset,
@@ -52,5 +52,8 @@ Generation Generate(Backend& backend, const std::vector<int32_t>& prompt, int st
                     int block_size, int first_block, int max_blocks);
 
 int32_t Argmax(const std::vector<float>& v);
+
+// Writes config.txt for reference_llama.py (plus "steps N").
+void WriteReferenceConfig(const ModelConfig& config, int steps, const std::string& dir);
 
 }  // namespace floe::testing_model
