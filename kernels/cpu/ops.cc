@@ -65,62 +65,6 @@ void AddInPlaceImpl(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
-float DotImpl(const float* a, const float* b, int64_t n) {
-  const DF df;
-  const int64_t lanes = hn::Lanes(df);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
-  }
-  for (; i + lanes <= n; i += lanes) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-void ScaleMulAddImpl(float* y, float scale, float a, const float* x, int64_t n) {
-  const DF df;
-  const int64_t lanes = hn::Lanes(df);
-  const auto vs = hn::Set(df, scale), va = hn::Set(df, a);
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    hn::StoreU(hn::MulAdd(va, hn::LoadU(df, x + i), hn::Mul(hn::LoadU(df, y + i), vs)), df, y + i);
-  }
-  for (; i < n; ++i) y[i] = y[i] * scale + a * x[i];
-}
-
-void ScaleImpl(float* y, float scale, int64_t n) {
-  const DF df;
-  const int64_t lanes = hn::Lanes(df);
-  const auto vs = hn::Set(df, scale);
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, y + i), vs), df, y + i);
-  for (; i < n; ++i) y[i] *= scale;
-}
-
-float ExpMinusMaxImpl(float* x, float max, int64_t n) {
-  const DF df;
-  const int64_t lanes = hn::Lanes(df);
-  const auto vmax = hn::Set(df, max);
-  auto acc = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vmax));
-    hn::StoreU(e, df, x + i);
-    acc = hn::Add(acc, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += x[i];
-  }
-  return sum;
-}
-
 }  // namespace HWY_NAMESPACE
 }  // namespace floe::cpu
 HWY_AFTER_NAMESPACE();
@@ -131,10 +75,6 @@ namespace floe::cpu {
 HWY_EXPORT(RmsNormImpl);
 HWY_EXPORT(SiluMulImpl);
 HWY_EXPORT(AddInPlaceImpl);
-HWY_EXPORT(DotImpl);
-HWY_EXPORT(ScaleMulAddImpl);
-HWY_EXPORT(ScaleImpl);
-HWY_EXPORT(ExpMinusMaxImpl);
 
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, weight, eps, n, y);
@@ -143,14 +83,6 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n, out);
 }
 void AddInPlace(float* y, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(AddInPlaceImpl)(y, x, n); }
-float Dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n); }
-void ScaleMulAdd(float* y, float scale, float a, const float* x, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ScaleMulAddImpl)(y, scale, a, x, n);
-}
-void Scale(float* y, float scale, int64_t n) { HWY_DYNAMIC_DISPATCH(ScaleImpl)(y, scale, n); }
-float ExpMinusMax(float* x, float max, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(ExpMinusMaxImpl)(x, max, n);
-}
 
 void EmbeddingLookup(const TensorView& table, std::span<const int32_t> ids, float* out) {
   const int64_t dim = table.cols();

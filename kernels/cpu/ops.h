@@ -19,18 +19,6 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // y += x.
 void AddInPlace(float* y, const float* x, int64_t n);
 
-// sum_i a[i] * b[i] (lane-parallel partial sums, fixed order).
-float Dot(const float* a, const float* b, int64_t n);
-
-// y = y * scale + a * x (scale applies first; used by online-softmax attention).
-void ScaleMulAdd(float* y, float scale, float a, const float* x, int64_t n);
-
-// y *= scale.
-void Scale(float* y, float scale, int64_t n);
-
-// x[i] = exp(x[i] - max); returns sum of the results.
-float ExpMinusMax(float* x, float max, int64_t n);
-
 // Rows of `table` ([vocab, dim], bf16 or f32) for each id, widened to f32,
 // into out [ids.size(), dim]. Ids must be in range (the backend validates).
 void EmbeddingLookup(const TensorView& table, std::span<const int32_t> ids, float* out);

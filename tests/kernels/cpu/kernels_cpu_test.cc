@@ -112,26 +112,9 @@ TEST(OpsTest, RowOpsMatchNaive) {
       const double ref = x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))) * u[i];
       EXPECT_NEAR(y[i], ref, 1e-5 * (1 + std::abs(ref)));
     }
-    double dot = 0;
-    for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(x[i]) * w[i];
-    EXPECT_NEAR(Dot(x.data(), w.data(), n), dot, 1e-5 * (1 + std::sqrt(static_cast<double>(n))));
-
-    std::vector<float> e = x;
-    float mx = *std::max_element(x.begin(), x.end());
-    const float sum = ExpMinusMax(e.data(), mx, n);
-    double ref_sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double ref = std::exp(static_cast<double>(x[i]) - mx);
-      ref_sum += ref;
-      EXPECT_NEAR(e[i], ref, 2e-6 * ref + 1e-30);
-    }
-    EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
-
     std::vector<float> acc = u;
-    ScaleMulAdd(acc.data(), 0.5f, 2.0f, x.data(), n);
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(acc[i], u[i] * 0.5 + 2.0 * x[i], 1e-6 * (1 + std::abs(acc[i])));
     AddInPlace(acc.data(), x.data(), n);
-    Scale(acc.data(), 3.0f, n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(acc[i], u[i] + x[i]);
   }
 }
 
@@ -196,8 +179,13 @@ TEST(RopeTest, RotatesPairsHalfApart) {
   }
 }
 
-TEST(AttentionTest, PagedGqaMatchesNaive) {
-  const int heads = 4, kv_heads = 2, hd = 16, block_size = 3, num_blocks = 40;
+class AttentionTest : public ::testing::TestWithParam<int> {};
+
+// head_dim 12 and 20 leave a tail after the vector lanes.
+INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionTest, ::testing::Values(12, 16, 20, 64));
+
+TEST_P(AttentionTest, PagedGqaMatchesNaive) {
+  const int heads = 4, kv_heads = 2, hd = GetParam(), block_size = 3, num_blocks = 40;
   const float scale = 0.25f;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
