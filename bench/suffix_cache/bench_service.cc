@@ -1,0 +1,224 @@
+// bench_service: latency of one batched Step (appends + speculate for --batch
+// requests) over loopback against an in-process floe.v1.SuffixCache server,
+// while --background-threads other clients append in the same namespace.
+// The global tree is first warmed with --warm-responses trace responses.
+// Prints one JSON object (p50/p99/mean in microseconds).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/cli/arg_parser.h"
+#include "common/rpc/server_runner.h"
+#include "services/suffix_cache/replay/trace.h"
+#include "services/suffix_cache/suffix_cache_service.h"
+
+namespace floe::suffix_cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Stub = floe::v1::SuffixCache::Stub;
+
+std::unique_ptr<Stub> NewStub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per client
+  return floe::v1::SuffixCache::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+bool Start(Stub* stub, const std::string& id, const std::vector<int32_t>& prompt) {
+  floe::v1::SuffixStartRequest req;
+  req.set_request_id(id);
+  req.mutable_prompt()->Add(prompt.begin(), prompt.end());
+  floe::v1::SuffixStartResponse resp;
+  grpc::ClientContext ctx;
+  return stub->StartRequest(&ctx, req, &resp).ok();
+}
+void End(Stub* stub, const std::string& id) {
+  floe::v1::SuffixEndRequest req;
+  req.set_request_id(id);
+  floe::v1::SuffixEndResponse resp;
+  grpc::ClientContext ctx;
+  stub->EndRequest(&ctx, req, &resp);
+}
+
+// A request replayed from a trace entry: emits `chunk` true tokens a step.
+struct Replayed {
+  std::string id;
+  const TraceRequest* t = nullptr;
+  size_t pos = 0;
+};
+
+int Run(int argc, char** argv) {
+  std::string trace_path = "/work/shared/traces/dev-agentic.jsonl";
+  int iters = 2000, batch = 64, background = 4, warm = 200, chunk = 2, max_prompt = 4096;
+  ArgParser parser("bench_service [options]", "Batched Step latency of the suffix-cache service over loopback.");
+  parser.AddString("trace", &trace_path, "JSONL trace (prompt/output token ids)");
+  parser.AddInt("iters", &iters, "timed Step calls");
+  parser.AddInt("batch", &batch, "requests per Step");
+  parser.AddInt("background-threads", &background, "clients appending concurrently");
+  parser.AddInt("warm-responses", &warm, "trace responses cached before timing");
+  parser.AddInt("chunk", &chunk, "tokens appended per request per step");
+  parser.AddInt("max-prompt", &max_prompt, "prompt tokens kept per request");
+  bool direct = false;
+  parser.AddBool("direct", &direct, "call the service in-process (no gRPC): the compute part of a Step");
+  if (absl::Status s = parser.Parse(argc, argv); !s.ok() || parser.help_requested()) {
+    std::fprintf(stderr, "%s", parser.Help().c_str());
+    return s.ok() ? 0 : 2;
+  }
+  // Step holds up to --batch request locks at once; absl's debug-mode
+  // deadlock graph would dominate the call.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  auto trace = LoadTrace(trace_path);
+  if (!trace.ok() || trace->empty()) {
+    std::fprintf(stderr, "bench_service: %s\n", std::string(trace.status().message()).c_str());
+    return 1;
+  }
+  for (TraceRequest& t : *trace) {
+    if (static_cast<int>(t.prompt.size()) > max_prompt) t.prompt.erase(t.prompt.begin(), t.prompt.end() - max_prompt);
+  }
+  SuffixCacheStore store(StoreOptions{});
+  ServiceLimits limits;
+  limits.max_batch = std::max(batch, 256);
+  SuffixCacheService service(&store, limits);
+  auto runner = ServerRunner::Start({"127.0.0.1:0"}, {&service});
+  if (!runner.ok()) return 1;
+  service.SetAccepting(true);
+  (*runner)->SetServing(true);
+  const std::string address = (*runner)->address();
+  auto stub = NewStub(address);
+
+  // Warm the global tree with cached responses.
+  const size_t n = trace->size();
+  for (int i = 0; i < warm; ++i) {
+    const TraceRequest& t = (*trace)[i % n];
+    const std::string id = absl::StrCat("warm-", i);
+    Start(stub.get(), id, t.prompt);
+    floe::v1::SuffixStepRequest req;
+    auto* e = req.add_entries();
+    e->set_request_id(id);
+    e->mutable_appended()->Add(t.output.begin(), t.output.end());
+    floe::v1::SuffixStepResponse resp;
+    grpc::ClientContext ctx;
+    stub->Step(&ctx, req, &resp);
+    End(stub.get(), id);
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> background_steps{0};
+  std::vector<std::thread> threads;
+  for (int b = 0; b < background; ++b) {
+    threads.emplace_back([&, b] {
+      auto my = NewStub(address);
+      int serial = 0;
+      std::vector<Replayed> reqs(8);
+      auto restart = [&](Replayed& r) {
+        if (!r.id.empty()) End(my.get(), r.id);
+        r.id = absl::StrCat("bg-", b, "-", serial);
+        r.t = &(*trace)[(warm + 97 * b + serial++) % n];
+        r.pos = 0;
+        Start(my.get(), r.id, r.t->prompt);
+      };
+      for (Replayed& r : reqs) restart(r);
+      while (!stop.load()) {
+        floe::v1::SuffixStepRequest req;
+        for (Replayed& r : reqs) {
+          if (r.pos + 4 > r.t->output.size()) restart(r);
+          auto* e = req.add_entries();
+          e->set_request_id(r.id);
+          e->set_response_offset(static_cast<int64_t>(r.pos));
+          e->mutable_appended()->Add(r.t->output.begin() + r.pos, r.t->output.begin() + r.pos + 4);
+          r.pos += 4;
+        }
+        floe::v1::SuffixStepResponse resp;
+        grpc::ClientContext ctx;
+        my->Step(&ctx, req, &resp);
+        background_steps.fetch_add(1);
+      }
+    });
+  }
+
+  std::vector<Replayed> reqs(batch);
+  int serial = 0;
+  auto restart = [&](Replayed& r) {
+    if (!r.id.empty()) End(stub.get(), r.id);
+    r.id = absl::StrCat("fg-", serial);
+    r.t = &(*trace)[(serial++ * 7) % n];
+    r.pos = 0;
+    Start(stub.get(), r.id, r.t->prompt);
+  };
+  for (Replayed& r : reqs) restart(r);
+  std::vector<double> us;
+  us.reserve(iters);
+  int64_t drafted = 0, errors = 0;
+  const int warmup = std::min(100, iters / 10);
+  for (int it = 0; it < iters + warmup; ++it) {
+    for (Replayed& r : reqs) {
+      if (r.pos + chunk > r.t->output.size()) restart(r);  // untimed
+    }
+    floe::v1::SuffixStepRequest req;
+    req.mutable_params()->set_max_spec_tokens(16);
+    req.mutable_params()->set_max_spec_factor(1.0f);
+    req.mutable_params()->set_min_token_prob(0.1f);
+    for (Replayed& r : reqs) {
+      auto* e = req.add_entries();
+      e->set_request_id(r.id);
+      e->set_response_offset(static_cast<int64_t>(r.pos));
+      e->mutable_appended()->Add(r.t->output.begin() + r.pos, r.t->output.begin() + r.pos + chunk);
+      e->set_speculate(true);
+      r.pos += chunk;
+    }
+    floe::v1::SuffixStepResponse resp;
+    grpc::ClientContext ctx;
+    const auto t0 = Clock::now();
+    grpc::Status s = direct ? service.Step(nullptr, &req, &resp) : stub->Step(&ctx, req, &resp);
+    const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!s.ok()) ++errors;
+    for (const auto& d : resp.results()) {
+      drafted += d.token_ids_size();
+      errors += d.code() != 0;
+    }
+    if (it >= warmup) us.push_back(elapsed);
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  std::sort(us.begin(), us.end());
+  auto pct = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
+  double mean = 0;
+  for (double v : us) mean += v;
+  mean /= us.size();
+  StoreStats stats = store.Stats();
+  nlohmann::json out = {
+      {"bench", direct ? "suffix_cache_step_in_process" : "suffix_cache_step_loopback"},
+      {"batch", batch},
+      {"tokens_appended_per_request", chunk},
+      {"background_threads", background},
+      {"background_steps", background_steps.load()},
+      {"iterations", static_cast<int64_t>(us.size())},
+      {"p50_us", pct(0.50)},
+      {"p90_us", pct(0.90)},
+      {"p99_us", pct(0.99)},
+      {"max_us", us.back()},
+      {"mean_us", mean},
+      {"draft_tokens_per_step", static_cast<double>(drafted) / (iters + warmup)},
+      {"errors", errors},
+      {"cached_responses", stats.cached},
+      {"cached_tokens", stats.cached_tokens},
+      {"target_p50_us", 300},
+      {"target_p99_us", 2000},
+      {"hardware_threads", static_cast<int>(std::thread::hardware_concurrency())},
+  };
+  std::printf("%s\n", out.dump(2).c_str());
+  (*runner)->Shutdown(std::chrono::milliseconds(100));
+  return 0;
+}
+
+}  // namespace
+}  // namespace floe::suffix_cache
+
+int main(int argc, char** argv) { return floe::suffix_cache::Run(argc, argv); }
