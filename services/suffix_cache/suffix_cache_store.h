@@ -22,6 +22,13 @@
 //    batches that share requests).
 //  Lock order: namespaces_mu_ < Namespace::requests_mu < Request::mu <
 //  Namespace::tree_mu. Counters are atomics.
+//  Data-race freedom: every tree, map and per-request field is touched only
+//  under the lock named above (const SuffixTree::Speculate has no mutable
+//  state, so shared holders may run it together); a Request outlives lookups
+//  through shared_ptr, and End/Abort/Clear mark it `done` under its own lock
+//  so a Step that looked it up earlier sees the end. (Debian's Abseil is not
+//  TSan-instrumented, so a TSan build reports absl::Mutex-guarded accesses
+//  as races; the concurrency test runs under the normal build.)
 //
 // Memory: max_bytes bounds the global trees plus the stored response tokens
 // (as measured by TrimToBudget); active requests' local trees are bounded by
