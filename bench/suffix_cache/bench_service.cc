@@ -66,6 +66,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("chunk", &chunk, "tokens appended per request per step");
   parser.AddInt("max-prompt", &max_prompt, "prompt tokens kept per request");
   bool direct = false;
+  int step_threads = std::min(15, std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  parser.AddInt("step-threads", &step_threads, "StoreOptions::step_threads");
   parser.AddBool("direct", &direct, "call the service in-process (no gRPC): the compute part of a Step");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok() || parser.help_requested()) {
     std::fprintf(stderr, "%s", parser.Help().c_str());
@@ -82,7 +84,9 @@ int Run(int argc, char** argv) {
   for (TraceRequest& t : *trace) {
     if (static_cast<int>(t.prompt.size()) > max_prompt) t.prompt.erase(t.prompt.begin(), t.prompt.end() - max_prompt);
   }
-  SuffixCacheStore store(StoreOptions{});
+  StoreOptions store_options;
+  store_options.step_threads = step_threads;
+  SuffixCacheStore store(store_options);
   ServiceLimits limits;
   limits.max_batch = std::max(batch, 256);
   SuffixCacheService service(&store, limits);
@@ -198,6 +202,7 @@ int Run(int argc, char** argv) {
       {"batch", batch},
       {"tokens_appended_per_request", chunk},
       {"background_threads", background},
+      {"step_threads", step_threads},
       {"background_steps", background_steps.load()},
       {"iterations", static_cast<int64_t>(us.size())},
       {"p50_us", pct(0.50)},

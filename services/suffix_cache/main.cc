@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -51,6 +52,9 @@ int Run(int argc, char** argv) {
   parser.AddInt("max-spec-tokens", &limits.max_spec_tokens, "largest max_spec_tokens a Step may ask for");
   parser.AddInt("max-concurrent-calls", &limits.max_concurrent_calls, "calls served at once (beyond: RESOURCE_EXHAUSTED)");
   parser.AddInt("max-threads", &max_threads, "gRPC server threads");
+  store_options.step_threads = std::min(15, std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  parser.AddInt("step-threads", &store_options.step_threads,
+                "threads sharing one Step's entries with the calling thread (default: cores - 1, at most 15)");
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "floe-suffix-cache: %s\n", std::string(s.message()).c_str());

@@ -75,7 +75,8 @@ struct SuffixCacheStore::Namespace {
   int64_t cached_tokens ABSL_GUARDED_BY(tree_mu) = 0;
 };
 
-SuffixCacheStore::SuffixCacheStore(const StoreOptions& options) : options_(options) {}
+SuffixCacheStore::SuffixCacheStore(const StoreOptions& options)
+    : options_(options), pool_(std::make_unique<WorkerPool>(options.step_threads)) {}
 SuffixCacheStore::~SuffixCacheStore() = default;
 
 std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::FindNamespace(const std::string& ns) const {
@@ -208,23 +209,28 @@ void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>&
   std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first.get() < b.first.get(); });
   for (auto& [req, i] : live) req->mu.Lock();
 
-  std::vector<std::pair<Request*, size_t>> appended;
-  std::vector<std::pair<Request*, size_t>> ok;
-  for (auto& [req_ptr, i] : live) {
-    Request& req = *req_ptr;
+  // Local-tree work touches only the entry's own (locked) request: spread
+  // it over the pool.
+  enum : char { kFailed, kNoAppend, kAppended };
+  std::vector<char> state(live.size(), kFailed);
+  pool_->ParallelFor(live.size(), [&](size_t k) {
+    Request& req = *live[k].first;
+    const size_t i = live[k].second;
     const StepItem& item = items[i];
     if (req.done) {
       (*out)[i].status = ended_error(i);
-      continue;
+      return;
     }
     if (item.response_offset != req.response_len) {
       (*out)[i].status = absl::FailedPreconditionError(
           absl::StrCat("response_offset ", item.response_offset, " of request_id '", item.request_id,
                        "' is out of order: the request has ", req.response_len, " response tokens"));
-      continue;
+      return;
     }
-    ok.emplace_back(&req, i);
-    if (item.appended.empty()) continue;
+    if (item.appended.empty()) {
+      state[k] = kNoAppend;
+      return;
+    }
     req.local.Extend(kLocalSeq, item.appended);
     req.last_accepted = !req.last_draft.empty() && item.appended.size() > req.last_draft.size() &&
                         std::equal(req.last_draft.begin(), req.last_draft.end(), item.appended.begin());
@@ -234,8 +240,17 @@ void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>&
     if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
       req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
     }
-    appended.emplace_back(&req, i);
+    state[k] = kAppended;
+  });
+  std::vector<std::pair<Request*, size_t>> appended;
+  std::vector<std::pair<Request*, size_t>> ok;
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (state[k] == kFailed) continue;
+    ok.emplace_back(live[k].first.get(), live[k].second);
+    if (state[k] == kAppended) appended.push_back(ok.back());
   }
+  // Entry order, as a caller replaying the batch one by one would append.
+  std::sort(appended.begin(), appended.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   if (!appended.empty() && options_.max_cached_responses != 0) {
     absl::MutexLock t(&ns.tree_mu);  // one exclusive hold for the batch's appends
     for (auto& [req, i] : appended) {
@@ -246,10 +261,12 @@ void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>&
       ns.cached_tokens += static_cast<int64_t>(items[i].appended.size());
     }
   }
-  for (auto& [req_ptr, i] : ok) {
-    Request& req = *req_ptr;
+  // Speculates take shared holds only: in parallel over the pool.
+  pool_->ParallelFor(ok.size(), [&](size_t k) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Request& req = *ok[k].first;
+    const size_t i = ok[k].second;
     const StepItem& item = items[i];
-    if (!item.speculate) continue;
+    if (!item.speculate) return;
     absl::Span<const int32_t> context(req.context);
     if (static_cast<int>(context.size()) > options_.max_depth) {
       context = context.subspan(context.size() - options_.max_depth);
@@ -268,7 +285,7 @@ void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>&
     }
     req.last_draft = best.token_ids;
     (*out)[i].draft = std::move(best);
-  }
+  });
   for (auto& [req, i] : live) req->mu.Unlock();
 }
 

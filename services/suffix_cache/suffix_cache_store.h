@@ -19,7 +19,8 @@
 //    response removal in its own namespace.
 //  - Each active request has its own mutex over its local tree; a Step locks
 //    the requests of a namespace group in address order (no deadlock between
-//    batches that share requests).
+//    batches that share requests), then spreads the entries' local appends and
+//    speculates over a WorkerPool (step_threads) while it holds those locks.
 //  Lock order: namespaces_mu_ < Namespace::requests_mu < Request::mu <
 //  Namespace::tree_mu. Counters are atomics.
 //  Data-race freedom: every tree, map and per-request field is touched only
@@ -51,6 +52,7 @@
 #include "absl/types/span.h"
 #include "services/suffix_cache/snapshot.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
+#include "services/suffix_cache/worker_pool.h"
 
 namespace floe::suffix_cache {
 
@@ -58,6 +60,9 @@ struct StoreOptions {
   int max_depth = 64;
   int64_t max_cached_responses = 100000;  // per namespace; -1: unlimited
   int64_t max_bytes = int64_t{4} << 30;   // all namespaces
+  // Pool threads that share the entries of one Step (local appends and
+  // speculates) with the calling thread; 0: the caller does them alone.
+  int step_threads = 0;
 };
 
 // One request's part of a Step. Validated by the caller (ids, token range).
@@ -137,6 +142,7 @@ class SuffixCacheStore {
   std::atomic<uint64_t> next_order_{0};  // FIFO position across namespaces
   std::atomic<int64_t> evictions_total_{0};
   std::atomic<int64_t> bytes_{0};
+  std::unique_ptr<WorkerPool> pool_;
 };
 
 }  // namespace floe::suffix_cache

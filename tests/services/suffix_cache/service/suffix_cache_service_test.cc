@@ -114,6 +114,7 @@ TEST(SuffixCacheServiceTest, DraftsEqualInProcessSpeculator) {
   StoreOptions so;
   so.max_depth = 64;
   so.max_cached_responses = 8;  // evictions happen too
+  so.step_threads = 2;           // the pooled path
   TestServer server(so, ServiceLimits{});
   SuffixSpeculator reference({.max_depth = 64, .max_cached_requests = 8});
   int64_t steps = 0, nonempty = 0;
@@ -437,6 +438,7 @@ TEST(SuffixCacheServiceTest, CorruptSnapshotIsSkipped) {
 TEST(SuffixCacheServiceTest, ConcurrentCallersOnOneNamespace) {
   StoreOptions so;
   so.max_cached_responses = 16;
+  so.step_threads = 2;
   SuffixCacheStore store(so);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
