@@ -143,6 +143,15 @@ int RunLocal(int argc, char** argv) {
     if (std::chrono::steady_clock::now() > give_up) return std::fprintf(stderr, "floe local: not ready in time\n"), shutdown(1);
   }
   std::printf("router listening on %s\n", router_address->c_str());
+  // One line per service's /metrics endpoint, so tools can find every one.
+  for (size_t i = 0; i < children.size(); ++i) {
+    for (const std::string& line : children[i]->lines()) {
+      if (line.rfind("metrics ", 0) != 0) continue;
+      const std::string url = line.substr(line.rfind(' ') + 1);
+      const bool is_router = i + 1 == children.size();
+      std::printf("metrics %s %s\n", is_router ? "router" : absl::StrCat("worker-", i).c_str(), url.c_str());
+    }
+  }
   std::fflush(stdout);
   for (;;) {
     if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {

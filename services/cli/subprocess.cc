@@ -51,6 +51,7 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix, s
     while ((newline = buffered_.find('\n')) != std::string::npos) {
       std::string line = buffered_.substr(0, newline);
       buffered_.erase(0, newline + 1);
+      lines_.push_back(line);
       if (line.rfind(prefix, 0) == 0) {
         int fd = stdout_fd_;
         drain_ = std::thread([fd] {

@@ -25,6 +25,9 @@ class Subprocess {
   // Afterwards stdout keeps being drained (and echoed to stderr) in the background.
   absl::StatusOr<std::string> WaitForLine(const std::string& prefix, std::chrono::milliseconds timeout);
 
+  // Every stdout line read so far, up to and including the matched one.
+  const std::vector<std::string>& lines() const { return lines_; }
+
   // True once the child has exited; `exit_status` then holds waitpid's status.
   bool Exited();
   int exit_status() const { return exit_status_; }
@@ -39,6 +42,7 @@ class Subprocess {
   bool exited_ = false;
   int exit_status_ = 0;
   std::string buffered_;
+  std::vector<std::string> lines_;
   std::thread drain_;
 };
 

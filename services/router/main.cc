@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
+#include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
 #include "services/router/router_service.h"
@@ -32,6 +33,7 @@ struct RouterFlags {
   int health_interval_ms = 250;
   int max_message_bytes = 4 << 20;
   int drain_timeout_s = 30;
+  int metrics_port = 0;
 };
 
 absl::StatusOr<std::vector<std::string>> WorkerAddresses(const RouterFlags& f) {
@@ -76,6 +78,7 @@ int Run(int argc, char** argv) {
   parser.AddInt("health-interval-ms", &f.health_interval_ms, "worker health/load poll period");
   parser.AddInt("max-message-bytes", &f.max_message_bytes, "largest request message accepted");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
+  parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "floe-router: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -114,6 +117,19 @@ int Run(int argc, char** argv) {
   options.model_name = f.model_name;
   options.max_retries = f.max_retries;
   RouterService service(options, tokenizer->get(), &pool, picker.get(), &gate);
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::unique_ptr<RouterMetrics> metrics;
+  if (f.metrics_port >= 0) {
+    auto started = MetricsServer::Start(f.host, f.metrics_port);
+    if (!started.ok()) {
+      LogEvent(LogLevel::kError, "router", "metrics_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    metrics_server = std::move(started).value();
+    metrics = std::make_unique<RouterMetrics>(*metrics_server, &pool, &gate);
+    service.SetMetrics(metrics.get());
+    std::printf("metrics router %s\n", metrics_server->url().c_str());
+  }
   ServerOptions server_options;
   server_options.address = absl::StrCat(f.host, ":", f.port);
   server_options.max_message_bytes = f.max_message_bytes;

@@ -97,6 +97,21 @@ absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& re
 }
 
 grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
+  if (!metrics_) return ServeOnce(context, request, emit);
+  const auto start = std::chrono::steady_clock::now();
+  bool first = true;
+  grpc::Status status = ServeOnce(context, request, [&](const GenerateResponse& response) {
+    if (first && response.has_chunk() && response.chunk().token_ids_size() > 0) {
+      metrics_->ObserveFirstToken(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      first = false;
+    }
+    return emit(response);
+  });
+  metrics_->ObserveFinished(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
+  return status;
+}
+
+grpc::Status RouterService::ServeOnce(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
   if (draining_.load()) return Error(grpc::StatusCode::UNAVAILABLE, "router is draining");
   if (!model_known()) return Error(grpc::StatusCode::UNAVAILABLE, "no worker has reported its model yet");
   if (grpc::Status s = CheckModel(request.model()); !s.ok()) return s;
@@ -196,6 +211,7 @@ grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRe
     if (received || !worker_failed) return status.ok() ? Error(grpc::StatusCode::INTERNAL, "worker ended the stream early") : status;
     pool_->ReportFailure(worker);
     pick.exclude.push_back(worker);
+    if (metrics_) metrics_->ObserveRetry();
     LogEvent(LogLevel::kWarning, "router", "retry_on_other_worker",
              {{"request_id", id}, {"worker", worker->address}, {"error", status.error_message()}});
   }

@@ -16,6 +16,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/router/admission_gate.h"
+#include "services/router/router_metrics.h"
 #include "services/router/worker_picker.h"
 #include "services/router/worker_pool.h"
 
@@ -39,6 +40,8 @@ class RouterService final : public floe::v1::Floe::Service {
   // Until the model is known (from a worker), Generate answers UNAVAILABLE.
   void SetModelInfo(const floe::v1::ModelInfo& info);
   void StartDraining() { draining_.store(true); }
+  // Optional; set before serving. Must outlive the service.
+  void SetMetrics(RouterMetrics* metrics) { metrics_ = metrics; }
   int in_flight() const { return in_flight_.load(); }
 
   grpc::Status Generate(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
@@ -57,6 +60,7 @@ class RouterService final : public floe::v1::Floe::Service {
  private:
   using Emit = std::function<bool(const floe::v1::GenerateResponse&)>;
   grpc::Status Serve(grpc::ServerContext* context, const floe::v1::GenerateRequest& request, const Emit& emit);
+  grpc::Status ServeOnce(grpc::ServerContext* context, const floe::v1::GenerateRequest& request, const Emit& emit);
   absl::StatusOr<floe::v1::GenerateRequest> Prepare(const floe::v1::GenerateRequest& request) const;
   grpc::Status CheckModel(const std::string& model) const;
   bool model_known() const;
@@ -66,6 +70,7 @@ class RouterService final : public floe::v1::Floe::Service {
   WorkerPool* pool_;
   WorkerPicker* picker_;
   AdmissionGate* gate_;
+  RouterMetrics* metrics_ = nullptr;
   mutable std::mutex model_mu_;
   floe::v1::ModelInfo model_info_;  // guarded by model_mu_
   bool model_known_ = false;        // guarded by model_mu_
