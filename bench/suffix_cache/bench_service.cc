@@ -68,6 +68,8 @@ int Run(int argc, char** argv) {
   bool direct = false;
   int step_threads = std::min(15, std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1));
   parser.AddInt("step-threads", &step_threads, "StoreOptions::step_threads");
+  bool async_appends = false;
+  parser.AddBool("async-global-appends", &async_appends, "StoreOptions::async_global_appends");
   parser.AddBool("direct", &direct, "call the service in-process (no gRPC): the compute part of a Step");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok() || parser.help_requested()) {
     std::fprintf(stderr, "%s", parser.Help().c_str());
@@ -86,6 +88,7 @@ int Run(int argc, char** argv) {
   }
   StoreOptions store_options;
   store_options.step_threads = step_threads;
+  store_options.async_global_appends = async_appends;
   SuffixCacheStore store(store_options);
   ServiceLimits limits;
   limits.max_batch = std::max(batch, 256);
@@ -203,6 +206,7 @@ int Run(int argc, char** argv) {
       {"tokens_appended_per_request", chunk},
       {"background_threads", background},
       {"step_threads", step_threads},
+      {"async_global_appends", async_appends},
       {"background_steps", background_steps.load()},
       {"iterations", static_cast<int64_t>(us.size())},
       {"p50_us", pct(0.50)},

@@ -53,6 +53,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("max-concurrent-calls", &limits.max_concurrent_calls, "calls served at once (beyond: RESOURCE_EXHAUSTED)");
   parser.AddInt("max-threads", &max_threads, "gRPC server threads");
   store_options.step_threads = std::min(15, std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  parser.AddBool("async-global-appends", &store_options.async_global_appends,
+                 "apply a Step's global-tree appends after answering (drafts may lag a step; faster Steps)");
   parser.AddInt("step-threads", &store_options.step_threads,
                 "threads sharing one Step's entries with the calling thread (default: cores - 1, at most 15)");
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");

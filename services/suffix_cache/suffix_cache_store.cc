@@ -73,11 +73,25 @@ struct SuffixCacheStore::Namespace {
   std::map<uint64_t, std::string> fifo ABSL_GUARDED_BY(tree_mu);
   int32_t next_seq ABSL_GUARDED_BY(tree_mu) = 0;
   int64_t cached_tokens ABSL_GUARDED_BY(tree_mu) = 0;
+  // async_global_appends: appends waiting for the applier, in arrival order.
+  absl::Mutex pending_mu;
+  std::vector<std::pair<std::string, std::vector<int32_t>>> pending ABSL_GUARDED_BY(pending_mu);
+  bool scheduled ABSL_GUARDED_BY(pending_mu) = false;
+  absl::Mutex apply_mu;  // one applier at a time keeps each sequence in order
 };
 
 SuffixCacheStore::SuffixCacheStore(const StoreOptions& options)
-    : options_(options), pool_(std::make_unique<WorkerPool>(options.step_threads)) {}
-SuffixCacheStore::~SuffixCacheStore() = default;
+    : options_(options), pool_(std::make_unique<WorkerPool>(options.step_threads)) {
+  if (options_.async_global_appends) applier_ = std::thread([this] { ApplierLoop(); });
+}
+
+SuffixCacheStore::~SuffixCacheStore() {
+  {
+    absl::MutexLock l(&dirty_mu_);
+    stop_ = true;
+  }
+  if (applier_.joinable()) applier_.join();
+}
 
 std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::FindNamespace(const std::string& ns) const {
   absl::ReaderMutexLock l(&namespaces_mu_);
@@ -110,6 +124,42 @@ void SuffixCacheStore::RemoveFromTree(Namespace& ns, const std::vector<int32_t>&
     FLOE_SUFFIX_INVARIANT(st.ok(), "removing a detached response");
     ns.used_seqs.erase(seq);
     evictions_total_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void SuffixCacheStore::ApplyAppend(Namespace& ns, const std::string& id, absl::Span<const int32_t> tokens) {
+  auto c = ns.cached.find(id);
+  if (c == ns.cached.end()) return;  // evicted (or aborted) meanwhile
+  ns.global.Extend(c->second.seq_id, tokens);
+  c->second.tokens.insert(c->second.tokens.end(), tokens.begin(), tokens.end());
+  ns.cached_tokens += static_cast<int64_t>(tokens.size());
+}
+
+void SuffixCacheStore::FlushPending(Namespace& ns) {
+  absl::MutexLock a(&ns.apply_mu);
+  std::vector<std::pair<std::string, std::vector<int32_t>>> batch;
+  {
+    absl::MutexLock p(&ns.pending_mu);
+    batch.swap(ns.pending);
+    ns.scheduled = false;
+  }
+  if (batch.empty()) return;
+  absl::MutexLock t(&ns.tree_mu);
+  for (const auto& [id, tokens] : batch) ApplyAppend(ns, id, tokens);
+}
+
+void SuffixCacheStore::ApplierLoop() {
+  while (true) {
+    std::shared_ptr<Namespace> ns;
+    {
+      absl::MutexLock l(&dirty_mu_);
+      dirty_mu_.Await(absl::Condition(
+          +[](SuffixCacheStore* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stop_ || !s->dirty_.empty(); }, this));
+      if (dirty_.empty()) return;  // stopping, nothing left
+      ns = std::move(dirty_.front());
+      dirty_.pop_front();
+    }
+    FlushPending(*ns);
   }
 }
 
@@ -168,16 +218,17 @@ std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& ite
                                                          "' is not active in namespace '", items[i].ns, "'"));
       }
     } else {
-      StepNamespace(*ns, items, group, &out);
+      StepNamespace(ns, items, group, &out);
     }
     b = e;
   }
   return out;
 }
 
-void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>& items,
+void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, const std::vector<StepItem>& items,
                                      const std::vector<size_t>& indices, std::vector<StepOutcome>* out)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Namespace& ns = *ns_ptr;
   std::vector<std::pair<std::shared_ptr<Request>, size_t>> live;
   std::vector<size_t> missing;
   {
@@ -252,13 +303,24 @@ void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>&
   // Entry order, as a caller replaying the batch one by one would append.
   std::sort(appended.begin(), appended.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   if (!appended.empty() && options_.max_cached_responses != 0) {
-    absl::MutexLock t(&ns.tree_mu);  // one exclusive hold for the batch's appends
-    for (auto& [req, i] : appended) {
-      auto c = ns.cached.find(items[i].request_id);
-      if (c == ns.cached.end()) continue;  // evicted while active
-      ns.global.Extend(c->second.seq_id, items[i].appended);
-      c->second.tokens.insert(c->second.tokens.end(), items[i].appended.begin(), items[i].appended.end());
-      ns.cached_tokens += static_cast<int64_t>(items[i].appended.size());
+    if (options_.async_global_appends) {
+      bool schedule;
+      {
+        absl::MutexLock p(&ns_ptr->pending_mu);
+        for (auto& [req, i] : appended) {
+          ns_ptr->pending.emplace_back(items[i].request_id,
+                                       std::vector<int32_t>(items[i].appended.begin(), items[i].appended.end()));
+        }
+        schedule = !ns_ptr->scheduled;
+        ns_ptr->scheduled = true;
+      }
+      if (schedule) {
+        absl::MutexLock l(&dirty_mu_);
+        dirty_.push_back(ns_ptr);
+      }
+    } else {
+      absl::MutexLock t(&ns.tree_mu);  // one exclusive hold for the batch's appends
+      for (auto& [req, i] : appended) ApplyAppend(ns, items[i].request_id, items[i].appended);
     }
   }
   // Speculates take shared holds only: in parallel over the pool.
@@ -279,7 +341,11 @@ void SuffixCacheStore::StepNamespace(Namespace& ns, const std::vector<StepItem>&
       global_params.confident_prob = 0.0f;  // as SuffixSpeculator: only the local tree extends
       absl::ReaderMutexLock t(&ns.tree_mu);
       auto c = ns.cached.find(item.request_id);
-      const int32_t hint = c == ns.cached.end() ? -1 : c->second.seq_id;
+      // The hint needs the sequence's tail to be the context's tail (with
+      // async appends it may lag a step).
+      const bool current = c != ns.cached.end() &&
+                           static_cast<int64_t>(c->second.tokens.size()) == req.response_len;
+      const int32_t hint = current ? c->second.seq_id : -1;
       Draft global = ns.global.Speculate(context, global_params, hint);
       if (global.score > best.score) best = std::move(global);
     }
@@ -308,6 +374,7 @@ absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, co
     absl::MutexLock r(&request->mu);
     request->done = true;
   }
+  FlushPending(*ns);  // its last appends reach the tree before Finish
   absl::MutexLock t(&ns->tree_mu);
   auto c = ns->cached.find(request_id);
   if (c == ns->cached.end()) return false;
@@ -335,6 +402,7 @@ absl::Status SuffixCacheStore::AbortRequest(const std::string& ns_name, const st
     absl::MutexLock r(&request->mu);
     request->done = true;
   }
+  FlushPending(*ns);  // no stale append may reach a re-started id
   std::vector<int32_t> victims;
   {
     absl::MutexLock t(&ns->tree_mu);

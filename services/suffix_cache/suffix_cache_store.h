@@ -21,8 +21,12 @@
 //    the requests of a namespace group in address order (no deadlock between
 //    batches that share requests), then spreads the entries' local appends and
 //    speculates over a WorkerPool (step_threads) while it holds those locks.
+//  - With async_global_appends, a Step only queues its global appends
+//    (pending_mu, a leaf lock) and one applier thread applies them under the
+//    exclusive lock; speculates then never wait for a Step's appends.
 //  Lock order: namespaces_mu_ < Namespace::requests_mu < Request::mu <
-//  Namespace::tree_mu. Counters are atomics.
+//  Namespace::apply_mu < Namespace::tree_mu; pending_mu and dirty_mu_ are
+//  leaves. Counters are atomics.
 //  Data-race freedom: every tree, map and per-request field is touched only
 //  under the lock named above (const SuffixTree::Speculate has no mutable
 //  state, so shared holders may run it together); a Request outlives lookups
@@ -40,6 +44,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +69,12 @@ struct StoreOptions {
   // Pool threads that share the entries of one Step (local appends and
   // speculates) with the calling thread; 0: the caller does them alone.
   int step_threads = 0;
+  // false: a Step's global-tree appends are applied before it drafts (drafts
+  // equal SuffixSpeculator's). true: they are queued and applied by a
+  // background applier right after, so a Step never waits for the exclusive
+  // lock; drafts may miss other requests' newest tokens for a step.
+  // EndRequest/AbortRequest flush the queue first either way.
+  bool async_global_appends = false;
 };
 
 // One request's part of a Step. Validated by the caller (ids, token range).
@@ -131,9 +143,12 @@ class SuffixCacheStore {
   std::shared_ptr<Namespace> FindNamespace(const std::string& ns) const;
   std::shared_ptr<Namespace> GetOrCreateNamespace(const std::string& ns);
   std::vector<std::shared_ptr<Namespace>> AllNamespaces() const;
-  void StepNamespace(Namespace& ns, const std::vector<StepItem>& items,
+  void StepNamespace(const std::shared_ptr<Namespace>& ns, const std::vector<StepItem>& items,
                      const std::vector<size_t>& indices, std::vector<StepOutcome>* out);
   void RemoveFromTree(Namespace& ns, const std::vector<int32_t>& seq_ids);
+  void ApplyAppend(Namespace& ns, const std::string& id, absl::Span<const int32_t> tokens);
+  void FlushPending(Namespace& ns);
+  void ApplierLoop();
 
   StoreOptions options_;
   mutable absl::Mutex namespaces_mu_;
@@ -143,6 +158,10 @@ class SuffixCacheStore {
   std::atomic<int64_t> evictions_total_{0};
   std::atomic<int64_t> bytes_{0};
   std::unique_ptr<WorkerPool> pool_;
+  absl::Mutex dirty_mu_;  // namespaces with pending appends (async mode)
+  std::deque<std::shared_ptr<Namespace>> dirty_ ABSL_GUARDED_BY(dirty_mu_);
+  bool stop_ ABSL_GUARDED_BY(dirty_mu_) = false;
+  std::thread applier_;
 };
 
 }  // namespace floe::suffix_cache

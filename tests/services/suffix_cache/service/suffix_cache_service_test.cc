@@ -434,11 +434,46 @@ TEST(SuffixCacheServiceTest, CorruptSnapshotIsSkipped) {
   EXPECT_EQ(server.restored, 0);
 }
 
+// Async global appends: a Step only queues them; EndRequest flushes, so the
+// ended response drafts for the next request at once.
+TEST(SuffixCacheServiceTest, AsyncGlobalAppendsReachTheTreeByEnd) {
+  StoreOptions so;
+  so.async_global_appends = true;
+  so.step_threads = 2;
+  TestServer server(so, ServiceLimits{});
+  ASSERT_TRUE(Start(server, "", "writer", {1, 2}).ok());
+  const std::vector<int32_t> response = {50, 51, 52, 53, 54, 55, 56, 57};
+  for (int k = 0; k < 4; ++k) {
+    SuffixStepRequest q;
+    AddEntry(&q, "", "writer", 2 * k, {response[2 * k], response[2 * k + 1]}, true);
+    SuffixStepResponse r;
+    ASSERT_TRUE(DoStep(server, q, &r).ok());
+    ASSERT_EQ(r.results(0).code(), 0) << r.results(0).error();
+  }
+  ASSERT_TRUE(End(server, "", "writer").ok());
+  EXPECT_EQ(server.store.Stats().cached_tokens, 8);
+  ASSERT_TRUE(Start(server, "", "reader", {9, 50, 51, 52}).ok());
+  SuffixStepRequest q;
+  AddEntry(&q, "", "reader", 0, {}, true);
+  SuffixStepResponse r;
+  ASSERT_TRUE(DoStep(server, q, &r).ok());
+  EXPECT_EQ(std::vector<int32_t>(r.results(0).token_ids().begin(), r.results(0).token_ids().end()),
+            (std::vector<int32_t>{53, 54, 55}));
+  // Abort flushes too and drops the response; a re-start gets a clean slate.
+  ASSERT_TRUE(Abort(server, "", "reader").ok());
+  ASSERT_TRUE(Start(server, "", "reader", {9}).ok());
+  EXPECT_EQ(server.store.Stats().cached_tokens, 8);
+}
+
 // Many callers on one namespace at once: no deadlock, consistent counts.
-TEST(SuffixCacheServiceTest, ConcurrentCallersOnOneNamespace) {
+class ConcurrentTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(SyncAndAsyncAppends, ConcurrentTest, ::testing::Bool());
+
+TEST_P(ConcurrentTest, ConcurrentCallersOnOneNamespace) {
   StoreOptions so;
   so.max_cached_responses = 16;
   so.step_threads = 2;
+  so.async_global_appends = GetParam();
   SuffixCacheStore store(so);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
