@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# helm lint + helm template of deploy/helm/floe with the default values and
+# every value set in ci/, then check_rendered.py on each rendering; values the
+# chart must refuse are refused. A missing helm fails (scripts/bootstrap.sh
+# installs it into third_party/bin).
+#   helm_chart_test.sh [WORKER_BIN ROUTER_BIN SUFFIX_CACHE_BIN]
+set -euo pipefail
+ROOT=${FLOE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+HELM=${FLOE_HELM:-$ROOT/third_party/bin/helm}
+PY=/usr/bin/python3
+CHART=$ROOT/deploy/helm/floe
+if [[ ! -x $HELM ]]; then
+  echo "FAIL: no helm at $HELM (run scripts/bootstrap.sh)"; exit 1
+fi
+$HELM version --short
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+helps=()
+[[ $# -ge 1 && -n $1 ]] && helps+=(--help-of "worker=$1")
+[[ $# -ge 2 && -n $2 ]] && helps+=(--help-of "router=$2")
+[[ $# -ge 3 && -n $3 ]] && helps+=(--help-of "suffix-cache=$3")
+
+failed=0; passed=0
+run() {  # NAME VALUES_FILE(or "") EXPECT...
+  local name=$1 values=$2; shift 2
+  local vf=(); [[ -n $values ]] && vf=(-f "$values")
+  local expects=(); for e in "$@"; do expects+=(--expect "$e"); done
+  if $HELM lint "$CHART" "${vf[@]}" --strict >"$TMP/$name.lint" 2>&1 &&
+     $HELM template floe "$CHART" -n serving "${vf[@]}" >"$TMP/$name.yaml" 2>"$TMP/$name.err" &&
+     $PY "$(dirname "$0")/check_rendered.py" "$TMP/$name.yaml" "${expects[@]}" "${helps[@]}"; then
+    echo "ok: $name"; passed=$((passed + 1))
+  else
+    cat "$TMP/$name.lint" "$TMP/$name.err" 2>/dev/null | grep -v 'symbolic link' || true
+    echo "FAIL: $name"; failed=$((failed + 1))
+  fi
+}
+refused() {  # NAME MESSAGE_REGEX VALUES_YAML
+  local name=$1 want=$2
+  printf '%s\n' "$3" >"$TMP/$name.values.yaml"
+  if $HELM template floe "$CHART" -f "$TMP/$name.values.yaml" >/dev/null 2>"$TMP/$name.err"; then
+    echo "FAIL: $name: rendered, expected a refusal"; failed=$((failed + 1))
+  elif grep -qE "$want" "$TMP/$name.err"; then
+    echo "ok: $name refused"; passed=$((passed + 1))
+  else
+    echo "FAIL: $name: refused without '$want':"; cat "$TMP/$name.err"; failed=$((failed + 1))
+  fi
+}
+
+run default "" workers=1 routers=1 suffix-caches=1 gpu=1 tp=1 policy=session-affinity \
+  kinds=PodDisruptionBudget no-kinds=ScaledObject,ServiceMonitor,PrometheusRule
+run cpu-dev "$CHART/ci/cpu-dev-values.yaml" workers=1 routers=1 suffix-caches=1 gpu=0 \
+  no-kinds=PodDisruptionBudget,ScaledObject
+run gpu-tp8 "$CHART/ci/gpu-tp8-values.yaml" workers=1 routers=1 gpu=8 tp=8 \
+  node-selector=nvidia.com/gpu.product:NVIDIA-H200 kinds=ScaledObject,ServiceMonitor,PrometheusRule,PodDisruptionBudget
+run multi-model "$CHART/ci/multi-model-values.yaml" workers=3 routers=3 suffix-caches=0 policy=least-outstanding \
+  kinds=ScaledObject
+
+# The TP=8 set: 6 addresses (KEDA's maximum) for the router, the tokenizer from its URL.
+grep -q 'floe-worker-llama-3-1-70b-5.floe-worker-llama-3-1-70b.serving.svc.cluster.local:50061' "$TMP/gpu-tp8.yaml" &&
+  grep -q -- '--tensor-parallel-size=8' "$TMP/gpu-tp8.yaml" &&
+  grep -q -- '--model-name=meta-llama/Llama-3.1-70B-Instruct' "$TMP/gpu-tp8.yaml" &&
+  grep -q -- '--tokenizer=/tokenizer/tokenizer.json' "$TMP/gpu-tp8.yaml" &&
+  { echo "ok: gpu-tp8 details"; passed=$((passed + 1)); } ||
+  { echo "FAIL: gpu-tp8 details"; failed=$((failed + 1)); }
+
+refused too-few-gpus "requestGPU 4 is below tensorParallelSize x sequenceParallelSize = 8" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, requestGPU: 4, tensorParallelSize: 4, sequenceParallelSize: 2}'
+refused bad-policy "routingLogic" '
+routerSpec: {routingLogic: round-robin}'
+refused bad-model-name "name" '
+servingEngineSpec:
+  modelSpec:
+    - {name: Llama_3, modelPath: /models/m}'
+refused url-outside-mount "must lie under modelVolume.mountPath" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /data/m, modelURL: "https://example.com/m.tar.gz"}'
+refused no-model-source "give modelURL, modelVolume.pvcName or modelVolume.hostPath" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, modelVolume: {pvcName: ""}}'
+refused unknown-key "additional properties|additionalProperties|not allowed" '
+routerSpec: {replicas: 3}'
+
+echo "$passed passed, $failed failed"
+((failed == 0))
