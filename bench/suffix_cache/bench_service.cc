@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <ctime>
 
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
@@ -164,6 +165,12 @@ int Run(int argc, char** argv) {
   us.reserve(iters);
   int64_t drafted = 0, errors = 0;
   const int warmup = std::min(100, iters / 10);
+  double cpu_us = 0;  // process CPU inside the timed calls
+  auto cpu_now_us = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+  };
   for (int it = 0; it < iters + warmup; ++it) {
     for (Replayed& r : reqs) {
       if (r.pos + chunk > r.t->output.size()) restart(r);  // untimed
@@ -182,6 +189,7 @@ int Run(int argc, char** argv) {
     }
     floe::v1::SuffixStepResponse resp;
     grpc::ClientContext ctx;
+    const double c0 = cpu_now_us();
     const auto t0 = Clock::now();
     grpc::Status s = direct ? service.Step(nullptr, &req, &resp) : stub->Step(&ctx, req, &resp);
     const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -190,10 +198,16 @@ int Run(int argc, char** argv) {
       drafted += d.token_ids_size();
       errors += d.code() != 0;
     }
-    if (it >= warmup) us.push_back(elapsed);
+    if (it >= warmup) {
+      us.push_back(elapsed);
+      cpu_us += cpu_now_us() - c0;
+    }
   }
   stop.store(true);
   for (auto& t : threads) t.join();
+  // process_cpu_us_per_step: CPU of the whole process during the timed calls;
+  // with --background-threads 0 it is what one Step costs (client + server),
+  // however long a loaded machine's scheduler made it wait.
   std::sort(us.begin(), us.end());
   auto pct = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
   double mean = 0;
@@ -214,6 +228,7 @@ int Run(int argc, char** argv) {
       {"p99_us", pct(0.99)},
       {"max_us", us.back()},
       {"mean_us", mean},
+      {"process_cpu_us_per_step", cpu_us / us.size()},
       {"draft_tokens_per_step", static_cast<double>(drafted) / (iters + warmup)},
       {"errors", errors},
       {"cached_responses", stats.cached},
