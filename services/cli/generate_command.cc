@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include "services/cli/finish_reason_name.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -15,16 +16,6 @@
 
 namespace floe {
 namespace {
-
-const char* FinishReasonName(floe::v1::FinishReason reason) {
-  switch (reason) {
-    case floe::v1::FINISH_REASON_LENGTH: return "length";
-    case floe::v1::FINISH_REASON_STOP: return "stop";
-    case floe::v1::FINISH_REASON_ABORT: return "abort";
-    case floe::v1::FINISH_REASON_CONTEXT: return "context";
-    default: return "unspecified";
-  }
-}
 
 }  // namespace
 

@@ -7,19 +7,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "services/cli/finish_reason_name.h"
 
 namespace floe::bench {
 namespace {
-
-const char* FinishReasonName(floe::v1::FinishReason reason) {
-  switch (reason) {
-    case floe::v1::FINISH_REASON_LENGTH: return "length";
-    case floe::v1::FINISH_REASON_STOP: return "stop";
-    case floe::v1::FINISH_REASON_ABORT: return "abort";
-    case floe::v1::FINISH_REASON_CONTEXT: return "context";
-    default: return "unspecified";
-  }
-}
 
 std::chrono::system_clock::time_point DeadlineIn(double seconds) {
   return std::chrono::system_clock::now() +
