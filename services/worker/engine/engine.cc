@@ -7,8 +7,9 @@
 namespace floe {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
-                                                       EngineOptions options) {
-  auto core = EngineCore::Create(std::move(backend), std::move(options));
+                                                       EngineOptions options,
+                                                       std::vector<std::unique_ptr<Proposer>> proposers) {
+  auto core = EngineCore::Create(std::move(backend), std::move(options), std::move(proposers));
   if (!core.ok()) return core.status();
   return std::unique_ptr<Engine>(new Engine(std::move(core).value()));
 }

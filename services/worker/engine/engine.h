@@ -18,8 +18,9 @@ namespace floe {
 
 class Engine {
  public:
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend,
-                                                        EngineOptions options);
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      std::unique_ptr<Backend> backend, EngineOptions options,
+      std::vector<std::unique_ptr<Proposer>> proposers = {});
   ~Engine();  // Stop()s
 
   // Validates and queues. INVALID_ARGUMENT/OUT_OF_RANGE for bad requests,

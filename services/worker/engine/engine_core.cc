@@ -21,17 +21,28 @@ struct EngineCore::Sequence {
   uint64_t last_block_hash = 0;
   int64_t admission = 0;  // admission order, for choosing whom to preempt
   std::vector<int32_t> banned;  // EOS + stop ids, banned before min_tokens
+  // This step's draft (decode phase only) and the proposer it came from;
+  // verify = [last token, draft...] is what the step runs.
+  std::vector<int32_t> draft;
+  int draft_source = -1;
+  std::vector<int32_t> verify;
+  // Timeline for metrics (steady clock).
+  std::chrono::steady_clock::time_point arrival, first_scheduled, first_token;
+  bool scheduled_once = false, has_first_token = false;
 
   int32_t total_len() const { return static_cast<int32_t>(tokens.size()); }
   int32_t output_len() const { return total_len() - prompt_len; }
 };
 
-absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Backend> backend,
-                                                               EngineOptions options) {
+absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
+    std::unique_ptr<Backend> backend, EngineOptions options, std::vector<std::unique_ptr<Proposer>> proposers) {
   if (options.block_size <= 0 || options.block_size > 1024)
     return absl::InvalidArgumentError(absl::StrCat("block_size must be in [1, 1024], got ", options.block_size));
   if (options.max_num_batched_tokens <= 0 || options.max_num_seqs <= 0)
     return absl::InvalidArgumentError("max_num_batched_tokens and max_num_seqs must be positive");
+  if (options.num_speculative_tokens < 0 || options.num_speculative_tokens > 64)
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_speculative_tokens must be in [0, 64], got ", options.num_speculative_tokens));
   int num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
     const size_t per_block = backend->KvBytesPerBlock(options.block_size);
@@ -43,14 +54,24 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<B
         options.block_size, " tokens (", backend->KvBytesPerBlock(options.block_size), " bytes each)"));
   auto status = backend->AllocateKvCache(num_blocks, options.block_size);
   if (!status.ok()) return status;
-  return std::unique_ptr<EngineCore>(new EngineCore(std::move(backend), std::move(options), num_blocks));
+  return std::unique_ptr<EngineCore>(
+      new EngineCore(std::move(backend), std::move(options), num_blocks, std::move(proposers)));
 }
 
-EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks)
+EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks,
+                       std::vector<std::unique_ptr<Proposer>> proposers)
     : backend_(std::move(backend)),
       options_(std::move(options)),
       blocks_(std::make_unique<BlockManager>(num_blocks, options_.block_size)),
+      proposers_(std::move(proposers)),
       next_seed_(std::random_device{}()) {
+  for (const auto& proposer : proposers_) {
+    SpeculationCounters c;
+    c.proposer = std::string(proposer->name());
+    c.accepted_per_position.assign(options_.num_speculative_tokens, 0);
+    counters_.speculation.push_back(std::move(c));
+  }
+  proposals_.resize(proposers_.size());
   const int model_len = backend_->config().max_position_embeddings;
   max_model_len_ = options_.max_model_len > 0 ? std::min(options_.max_model_len, model_len) : model_len;
   // A sequence must always fit in the cache by itself, or preemption could not make room.
@@ -117,6 +138,7 @@ void EngineCore::Add(EngineRequest request) {
   seq->banned.insert(seq->banned.end(), request.stop.stop_token_ids.begin(),
                      request.stop.stop_token_ids.end());
   seq->request = std::move(request);
+  seq->arrival = std::chrono::steady_clock::now();
   Sequence* raw = seq.get();
   sequences_[raw->request.id] = std::move(seq);
   waiting_.push_back(raw);
@@ -162,6 +184,7 @@ bool EngineCore::EnsureBlocks(Sequence& seq, int32_t num_tokens) {
 void EngineCore::Release(Sequence& seq) {
   blocks_->Release(seq.block_table);
   seq.block_table.clear();
+  seq.draft.clear();
   seq.num_computed = 0;
   seq.registered_blocks = 0;
   seq.last_block_hash = 0;
@@ -196,6 +219,8 @@ bool EngineCore::Admit(Sequence& seq, int32_t budget, std::vector<Planned>& plan
   if (!seq.admitted_once) {
     seq.cached_prompt_tokens = seq.num_computed;
     seq.admitted_once = true;
+    seq.first_scheduled = std::chrono::steady_clock::now();
+    seq.scheduled_once = true;
   }
   seq.admission = admission_counter_++;
   running_.push_back(&seq);
@@ -209,9 +234,18 @@ bool EngineCore::Schedule(std::vector<Planned>& plan) {
   // Running sequences first, oldest admission first, so decodes never starve.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
-    const int32_t n = std::min(seq.total_len() - seq.num_computed, budget);
+    const int32_t pending = seq.total_len() - seq.num_computed;
+    // Drafts only ride on a decode, and only as far as the budget goes.
+    if (pending != 1) seq.draft.clear();
+    if (static_cast<int32_t>(seq.draft.size()) > budget - 1) seq.draft.resize(std::max(0, budget - 1));
+    int32_t n = std::min(pending + static_cast<int32_t>(seq.draft.size()), budget);
     bool placed = true;
     while (!EnsureBlocks(seq, n)) {
+      if (!seq.draft.empty()) {  // drop the draft before evicting anyone
+        seq.draft.clear();
+        n = std::min(pending, budget);
+        continue;
+      }
       // Evict the most recently admitted other running sequence not yet planned.
       Sequence* victim = nullptr;
       for (Sequence* other : running_) {
@@ -244,6 +278,61 @@ bool EngineCore::Schedule(std::vector<Planned>& plan) {
   return !plan.empty();
 }
 
+void EngineCore::ProposeDrafts() {
+  if (proposers_.empty() || options_.num_speculative_tokens <= 0) return;
+  int64_t step_tokens = 0;
+  for (const Sequence* seq : running_) step_tokens += seq->total_len() - seq->num_computed;
+  for (const Sequence* seq : waiting_) step_tokens += seq->total_len() - seq->num_computed;
+  step_tokens = std::min<int64_t>(step_tokens, options_.max_num_batched_tokens);
+  int64_t budget = options_.speculative_token_threshold - step_tokens;
+  spec_batch_.clear();
+  spec_seqs_.clear();
+  for (Sequence* seq : running_) {
+    if (budget <= 0) break;
+    if (seq->total_len() - seq->num_computed != 1 || seq->request.speculation.disable) continue;
+    // Never draft past max_tokens (at most k+1 tokens come out of a step) or
+    // past the context (the last draft's KV slot must be < max_model_len).
+    int64_t max_draft = std::min<int64_t>(options_.num_speculative_tokens, budget);
+    max_draft = std::min<int64_t>(max_draft, seq->request.stop.max_tokens - seq->output_len() - 1);
+    max_draft = std::min<int64_t>(max_draft, max_model_len_ - seq->total_len());
+    if (max_draft <= 0) continue;
+    budget -= max_draft;
+    SpecSequence s;
+    s.request_id = seq->request.id;
+    s.ns = seq->request.speculation.ns;
+    s.tokens = seq->tokens;
+    s.prompt_len = seq->prompt_len;
+    s.max_draft = static_cast<int32_t>(max_draft);
+    spec_batch_.push_back(s);
+    spec_seqs_.push_back(seq);
+  }
+  if (spec_batch_.empty()) return;
+  for (size_t p = 0; p < proposers_.size(); ++p) {
+    proposals_[p].assign(spec_batch_.size(), DraftProposal{});
+    proposers_[p]->Propose(spec_batch_, proposals_[p]);
+  }
+  for (size_t i = 0; i < spec_seqs_.size(); ++i) {
+    Sequence& seq = *spec_seqs_[i];
+    const DraftProposal* best = nullptr;
+    for (size_t p = 0; p < proposers_.size(); ++p) {
+      const DraftProposal& d = proposals_[p][i];
+      if (d.tokens.empty() || (best && d.score <= best->score)) continue;
+      best = &d;
+      seq.draft_source = static_cast<int>(p);
+    }
+    if (!best) continue;
+    seq.draft.assign(best->tokens.begin(),
+                     best->tokens.begin() + std::min<size_t>(best->tokens.size(), spec_batch_[i].max_draft));
+  }
+}
+
+void EngineCore::TrimBlocks(Sequence& seq) {
+  const size_t keep = static_cast<size_t>((seq.num_computed + options_.block_size - 1) / options_.block_size);
+  if (seq.block_table.size() <= keep) return;
+  blocks_->Release(std::span<const int32_t>(seq.block_table).subspan(keep));
+  seq.block_table.resize(keep);
+}
+
 void EngineCore::RegisterFullBlocks(Sequence& seq) {
   if (!options_.enable_prefix_caching) return;
   const int32_t bs = options_.block_size;
@@ -258,6 +347,7 @@ void EngineCore::RegisterFullBlocks(Sequence& seq) {
 
 absl::Status EngineCore::Step() {
   std::vector<Planned> plan;
+  ProposeDrafts();
   if (!Schedule(plan)) return absl::OkStatus();
 
   std::vector<ForwardSequence> batch;
@@ -266,10 +356,17 @@ absl::Status EngineCore::Step() {
   for (const Planned& p : plan) {
     Sequence& seq = *p.seq;
     ForwardSequence f;
-    f.tokens = std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, p.num_tokens);
     f.start_pos = seq.num_computed;
     f.block_table = seq.block_table;
-    f.num_logits = seq.num_computed + p.num_tokens == seq.total_len() ? 1 : 0;
+    if (!seq.draft.empty()) {
+      seq.verify.assign(1, seq.tokens.back());
+      seq.verify.insert(seq.verify.end(), seq.draft.begin(), seq.draft.end());
+      f.tokens = seq.verify;
+      f.num_logits = static_cast<int32_t>(seq.verify.size());
+    } else {
+      f.tokens = std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, p.num_tokens);
+      f.num_logits = seq.num_computed + p.num_tokens == seq.total_len() ? 1 : 0;
+    }
     logit_rows += f.num_logits;
     batch.push_back(f);
   }
@@ -287,19 +384,23 @@ absl::Status EngineCore::Step() {
     if (seq.num_computed < seq.prompt_len) {
       counters_.prompt_tokens_computed += std::min(plan[i].num_tokens, seq.prompt_len - seq.num_computed);
     }
-    seq.num_computed += plan[i].num_tokens;
-    RegisterFullBlocks(seq);
-    if (batch[i].num_logits > 0) {
-      SampleAndEmit(seq, logits_.data() + static_cast<size_t>(row) * vocab);
-      ++row;
+    const int32_t num_rows = batch[i].num_logits;
+    if (num_rows > 1) {
+      // Verification: the KV of the accepted prefix is set by SampleAndEmit.
+      SampleAndEmit(seq, logits_.data() + static_cast<size_t>(row) * vocab, num_rows);
+    } else {
+      seq.num_computed += plan[i].num_tokens;
+      RegisterFullBlocks(seq);
+      if (num_rows > 0) SampleAndEmit(seq, logits_.data() + static_cast<size_t>(row) * vocab, 1);
     }
+    row += num_rows;
   }
   counters_.prefix_query_tokens = blocks_->prefix_queries_tokens();
   counters_.prefix_hit_tokens = blocks_->prefix_hit_tokens();
   return absl::OkStatus();
 }
 
-void EngineCore::SampleAndEmit(Sequence& seq, float* logits_row) {
+int32_t EngineCore::SampleOne(Sequence& seq, float* logits_row, RequestOutput& output) {
   const EngineRequest& request = seq.request;
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   std::span<float> logits(logits_row, vocab);
@@ -312,7 +413,6 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits_row) {
   if (seq.output_len() < request.stop.min_tokens) context.banned_tokens = seq.banned;
   const int32_t token = Sampler::Sample(request.sampling, context, logits);
 
-  RequestOutput output;
   output.new_tokens.push_back(token);
   if (request.logprobs) {
     TopLogprobs lp = Sampler::ComputeLogprobs(raw_logits_, token, request.top_logprobs);
@@ -320,19 +420,54 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits_row) {
   }
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
+  return token;
+}
 
-  FinishReason reason = FinishReason::kNone;
+FinishReason EngineCore::StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const {
+  const EngineRequest& request = seq.request;
   const bool can_stop = seq.output_len() >= request.stop.min_tokens;
   const auto& stops = request.stop.stop_token_ids;
   const auto& eos = options_.eos_token_ids;
   if (can_stop && (std::find(stops.begin(), stops.end(), token) != stops.end() ||
                    (!request.stop.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()))) {
-    reason = FinishReason::kStop;
     output.stop_token = token;
-  } else if (seq.output_len() >= request.stop.max_tokens) {
-    reason = FinishReason::kLength;
-  } else if (seq.total_len() >= max_model_len_) {
-    reason = FinishReason::kContext;
+    return FinishReason::kStop;
+  }
+  if (seq.output_len() >= request.stop.max_tokens) return FinishReason::kLength;
+  if (seq.total_len() >= max_model_len_) return FinishReason::kContext;
+  return FinishReason::kNone;
+}
+
+void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
+  const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
+  RequestOutput output;
+  FinishReason reason = FinishReason::kNone;
+  const int32_t num_drafts = num_rows - 1;
+  int32_t accepted = 0;
+  // Row j holds the target's distribution after [.., last token, d1..dj]; it is
+  // valid only while d1..dj were all accepted.
+  for (int32_t j = 0; j < num_rows; ++j) {
+    const int32_t token = SampleOne(seq, logits + static_cast<size_t>(j) * vocab, output);
+    const bool matches = j < num_drafts && token == seq.draft[j];
+    if (matches) ++accepted;
+    reason = StopReason(seq, token, output);
+    if (reason != FinishReason::kNone || !matches) break;
+  }
+  if (num_drafts > 0) {
+    SpeculationCounters& c = counters_.speculation[seq.draft_source];
+    ++c.drafts;
+    c.draft_tokens += num_drafts;
+    c.accepted_tokens += accepted;
+    for (int32_t j = 0; j < accepted && j < static_cast<int32_t>(c.accepted_per_position.size()); ++j)
+      ++c.accepted_per_position[j];
+    seq.draft.clear();
+    // KV is final for the last token and every accepted draft; the newest
+    // emitted token is computed next step, rejected slots are overwritten.
+    seq.num_computed = seq.total_len() - 1;
+    if (reason == FinishReason::kNone) {
+      TrimBlocks(seq);
+      RegisterFullBlocks(seq);
+    }
   }
   if (reason != FinishReason::kNone) {
     Finish(seq, output, reason);
@@ -340,16 +475,25 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits_row) {
     output.prompt_tokens = seq.prompt_len;
     output.completion_tokens = seq.output_len();
     output.cached_prompt_tokens = seq.cached_prompt_tokens;
-    if (request.sink) request.sink(output);
+    if (seq.request.sink) seq.request.sink(output);
   }
 }
 
 void EngineCore::Finish(Sequence& seq, RequestOutput& output, FinishReason reason) {
   output.finish_reason = reason;
+  using Seconds = std::chrono::duration<double>;
+  const auto now = std::chrono::steady_clock::now();
+  const auto scheduled = seq.scheduled_once ? seq.first_scheduled : now;
+  const auto first_token = seq.has_first_token ? seq.first_token : now;
+  output.queue_time_s = Seconds(scheduled - seq.arrival).count();
+  output.prefill_time_s = Seconds(first_token - scheduled).count();
+  output.decode_time_s = Seconds(now - first_token).count();
   output.prompt_tokens = seq.prompt_len;
   output.completion_tokens = seq.output_len();
   output.cached_prompt_tokens = seq.cached_prompt_tokens;
   OutputSink sink = std::move(seq.request.sink);
+  for (const auto& proposer : proposers_)
+    proposer->Finish(seq.request.id, seq.request.speculation.ns, seq.tokens, seq.prompt_len);
   Release(seq);
   Remove(&seq);  // seq is gone after this line
   if (sink) sink(output);

@@ -10,6 +10,14 @@
 //   it later recomputes prompt + output (prefix caching usually makes that cheap).
 // - Automatic prefix caching: full blocks are hashed; a new request takes the
 //   longest cached prefix and starts computing after it.
+// - Speculative decoding (lossless): installed Proposers draft k tokens for
+//   decoding sequences; the step runs [last token, d1..dk] with k+1 logits
+//   rows, samples the target's token at each position exactly as plain
+//   decoding would (same Sampler, counter RNG keyed by output position), keeps
+//   drafts while they equal the target's tokens and emits them plus the
+//   target's next token; stop rules apply token by token. Rejected positions
+//   are rolled back (num_computed = accepted prefix, blocks past it released;
+//   only blocks whose tokens are final are ever registered for prefix caching).
 //
 // Not thread-safe: Engine drives it from one thread. Tests drive it directly.
 #pragma once
@@ -26,6 +34,7 @@
 #include "services/worker/engine/engine_options.h"
 #include "services/worker/engine/request.h"
 #include "services/worker/kv_cache/block_manager.h"
+#include "services/worker/speculation/proposer.h"
 
 namespace floe {
 
@@ -38,6 +47,16 @@ struct EngineLoad {
   int64_t preemptions = 0;
 };
 
+// Per proposer, cumulative.
+struct SpeculationCounters {
+  std::string proposer;
+  int64_t drafts = 0;           // sequences×steps that verified a draft of this proposer
+  int64_t draft_tokens = 0;     // draft tokens verified
+  int64_t accepted_tokens = 0;  // draft tokens that matched the target (and were emitted)
+  // accepted_per_position[i]: drafts whose token i was accepted (size k).
+  std::vector<int64_t> accepted_per_position;
+};
+
 struct EngineCounters {
   int64_t steps = 0;
   int64_t prompt_tokens_computed = 0;  // prefill tokens actually run
@@ -45,12 +64,16 @@ struct EngineCounters {
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  std::vector<SpeculationCounters> speculation;  // one per installed proposer, in order
 };
 
 class EngineCore {
  public:
-  static absl::StatusOr<std::unique_ptr<EngineCore>> Create(std::unique_ptr<Backend> backend,
-                                                            EngineOptions options);
+  // `proposers` (possibly none) draft for speculative decoding, see
+  // EngineOptions::num_speculative_tokens; the engine owns them.
+  static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
+      std::unique_ptr<Backend> backend, EngineOptions options,
+      std::vector<std::unique_ptr<Proposer>> proposers = {});
   ~EngineCore();
 
   // Checks a request against the model and engine limits; INVALID_ARGUMENT or
@@ -84,7 +107,9 @@ class EngineCore {
     int32_t num_tokens;
   };
 
-  EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks);
+  EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks,
+             std::vector<std::unique_ptr<Proposer>> proposers);
+  void ProposeDrafts();
   bool Schedule(std::vector<Planned>& plan);
   bool EnsureBlocks(Sequence& seq, int32_t num_tokens);
   void Preempt(Sequence& seq);
@@ -93,12 +118,19 @@ class EngineCore {
   void Finish(Sequence& seq, RequestOutput& output, FinishReason reason);
   void Release(Sequence& seq);
   void Remove(Sequence* seq);
-  void SampleAndEmit(Sequence& seq, float* logits);
+  void SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows);
+  int32_t SampleOne(Sequence& seq, float* logits_row, RequestOutput& output);
+  FinishReason StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const;
+  void TrimBlocks(Sequence& seq);
 
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;
   int max_model_len_;
   std::unique_ptr<BlockManager> blocks_;
+  std::vector<std::unique_ptr<Proposer>> proposers_;
+  std::vector<SpecSequence> spec_batch_;
+  std::vector<Sequence*> spec_seqs_;
+  std::vector<std::vector<DraftProposal>> proposals_;
   // Owned sequences by id; running_ in admission order, waiting_ FIFO.
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   std::vector<Sequence*> running_;

@@ -22,6 +22,19 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   // EOS ids of the served model (from its tokenizer/generation config).
   std::vector<int32_t> eos_token_ids;
+
+  // Speculative decoding (active only when proposers are installed).
+  // Draft tokens verified per sequence per step (k); 0 turns speculation off.
+  int num_speculative_tokens = 0;
+  // Load-aware cost model: a step verifies at most
+  //   max(0, speculative_token_threshold - T)
+  // draft tokens in total, T being the tokens the step would run without
+  // drafts (decodes + pending prefill, capped at max_num_batched_tokens).
+  // Verification costs roughly one prefill token per draft token, which is
+  // cheap while the step is memory-bound (small T) and pure overhead once it
+  // is compute-bound; so drafts shrink as the batch grows and stop at T >=
+  // the threshold. Sequences are served in admission order until it runs out.
+  int speculative_token_threshold = 256;
 };
 
 }  // namespace floe

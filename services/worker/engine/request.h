@@ -26,7 +26,8 @@ struct TokenLogprobs {
   std::vector<float> top_logprobs;
 };
 
-// One engine step's news for one request. Emitted on the engine thread; the
+// One engine step's news for one request (several tokens when speculative
+// drafts were accepted). Emitted on the engine thread; the
 // sink must return quickly (queue and notify, never block on a client).
 struct RequestOutput {
   std::vector<int32_t> new_tokens;
@@ -39,11 +40,22 @@ struct RequestOutput {
   // Why the engine itself ended the request (shutdown, backend failure,
   // duplicate id); OK for normal finishes and client aborts.
   absl::Status status;
+  // Set on the final output: seconds spent waiting before first scheduled,
+  // in prefill (first scheduled -> first token), and decoding after it.
+  double queue_time_s = 0.0;
+  double prefill_time_s = 0.0;
+  double decode_time_s = 0.0;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };
 
 using OutputSink = std::function<void(const RequestOutput&)>;
+
+// Speculative decoding per request (only used when the engine has proposers).
+struct SpeculationRequest {
+  bool disable = false;  // never draft for this request
+  std::string ns;        // suffix-tree namespace; "" is the default one
+};
 
 struct EngineRequest {
   std::string id;  // unique among live requests
@@ -53,6 +65,7 @@ struct EngineRequest {
   StopOptions stop;
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  SpeculationRequest speculation;
   OutputSink sink;
 };
 

@@ -1,0 +1,57 @@
+// Draft proposers for speculative decoding. The engine asks every installed
+// proposer once per step for drafts of the batch's decoding sequences, keeps
+// the best-scoring draft per sequence and verifies it in the same forward pass
+// (EngineCore: lossless, the target's tokens are what plain decoding emits).
+//
+// Contract: Propose is called on the engine thread only, once per step, with
+// the sequences that may draft this step (decode phase, speculation not
+// disabled, a positive budget). A proposer may return fewer tokens than
+// max_draft (or none); the engine truncates longer drafts. Finish is called
+// once when a request leaves the engine (any reason), also for requests this
+// proposer never saw; it must ignore unknown ids.
+//
+// Seam for model-based speculators (e.g. an LSTM head over the target's last
+// hidden state): SpecSequence::last_hidden carries that state once a Backend
+// exports it (it is empty today: no Backend fills it yet); such a proposer
+// would implement this same interface and read it there.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace floe {
+
+struct SpecSequence {
+  std::string_view request_id;
+  std::string_view ns;              // the request's speculation namespace ("" = default)
+  std::span<const int32_t> tokens;  // prompt followed by the output so far
+  int32_t prompt_len = 0;
+  int32_t max_draft = 0;            // >= 1: at most this many draft tokens are verified
+  std::span<const float> last_hidden;  // seam: the target's last hidden state; empty for now
+};
+
+struct DraftProposal {
+  std::vector<int32_t> tokens;
+  // Expected accepted tokens (or any comparable figure); the engine keeps the
+  // highest-scoring non-empty draft, the earlier proposer on ties.
+  float score = 0.0f;
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // Stable label for counters and metrics ("ngram", "suffix").
+  virtual std::string_view name() const = 0;
+  // out.size() == batch.size(); out[i] arrives empty.
+  virtual void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) = 0;
+  // The request's final tokens (prompt + output).
+  virtual void Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
+                      int32_t prompt_len) {
+    (void)request_id, (void)ns, (void)tokens, (void)prompt_len;
+  }
+};
+
+}  // namespace floe

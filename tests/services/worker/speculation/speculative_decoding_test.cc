@@ -1,0 +1,276 @@
+// Speculative decoding must be lossless: with any proposer (n-gram, suffix,
+// or a test oracle whose drafts are fully accepted, fully rejected or
+// rejected in the middle), batched or alone, greedy and seeded requests
+// generate exactly what they generate without speculation, stop at the same
+// token for every stop rule, and leave every KV block free and consistent.
+#include <algorithm>
+
+#include "services/worker/speculation/ngram_proposer.h"
+#include "services/worker/speculation/suffix_proposer.h"
+#include "tests/services/worker/engine/engine_test_harness.h"
+
+namespace floe {
+namespace {
+
+// Proposes each request's known continuation (from a reference run), with
+// draft position `corrupt_at` (if >= 0) changed so it is rejected there.
+// Past the reference's end it proposes token 7, so drafts may cross max_tokens.
+class OracleProposer final : public Proposer {
+ public:
+  OracleProposer(std::map<std::string, Result> reference, int corrupt_at)
+      : reference_(std::move(reference)), corrupt_at_(corrupt_at) {}
+  std::string_view name() const override { return "oracle"; }
+  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<int32_t>& want = reference_.at(std::string(batch[i].request_id)).tokens;
+      const size_t produced = batch[i].tokens.size() - batch[i].prompt_len;
+      for (int j = 0; j < batch[i].max_draft; ++j) {
+        int32_t t = produced + j < want.size() ? want[produced + j] : 7;
+        if (j == corrupt_at_) t = (t + 1) % 128000;
+        out[i].tokens.push_back(t);
+      }
+      out[i].score = 1.0f;
+    }
+    ++calls_;
+  }
+  int calls() const { return calls_; }
+
+ private:
+  std::map<std::string, Result> reference_;
+  int corrupt_at_;
+  int calls_ = 0;
+};
+
+class SpeculativeDecodingTest : public EngineHarness {
+ protected:
+// Prompts that repeat themselves, so prompt lookup and suffix trees find drafts.
+  static std::vector<EngineRequest> RepetitiveBatch(int count, bool seeded) {
+  std::mt19937 rng(21);
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    auto motif = RandomPrompt(rng, 3 + i % 4);
+    std::vector<int32_t> prompt;
+    for (int rep = 0; rep < 4; ++rep) prompt.insert(prompt.end(), motif.begin(), motif.end());
+    auto r = MakeRequest("r" + std::to_string(i), prompt, 14 + i % 5);
+    if (seeded) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 500 + i;
+      r.seeded = true;
+    }
+    if (i == 1) {
+      r.logprobs = true;
+      r.top_logprobs = 2;
+    }
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+  static EngineOptions SpecOptions(int k) {
+    EngineOptions options;
+    options.block_size = 4;
+    options.num_blocks = 512;
+    options.num_speculative_tokens = k;
+    options.speculative_token_threshold = 1 << 20;
+    return options;
+  }
+  // The reference: same requests, same engine options, no speculation.
+  static std::map<std::string, Result> RunPlain(const std::vector<EngineRequest>& requests,
+                                                EngineOptions options) {
+    options.num_speculative_tokens = 0;
+    auto core = MakeEngine(options);
+    return Run(*core, requests);
+  }
+  static std::unique_ptr<Proposer> MakeProposer(const std::string& kind, const std::map<std::string, Result>& want,
+                                                int k) {
+    if (kind == "ngram") return std::make_unique<NgramProposer>(NgramOptions{1, 3, k});
+    if (kind == "suffix") return std::make_unique<SuffixProposer>(SuffixProposerOptions{});
+    if (kind == "accept") return std::make_unique<OracleProposer>(want, -1);
+    if (kind == "reject") return std::make_unique<OracleProposer>(want, 0);
+    return std::make_unique<OracleProposer>(want, k / 2);  // "middle"
+  }
+  static const SpeculationCounters& Only(const EngineCore& core) { return core.counters().speculation.at(0); }
+};
+
+TEST_F(SpeculativeDecodingTest, EveryProposerMatchesPlainDecodingBatchedAndAlone) {
+  for (bool seeded : {false, true}) {
+    auto requests = RepetitiveBatch(5, seeded);
+    const int k = 4;
+    auto want = RunPlain(requests, SpecOptions(k));
+    for (const std::string kind : {"ngram", "suffix", "accept", "reject", "middle"}) {
+      SCOPED_TRACE(kind + (seeded ? " seeded" : " greedy"));
+      std::vector<std::unique_ptr<Proposer>> p;
+      p.push_back(MakeProposer(kind, want, k));
+      auto core = MakeEngine(SpecOptions(k), std::move(p));
+      ExpectSameTokens(Run(*core, requests), want);
+      const SpeculationCounters& c = Only(*core);
+      EXPECT_EQ(c.proposer, kind == "ngram" || kind == "suffix" ? kind : "oracle");
+      // A random model's seeded samples hardly ever repeat, so only greedy
+      // output gives prompt lookup and suffix trees something to draft from.
+      if (!seeded || c.proposer == "oracle") EXPECT_GT(c.drafts, 0);
+      if (kind == "accept") EXPECT_EQ(c.accepted_tokens, c.draft_tokens);
+      if (kind == "reject") EXPECT_EQ(c.accepted_tokens, 0);
+      if (kind == "middle") {
+        EXPECT_GT(c.accepted_per_position[0], 0);
+        EXPECT_EQ(c.accepted_per_position[k / 2], 0);
+      }
+      if (kind == "accept") {
+        // Several tokens per output: fewer steps than tokens.
+        EXPECT_LT(core->counters().steps, core->counters().generated_tokens);
+      }
+    }
+    // Alone, with drafts accepted in full: one request per engine.
+    for (const EngineRequest& r : {requests[0], requests[3]}) {
+      std::vector<std::unique_ptr<Proposer>> p;
+      p.push_back(MakeProposer("accept", want, k));
+      auto core = MakeEngine(SpecOptions(k), std::move(p));
+      auto got = Run(*core, {r});
+      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens);
+      EXPECT_EQ(got[r.id].reason, want[r.id].reason);
+    }
+  }
+}
+
+TEST_F(SpeculativeDecodingTest, DraftsCrossingStopTokenMinTokensMaxTokensAndContext) {
+  std::mt19937 rng(8);
+  auto base = MakeRequest("base", RandomPrompt(rng, 9), 16);
+  auto reference = RunPlain({base}, SpecOptions(0));
+  ASSERT_EQ(reference["base"].tokens.size(), 16u);
+  const std::vector<int32_t>& ref = reference["base"].tokens;
+
+  auto stopped = base;
+  stopped.stop.stop_token_ids = {ref[3]};
+  auto delayed = stopped;
+  delayed.id = "delayed";
+  delayed.stop.min_tokens = 6;
+  auto shortened = base;
+  shortened.id = "short";
+  shortened.stop.max_tokens = 5;
+  auto context = base;
+  context.id = "context";
+  context.stop.max_tokens = 100;
+
+  for (int k : {3, 8}) {
+    SCOPED_TRACE(k);
+    for (const EngineRequest& r : {stopped, delayed, shortened}) {
+      auto want = RunPlain({r}, SpecOptions(k));
+      // The oracle drafts the unstopped continuation, so every draft runs
+      // straight through the stop token / max_tokens.
+      std::map<std::string, Result> oracle = {{r.id, reference["base"]}};
+      std::vector<std::unique_ptr<Proposer>> p;
+      p.push_back(std::make_unique<OracleProposer>(oracle, -1));
+      auto core = MakeEngine(SpecOptions(k), std::move(p));
+      auto got = Run(*core, {r});
+      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens) << r.id;
+      EXPECT_EQ(got[r.id].reason, want[r.id].reason) << r.id;
+      EXPECT_GT(Only(*core).accepted_tokens, 0) << r.id;
+    }
+    // Context: 9 prompt tokens in a 20-token model; drafts never reach past it.
+    EngineOptions small = SpecOptions(k);
+    small.max_model_len = 20;
+    auto want = RunPlain({context}, small);
+    ASSERT_EQ(want["context"].reason, FinishReason::kContext);
+    ASSERT_EQ(want["context"].tokens.size(), 11u);
+    std::map<std::string, Result> oracle = {{"context", reference["base"]}};
+    std::vector<std::unique_ptr<Proposer>> p;
+    p.push_back(std::make_unique<OracleProposer>(oracle, -1));
+    auto core = MakeEngine(small, std::move(p));
+    auto got = Run(*core, {context});
+    EXPECT_EQ(got["context"].tokens, want["context"].tokens);
+    EXPECT_EQ(got["context"].reason, FinishReason::kContext);
+  }
+  auto stop_want = RunPlain({stopped}, SpecOptions(0));
+  EXPECT_EQ(stop_want["base"].reason, FinishReason::kStop);
+}
+
+TEST_F(SpeculativeDecodingTest, PrefixCacheHoldsOnlyFinalTokensAfterRollback) {
+  // A first turn decoded with drafts rejected in the middle; the next turn's
+  // prompt is the first turn's prompt + output and hits the blocks it
+  // registered. Any stale (rejected) KV there would change the second output.
+  std::mt19937 rng(4);
+  auto first = MakeRequest("t1", RandomPrompt(rng, 10), 20);
+  auto first_want = RunAlone({first});
+  auto second = first;
+  second.id = "t2";
+  second.prompt.insert(second.prompt.end(), first_want["t1"].tokens.begin(), first_want["t1"].tokens.end());
+  second.stop.max_tokens = 8;
+  auto second_want = RunAlone({second});
+
+  std::map<std::string, Result> oracle = {{"t1", first_want["t1"]}, {"t2", second_want["t2"]}};
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<OracleProposer>(oracle, 2));
+  auto core = MakeEngine(SpecOptions(5), std::move(p));
+  EXPECT_EQ(Run(*core, {first})["t1"].tokens, first_want["t1"].tokens);
+  auto got = Run(*core, {second})["t2"];
+  EXPECT_EQ(got.tokens, second_want["t2"].tokens);
+  EXPECT_GE(got.cached_prompt_tokens, 24);
+}
+
+TEST_F(SpeculativeDecodingTest, BlockPressureDropsDraftsAndPreemptsLosslessly) {
+  auto requests = RepetitiveBatch(6, /*seeded=*/false);
+  EngineOptions options = SpecOptions(8);
+  options.num_blocks = 28;
+  options.enable_prefix_caching = false;
+  auto want = RunPlain(requests, SpecOptions(8));
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<OracleProposer>(want, 5));
+  auto core = MakeEngine(options, std::move(p));
+  ExpectSameTokens(Run(*core, requests), want);
+  EXPECT_GT(core->counters().preemptions, 0);
+  EXPECT_GT(Only(*core).accepted_tokens, 0);
+}
+
+TEST_F(SpeculativeDecodingTest, DraftBudgetShrinksWithLoadAndRequestsMayOptOut) {
+  auto requests = RepetitiveBatch(4, /*seeded=*/false);
+  auto want = RunPlain(requests, SpecOptions(4));
+  auto run_with = [&](int threshold, bool opt_out) {
+    EngineOptions options = SpecOptions(4);
+    options.speculative_token_threshold = threshold;
+    std::vector<std::unique_ptr<Proposer>> p;
+    p.push_back(std::make_unique<OracleProposer>(want, -1));
+    auto core = MakeEngine(options, std::move(p));
+    auto batch = requests;
+    for (auto& r : batch) r.speculation.disable = opt_out;
+    ExpectSameTokens(Run(*core, batch), want);
+    return Only(*core);
+  };
+  EXPECT_EQ(run_with(0, false).draft_tokens, 0);
+  // While all 4 decode, a threshold of 4 leaves no room for drafts (they
+  // start as requests finish) and one of 6 leaves 2 draft tokens a step.
+  SpeculationCounters none_at_full_load = run_with(4, false);
+  SpeculationCounters some = run_with(6, false);
+  EXPECT_GT(some.draft_tokens, none_at_full_load.draft_tokens);
+  SpeculationCounters all = run_with(1 << 20, false);
+  EXPECT_GT(all.draft_tokens, some.draft_tokens);
+  EXPECT_EQ(run_with(1 << 20, true).draft_tokens, 0);
+}
+
+TEST_F(SpeculativeDecodingTest, SuffixProposerDraftsFromEarlierResponsesPerNamespace) {
+  std::mt19937 rng(9);
+  auto prompt = RandomPrompt(rng, 12);
+  auto a = MakeRequest("a", prompt, 24);
+  auto want = RunAlone({a});
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<SuffixProposer>(SuffixProposerOptions{}));
+  auto core = MakeEngine(SpecOptions(6), std::move(p));
+  a.speculation.ns = "tenant-1";
+  EXPECT_EQ(Run(*core, {a})["a"].tokens, want["a"].tokens);
+  const int64_t accepted_first = Only(*core).accepted_tokens;
+  // Same prompt, other namespace: nothing from the first response.
+  auto b = a;
+  b.id = "b";
+  b.speculation.ns = "tenant-2";
+  EXPECT_EQ(Run(*core, {b})["b"].tokens, want["a"].tokens);
+  const int64_t accepted_other = Only(*core).accepted_tokens - accepted_first;
+  // Same namespace: the global tree knows the whole response.
+  auto c = a;
+  c.id = "c";
+  EXPECT_EQ(Run(*core, {c})["c"].tokens, want["a"].tokens);
+  const int64_t accepted_same = Only(*core).accepted_tokens - accepted_first - accepted_other;
+  EXPECT_GT(accepted_same, accepted_other);
+  EXPECT_GE(accepted_same, 12);
+}
+
+}  // namespace
+}  // namespace floe
