@@ -11,6 +11,8 @@
 #include "common/log/log.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
+#include "common/metrics/metrics_server.h"
+#include "services/suffix_cache/suffix_cache_metrics.h"
 #include "services/suffix_cache/suffix_cache_service.h"
 
 namespace floe {
@@ -30,6 +32,7 @@ int Run(int argc, char** argv) {
   std::string snapshot_dir;
   int snapshot_interval_s = 300;
   int drain_timeout_s = 10;
+  int metrics_port = -1;
   int max_threads = 64;
   StoreOptions store_options;
   ServiceLimits limits;
@@ -57,6 +60,7 @@ int Run(int argc, char** argv) {
                  "apply a Step's global-tree appends after answering (drafts may lag a step; faster Steps)");
   parser.AddInt("step-threads", &store_options.step_threads,
                 "threads sharing one Step's entries with the calling thread (default: cores - 1, at most 15)");
+  parser.AddInt("metrics-port", &metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "floe-suffix-cache: %s\n", std::string(s.message()).c_str());
@@ -80,6 +84,17 @@ int Run(int argc, char** argv) {
 
   suffix_cache::SuffixCacheStore store(store_options);
   suffix_cache::SuffixCacheService service(&store, limits);
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::unique_ptr<suffix_cache::SuffixCacheMetrics> metrics;
+  if (metrics_port >= 0) {
+    auto started = MetricsServer::Start(host, metrics_port);
+    if (!started.ok()) {
+      LogEvent(LogLevel::kError, "suffix-cache", "metrics_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    metrics_server = std::move(started).value();
+    metrics = std::make_unique<suffix_cache::SuffixCacheMetrics>(*metrics_server, &store, &service);
+  }
   ServerOptions server_options;
   server_options.address = absl::StrCat(host, ":", port);
   server_options.max_threads = max_threads;
@@ -89,6 +104,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   std::printf("suffix-cache listening on %s\n", (*runner)->address().c_str());
+  if (metrics_server) std::printf("metrics suffix-cache %s\n", metrics_server->url().c_str());
   std::fflush(stdout);
 
   // NOT_SERVING (and UNAVAILABLE) while restoring.

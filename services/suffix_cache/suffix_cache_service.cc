@@ -17,7 +17,8 @@ std::string NamespaceOrDefault(const std::string& ns) { return ns.empty() ? "def
 // Admission: one slot per call while it runs; none left -> RESOURCE_EXHAUSTED.
 class SuffixCacheService::CallSlot {
  public:
-  explicit CallSlot(SuffixCacheService* s) : s_(s) {
+  CallSlot(SuffixCacheService* s, const char* method)
+      : s_(s), method_(method), start_(std::chrono::steady_clock::now()) {
     const int running = s_->in_flight_.fetch_add(1) + 1;
     if (!s_->accepting_.load()) {
       status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "suffix-cache is not serving (restoring or draining)");
@@ -28,11 +29,18 @@ class SuffixCacheService::CallSlot {
                                           s_->limits_.max_concurrent_calls));
     }
   }
-  ~CallSlot() { s_->in_flight_.fetch_sub(1); }
+  ~CallSlot() {
+    s_->in_flight_.fetch_sub(1);
+    if (s_->observer_) {
+      s_->observer_(method_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+  }
   const grpc::Status& status() const { return status_; }
 
  private:
   SuffixCacheService* s_;
+  const char* method_;
+  std::chrono::steady_clock::time_point start_;
   grpc::Status status_;
 };
 
@@ -95,7 +103,7 @@ absl::StatusOr<DraftParams> SuffixCacheService::ToDraftParams(absl::string_view 
 
 grpc::Status SuffixCacheService::StartRequest(grpc::ServerContext*, const floe::v1::SuffixStartRequest* req,
                                               floe::v1::SuffixStartResponse*) {
-  CallSlot slot(this);
+  CallSlot slot(this, "StartRequest");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = CheckTokens("prompt", req->prompt()); !s.ok()) return ToGrpcStatus(s);
@@ -105,7 +113,7 @@ grpc::Status SuffixCacheService::StartRequest(grpc::ServerContext*, const floe::
 
 grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::SuffixStepRequest* req,
                                       floe::v1::SuffixStepResponse* resp) {
-  CallSlot slot(this);
+  CallSlot slot(this, "Step");
   if (!slot.status().ok()) return slot.status();
   const int n = req->entries_size();
   if (n == 0) return ToGrpcStatus(absl::InvalidArgumentError("entries is empty: a Step needs at least one request"));
@@ -166,7 +174,7 @@ grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::Suff
 
 grpc::Status SuffixCacheService::EndRequest(grpc::ServerContext*, const floe::v1::SuffixEndRequest* req,
                                             floe::v1::SuffixEndResponse* resp) {
-  CallSlot slot(this);
+  CallSlot slot(this, "EndRequest");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
   auto cached = store_->EndRequest(NamespaceOrDefault(req->namespace_()), req->request_id());
@@ -177,7 +185,7 @@ grpc::Status SuffixCacheService::EndRequest(grpc::ServerContext*, const floe::v1
 
 grpc::Status SuffixCacheService::AbortRequest(grpc::ServerContext*, const floe::v1::SuffixAbortRequest* req,
                                               floe::v1::SuffixAbortResponse*) {
-  CallSlot slot(this);
+  CallSlot slot(this, "AbortRequest");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
   return ToGrpcStatus(store_->AbortRequest(NamespaceOrDefault(req->namespace_()), req->request_id()));
@@ -185,7 +193,7 @@ grpc::Status SuffixCacheService::AbortRequest(grpc::ServerContext*, const floe::
 
 grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::SuffixStatsRequest*,
                                           floe::v1::SuffixStats* resp) {
-  CallSlot slot(this);
+  CallSlot slot(this, "GetStats");
   if (!slot.status().ok()) return slot.status();
   StoreStats s = store_->Stats();
   resp->set_active_requests(s.active);
@@ -211,7 +219,7 @@ grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::
 
 grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext*, const floe::v1::SuffixSnapshotRequest*,
                                           floe::v1::SuffixSnapshotResponse* resp) {
-  CallSlot slot(this);
+  CallSlot slot(this, "Snapshot");
   if (!slot.status().ok()) return slot.status();
   auto info = WriteSnapshot();
   if (!info.ok()) return ToGrpcStatus(info.status());
@@ -224,7 +232,7 @@ grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext*, const floe::v1::
 grpc::Status SuffixCacheService::ClearNamespace(grpc::ServerContext*,
                                                 const floe::v1::SuffixClearNamespaceRequest* req,
                                                 floe::v1::SuffixClearNamespaceResponse* resp) {
-  CallSlot slot(this);
+  CallSlot slot(this, "ClearNamespace");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckNamespace("", req->namespace_()); !s.ok()) return ToGrpcStatus(s);
   auto [cached, active] = store_->ClearNamespace(NamespaceOrDefault(req->namespace_()));

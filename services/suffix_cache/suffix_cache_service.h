@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -48,6 +49,14 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   absl::StatusOr<SnapshotInfo> WriteSnapshot();
   // false: every call answers UNAVAILABLE (restoring, draining).
   void SetAccepting(bool accepting) { accepting_.store(accepting); }
+  // Called after every call with its method name and latency in seconds, on
+  // the gRPC thread. Set before serving.
+  void SetRpcObserver(std::function<void(const char* method, double seconds)> observer) {
+    observer_ = std::move(observer);
+  }
+  int64_t steps_total() const { return steps_total_.load(); }
+  int64_t drafts_total() const { return drafts_total_.load(); }
+  int64_t rejected_total() const { return rejected_total_.load(); }
   int in_flight() const { return in_flight_.load(); }
   const ServiceLimits& limits() const { return limits_; }
 
@@ -81,6 +90,7 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   std::atomic<int64_t> drafts_total_{0};
   std::atomic<int64_t> rejected_total_{0};
   std::atomic<int64_t> last_snapshot_ms_{0};
+  std::function<void(const char*, double)> observer_;
   absl::Mutex snapshot_mu_;  // one snapshot writer at a time
 };
 

@@ -18,11 +18,12 @@ namespace {
 struct Child {
   pid_t pid = -1;
   std::string address;
+  std::string metrics_url;  // with --metrics-port
 };
 
 // Starts the binary with stdout on a pipe (for the listening line) and stderr
 // into `log`.
-Child Launch(const std::vector<std::string>& args, const std::string& log) {
+Child Launch(const std::vector<std::string>& args, const std::string& log, bool metrics = false) {
   const char* bin_dir = std::getenv("FLOE_BINARY_DIR");
   const std::string bin = std::string(bin_dir ? bin_dir : "build") + "/bin/floe-suffix-cache";
   int fds[2];
@@ -48,6 +49,11 @@ Child Launch(const std::vector<std::string>& args, const std::string& log) {
     const std::string s(line);
     const std::string prefix = "suffix-cache listening on ";
     if (s.rfind(prefix, 0) == 0) c.address = s.substr(prefix.size(), s.size() - prefix.size() - 1);
+  }
+  if (metrics && std::fgets(line, sizeof(line), out) != nullptr) {
+    const std::string s(line);
+    const std::string prefix = "metrics suffix-cache ";
+    if (s.rfind(prefix, 0) == 0) c.metrics_url = s.substr(prefix.size(), s.size() - prefix.size() - 1);
   }
   std::fclose(out);
   return c;
@@ -133,6 +139,32 @@ TEST(SuffixCacheBinaryTest, SigtermSnapshotsAndRestartRestores) {
   }
   EXPECT_EQ(Terminate(third), 0);
   EXPECT_NE(ReadFile(dir + "/log3.txt").find("snapshot_corrupt"), std::string::npos);
+}
+
+TEST(SuffixCacheBinaryTest, MetricsEndpoint) {
+  if (std::system("command -v curl > /dev/null") != 0) GTEST_SKIP() << "no curl";
+  const std::string dir = ::testing::TempDir() + "/suffix_metrics";
+  std::filesystem::create_directories(dir);
+  Child c = Launch({"--port", "0", "--metrics-port", "0"}, dir + "/log.txt", /*metrics=*/true);
+  ASSERT_FALSE(c.address.empty());
+  ASSERT_FALSE(c.metrics_url.empty());
+  {
+    auto client = Connect(c.address);
+    ASSERT_TRUE(StatsWhenReady(*client).ok());
+    ASSERT_TRUE(client->StartRequest("", "r", {1, 2}).ok());
+    floe::v1::SuffixStepRequest step;
+    auto* e = step.add_entries();
+    e->set_request_id("r");
+    e->add_appended(5);
+    ASSERT_EQ(client->Step(step).results(0).code(), 0);
+  }
+  const std::string out = dir + "/metrics.txt";
+  ASSERT_EQ(std::system(("curl -s -o " + out + " " + c.metrics_url).c_str()), 0);
+  const std::string text = ReadFile(out);
+  EXPECT_NE(text.find("floe_suffix_cache_cached_responses 1"), std::string::npos) << text.substr(0, 2000);
+  EXPECT_NE(text.find("floe_suffix_cache_bytes"), std::string::npos);
+  EXPECT_NE(text.find("floe_suffix_cache_rpc_latency_seconds_count{method=\"Step\"} 1"), std::string::npos);
+  EXPECT_EQ(Terminate(c), 0);
 }
 
 TEST(SuffixCacheBinaryTest, HelpExitsZero) {

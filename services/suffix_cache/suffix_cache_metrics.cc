@@ -1,0 +1,85 @@
+#include "services/suffix_cache/suffix_cache_metrics.h"
+
+#include <string>
+#include <utility>
+
+#include <prometheus/client_metric.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+namespace floe::suffix_cache {
+
+class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable {
+ public:
+  StateCollector(const SuffixCacheStore* store, const SuffixCacheService* service)
+      : store_(store), service_(service) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::MetricType;
+    const StoreStats stats = store_->Stats();
+    auto one = [](const char* name, const char* help, MetricType type, double value) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = type;
+      prometheus::ClientMetric m;
+      if (type == MetricType::Counter) {
+        m.counter.value = value;
+      } else {
+        m.gauge.value = value;
+      }
+      f.metric.push_back(std::move(m));
+      return f;
+    };
+    return {
+        one("floe_suffix_cache_cached_responses", "Responses in the global trees (active requests included).",
+            MetricType::Gauge, static_cast<double>(stats.cached)),
+        one("floe_suffix_cache_bytes", "Estimated bytes of the global trees and stored responses.",
+            MetricType::Gauge, static_cast<double>(stats.bytes)),
+        one("floe_suffix_cache_cached_tokens", "Tokens of the cached responses.", MetricType::Gauge,
+            static_cast<double>(stats.cached_tokens)),
+        one("floe_suffix_cache_active_requests", "Requests between StartRequest and End/AbortRequest.",
+            MetricType::Gauge, static_cast<double>(stats.active)),
+        one("floe_suffix_cache_evictions_total", "Responses evicted (count or byte bound, aborts).",
+            MetricType::Counter, static_cast<double>(stats.evictions_total)),
+        one("floe_suffix_cache_steps_total", "Step calls served.", MetricType::Counter,
+            static_cast<double>(service_->steps_total())),
+        one("floe_suffix_cache_drafts_total", "Non-empty drafts answered.", MetricType::Counter,
+            static_cast<double>(service_->drafts_total())),
+        one("floe_suffix_cache_rejected_total", "Calls refused with RESOURCE_EXHAUSTED.", MetricType::Counter,
+            static_cast<double>(service_->rejected_total())),
+    };
+  }
+
+ private:
+  const SuffixCacheStore* store_;
+  const SuffixCacheService* service_;
+};
+
+SuffixCacheMetrics::SuffixCacheMetrics(MetricsServer& server, const SuffixCacheStore* store,
+                                       SuffixCacheService* service)
+    : collector_(std::make_shared<StateCollector>(store, service)) {
+  latency_ = &prometheus::BuildHistogram()
+                  .Name("floe_suffix_cache_rpc_latency_seconds")
+                  .Help("Server-side latency of suffix-cache calls by method.")
+                  .Register(server.registry());
+  const std::vector<double> buckets = {50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3,
+                                       5e-3,  10e-3,  25e-3,  50e-3,  100e-3, 250e-3, 1.0};
+  // Created up front: observing then never takes the family's lock.
+  auto by_method = std::make_shared<std::vector<std::pair<std::string, prometheus::Histogram*>>>();
+  for (const char* method :
+       {"StartRequest", "Step", "EndRequest", "AbortRequest", "GetStats", "Snapshot", "ClearNamespace"}) {
+    by_method->emplace_back(method, &latency_->Add({{"method", method}}, buckets));
+  }
+  service->SetRpcObserver([by_method](const char* method, double seconds) {
+    for (auto& [name, histogram] : *by_method) {
+      if (name == method) {
+        histogram->Observe(seconds);
+        return;
+      }
+    }
+  });
+  server.Add(collector_);
+}
+
+}  // namespace floe::suffix_cache

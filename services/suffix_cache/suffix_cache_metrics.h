@@ -1,0 +1,29 @@
+// Prometheus metrics of floe-suffix-cache: call latency by method
+// (floe_suffix_cache_rpc_latency_seconds), and, read at scrape time, cached
+// responses, bytes, active requests, cached tokens, evictions, steps, drafts
+// and overload rejections.
+#pragma once
+
+#include <memory>
+
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+
+#include "common/metrics/metrics_server.h"
+#include "services/suffix_cache/suffix_cache_service.h"
+
+namespace floe::suffix_cache {
+
+class SuffixCacheMetrics {
+ public:
+  // `store` and `service` must outlive the metrics server's scrapes.
+  // Installs itself as the service's RPC observer (call before serving).
+  SuffixCacheMetrics(MetricsServer& server, const SuffixCacheStore* store, SuffixCacheService* service);
+
+ private:
+  class StateCollector;
+  std::shared_ptr<StateCollector> collector_;
+  prometheus::Family<prometheus::Histogram>* latency_;
+};
+
+}  // namespace floe::suffix_cache
