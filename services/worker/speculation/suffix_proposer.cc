@@ -65,7 +65,7 @@ void SuffixProposer::Propose(std::span<const SpecSequence> batch, std::span<Draf
 
 void SuffixProposer::Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
                             int32_t prompt_len) {
-  if (global_) global_->Finish(request_id, ns);
+  if (global_) global_->Finish(request_id, ns, tokens, prompt_len);
   if (!appended_.contains(Sv(request_id))) return;
   auto& speculator = SpeculatorFor(ns);
   Sync(speculator, request_id, tokens, prompt_len);

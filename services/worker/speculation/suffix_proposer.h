@@ -24,7 +24,9 @@ class GlobalDraftSource {
  public:
   virtual ~GlobalDraftSource() = default;
   virtual void Query(std::span<const SpecSequence> batch, int max_spec_tokens, std::span<DraftProposal> out) = 0;
-  virtual void Finish(std::string_view request_id, std::string_view ns) = 0;
+  // The request's final tokens, so the remote tree gets the whole response.
+  virtual void Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
+                      int32_t prompt_len) = 0;
 };
 
 struct SuffixProposerOptions {

@@ -1,0 +1,294 @@
+// What speculative verification costs and what it buys, on the CPU backend.
+//
+// Part 1 (step cost): engine step time (median ms over decode steps) as a
+// function of batch size (1/4/16) and draft tokens per request (0/4/8/16),
+// with a proposer that always drafts k tokens (a random model rejects them,
+// so every step verifies k+1 positions and the shapes stay fixed). Dummy bf16
+// weights in the shape of --model: "llama-3.2-1b", or "mid" (8 layers,
+// hidden 1024, 16/4 heads, MLP 2816, vocab 32000: about 0.13B parameters)
+// when the 1B shape is too slow for the machine.
+// Part 2 (benefit): the tiny random checkpoint (f32) on repetitive prompts,
+// greedy, batch of 8 and alone: tokens per step and wall-clock speedup of the
+// ngram and suffix proposers over plain decoding, plus a second suffix pass
+// (same prompts, new ids) that drafts from the first pass's responses in the
+// global tree. Output is checked to be identical to plain decoding.
+// JSON on stdout; progress on stderr.
+//
+// Usage: bench_verify_cost [--model mid|llama-3.2-1b] [--threads N] [--steps N] [--k N]
+//                          [--only cost|benefit]
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/engine/dummy_model.h"
+#include "services/worker/backend/cpu_backend.h"
+#include "services/worker/engine/engine_core.h"
+#include "services/worker/model/checkpoint_writer.h"
+#include "services/worker/speculation/ngram_proposer.h"
+#include "services/worker/speculation/suffix_proposer.h"
+
+namespace floe {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void Die(const absl::Status& s) {
+  std::fprintf(stderr, "%s\n", s.ToString().c_str());
+  std::exit(1);
+}
+
+// Lets several engines share one packed backend (one at a time).
+class BorrowedBackend final : public Backend {
+ public:
+  explicit BorrowedBackend(Backend& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  size_t KvBytesPerBlock(int block_size) const override { return inner_.KvBytesPerBlock(block_size); }
+  absl::Status AllocateKvCache(int num_blocks, int block_size) override {
+    return inner_.AllocateKvCache(num_blocks, block_size);
+  }
+  absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override {
+    return inner_.Forward(batch, logits);
+  }
+
+ private:
+  Backend& inner_;
+};
+
+// Always drafts max_draft copies of one token.
+class FixedDraftProposer final : public Proposer {
+ public:
+  std::string_view name() const override { return "fixed"; }
+  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
+    for (size_t i = 0; i < batch.size(); ++i) out[i].tokens.assign(batch[i].max_draft, 13);
+  }
+};
+
+EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.stop.max_tokens = max_tokens;
+  r.stop.ignore_eos = true;
+  r.seeded = true;
+  return r;
+}
+
+struct Options {
+  std::string model = "mid";
+  int threads = 2;
+  int steps = 6;
+  int k = 8;
+  std::string only;
+};
+
+ModelConfig MidConfig() {
+  auto c = PresetConfig("llama-3.2-1b");
+  if (!c.ok()) Die(c.status());
+  c->num_layers = 8;
+  c->hidden_size = 1024;
+  c->num_heads = 16;
+  c->num_kv_heads = 4;
+  c->head_dim = 64;
+  c->intermediate_size = 2816;
+  c->vocab_size = 32000;
+  c->tie_word_embeddings = true;
+  return *c;
+}
+
+std::string StepCost(const Options& opt) {
+  const double t0 = Now();
+  auto model = opt.model == "mid" ? BuildModel(MidConfig()) : BuildModel(opt.model);
+  if (!model) std::exit(1);
+  auto backend = CpuBackend::Create(model->config, model->weights, {.num_threads = opt.threads});
+  if (!backend.ok()) Die(backend.status());
+  std::fprintf(stderr, "%s: built and packed in %.1f s\n", opt.model.c_str(), Now() - t0);
+  const int vocab = model->config.vocab_size;
+  std::string rows;
+  for (int batch : {1, 4, 16}) {
+    for (int k : {0, 4, 8, 16}) {
+      EngineOptions eo;
+      eo.block_size = 16;
+      eo.num_blocks = batch * ((64 + (opt.steps + 2) * 17 + 16) / 16 + 2);
+      eo.max_num_batched_tokens = 8192;
+      eo.num_speculative_tokens = k;
+      eo.speculative_token_threshold = 1 << 20;
+      std::vector<std::unique_ptr<Proposer>> proposers;
+      proposers.push_back(std::make_unique<FixedDraftProposer>());
+      auto core = EngineCore::Create(std::make_unique<BorrowedBackend>(**backend), eo, std::move(proposers));
+      if (!core.ok()) Die(core.status());
+      for (int s = 0; s < batch; ++s) {
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 64; ++i) prompt.push_back((s * 7919 + i * 131) % vocab);
+        EngineRequest r = Request(absl::StrCat("b", s), prompt, opt.steps + 64);  // drafts never capped by max_tokens
+        if (auto v = (*core)->Validate(r); !v.ok()) Die(v);
+        (*core)->Add(std::move(r));
+      }
+      if (auto s = (*core)->Step(); !s.ok()) Die(s);  // prefill
+      if (auto s = (*core)->Step(); !s.ok()) Die(s);  // warm-up decode
+      std::vector<double> ms;
+      for (int step = 0; step < opt.steps; ++step) {
+        const double ts = Now();
+        if (auto s = (*core)->Step(); !s.ok()) Die(s);
+        ms.push_back((Now() - ts) * 1e3);
+      }
+      const double med = Median(ms);
+      std::fprintf(stderr, "  batch %2d k %2d: %.1f ms/step\n", batch, k, med);
+      absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"batch\": ", batch, ", \"draft_tokens\": ", k,
+                      ", \"tokens_per_step\": ", batch * (k + 1), ", \"median_step_ms\": ", med, "}");
+    }
+  }
+  return absl::StrCat("  \"step_cost\": {\"model\": \"", opt.model, "\", \"threads\": ", opt.threads,
+                      ", \"prompt_tokens\": 64, \"rows\": [\n", rows, "\n  ]}");
+}
+
+struct RunStats {
+  std::map<std::string, std::vector<int32_t>> outputs;
+  int64_t steps = 0, tokens = 0, draft_tokens = 0, accepted = 0;
+  double seconds = 0;
+};
+
+RunStats RunAll(EngineCore& core, const std::vector<EngineRequest>& requests, bool together) {
+  RunStats st;
+  const int64_t steps0 = core.counters().steps, tokens0 = core.counters().generated_tokens;
+  const double t0 = Now();
+  auto submit = [&](const EngineRequest& proto) {
+    EngineRequest r = proto;
+    std::vector<int32_t>* out = &st.outputs[r.id];
+    r.sink = [out](const RequestOutput& o) { out->insert(out->end(), o.new_tokens.begin(), o.new_tokens.end()); };
+    if (auto v = core.Validate(r); !v.ok()) Die(v);
+    core.Add(std::move(r));
+  };
+  auto drain = [&] {
+    while (core.HasWork())
+      if (auto s = core.Step(); !s.ok()) Die(s);
+  };
+  for (const EngineRequest& r : requests) {
+    submit(r);
+    if (!together) drain();
+  }
+  drain();
+  st.seconds = Now() - t0;
+  st.steps = core.counters().steps - steps0;
+  st.tokens = core.counters().generated_tokens - tokens0;
+  for (const SpeculationCounters& c : core.counters().speculation) {
+    st.draft_tokens += c.draft_tokens;
+    st.accepted += c.accepted_tokens;
+  }
+  return st;
+}
+
+std::string Benefit(const Options& opt) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("floe_bench_verify_" + std::to_string(getpid()));
+  CheckpointSpec spec;
+  spec.preset = "tiny";
+  spec.dtype = DType::kF32;
+  spec.seed = 3;
+  if (auto s = WriteRandomCheckpoint(spec, dir.string()); !s.ok()) Die(s);
+  auto checkpoint = Checkpoint::Load(dir.string(), {});
+  if (!checkpoint.ok()) Die(checkpoint.status());
+  auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(), {.num_threads = opt.threads});
+  if (!backend.ok()) Die(backend.status());
+
+  std::mt19937 rng(7);
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> motif(4 + i % 5), prompt;
+    for (int32_t& t : motif) t = static_cast<int32_t>(rng() % 128000);
+    for (int rep = 0; rep < 6; ++rep) prompt.insert(prompt.end(), motif.begin(), motif.end());
+    requests.push_back(Request(absl::StrCat("p", i), prompt, 64));
+  }
+  std::string rows;
+  for (bool together : {true, false}) {
+    std::map<std::string, std::vector<int32_t>> reference;
+    double base_seconds = 0, base_steps = 0;
+    for (const std::string mode : {"off", "ngram", "suffix", "suffix-second-pass"}) {
+      EngineOptions eo;
+      eo.block_size = 16;
+      eo.num_blocks = 512;
+      eo.max_model_len = 2048;
+      eo.num_speculative_tokens = mode == "off" ? 0 : opt.k;
+      std::vector<std::unique_ptr<Proposer>> proposers;
+      if (mode == "ngram") proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{1, 4, opt.k}));
+      if (mode.starts_with("suffix")) proposers.push_back(std::make_unique<SuffixProposer>(SuffixProposerOptions{}));
+      auto core = EngineCore::Create(std::make_unique<BorrowedBackend>(**backend), eo, std::move(proposers));
+      if (!core.ok()) Die(core.status());
+      RunStats st;
+      if (mode == "suffix-second-pass") {
+        RunAll(**core, requests, together);  // fills the global tree
+        std::vector<EngineRequest> again = requests;
+        for (EngineRequest& r : again) r.id += "-again";
+        st = RunAll(**core, again, together);
+        std::map<std::string, std::vector<int32_t>> renamed;
+        for (auto& [id, out] : st.outputs) renamed[id.substr(0, id.size() - 6)] = std::move(out);
+        st.outputs = std::move(renamed);
+      } else {
+        st = RunAll(**core, requests, together);
+      }
+      if (mode == "off") {
+        reference = st.outputs;
+        base_seconds = st.seconds;
+        base_steps = static_cast<double>(st.steps);
+      }
+      const bool same = st.outputs == reference;
+      std::fprintf(stderr, "  %s %s: %lld steps, %lld tokens, %.2f s%s\n", together ? "batch 8" : "alone",
+                   mode.c_str(), static_cast<long long>(st.steps), static_cast<long long>(st.tokens), st.seconds,
+                   same ? "" : " OUTPUT DIFFERS");
+      absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"batch\": \"", together ? "8 together" : "1 at a time",
+                      "\", \"mode\": \"", mode, "\", \"steps\": ", st.steps, ", \"tokens\": ", st.tokens,
+                      ", \"tokens_per_step\": ", static_cast<double>(st.tokens) / st.steps,
+                      ", \"accepted_of_drafted\": ", st.draft_tokens ? 1.0 * st.accepted / st.draft_tokens : 0,
+                      ", \"seconds\": ", st.seconds, ", \"speedup\": ", base_seconds / st.seconds,
+                      ", \"step_reduction\": ", base_steps / st.steps, ", \"identical_to_off\": ",
+                      same ? "true" : "false", "}");
+    }
+  }
+  fs::remove_all(dir);
+  return absl::StrCat("  \"benefit\": {\"model\": \"tiny (random, f32)\", \"k\": ", opt.k,
+                      ", \"prompts\": \"8 motifs of 4-8 tokens repeated 6x\", \"max_tokens\": 64, \"rows\": [\n",
+                      rows, "\n  ]}");
+}
+
+int Main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--model") opt.model = argv[i + 1];
+    else if (flag == "--threads") opt.threads = std::atoi(argv[i + 1]);
+    else if (flag == "--steps") opt.steps = std::atoi(argv[i + 1]);
+    else if (flag == "--k") opt.k = std::atoi(argv[i + 1]);
+    else if (flag == "--only") opt.only = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  std::vector<std::string> parts;
+  if (opt.only.empty() || opt.only == "benefit") parts.push_back(Benefit(opt));
+  if (opt.only.empty() || opt.only == "cost") parts.push_back(StepCost(opt));
+  std::string out = "{\n";
+  for (size_t i = 0; i < parts.size(); ++i) absl::StrAppend(&out, parts[i], i + 1 < parts.size() ? ",\n" : "\n");
+  std::fputs((out + "}\n").c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace floe
+
+int main(int argc, char** argv) { return floe::Main(argc, argv); }
