@@ -22,6 +22,7 @@
 #include "services/cli/bench/metrics.h"
 #include "services/cli/bench/report.h"
 #include "services/cli/bench/workload.h"
+#include "services/cli/bench/server_metrics.h"
 #include "services/cli/commands.h"
 
 namespace floe {
@@ -37,6 +38,7 @@ struct Flags {
   double ramp_start_rate = 0, ramp_end_rate = 0, timeout_s = 300, connect_timeout_s = 10;
   uint64_t seed = 0;
   bool ignore_eos = false, no_progress = false;
+  std::string metrics;
 };
 
 struct Sweep {
@@ -170,6 +172,8 @@ int RunBench(int argc, char** argv) {
   parser.AddString("compare", &f.compare, "second router HOST:PORT: same seeded workload, ratios side by side");
   parser.AddString("model", &f.model, "model name (default: the served one)");
   parser.AddBool("no-progress", &f.no_progress, "no live progress line");
+  parser.AddString("metrics", &f.metrics, "comma-separated /metrics URLs (floe local prints them): before/after "
+                                          "snapshots give prefix hit rate and speculative acceptance for the run");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()), 2);
   if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
   if (!parser.positional().empty()) return Fail(absl::StrCat("unexpected argument \"", parser.positional()[0], "\""), 2);
@@ -250,6 +254,8 @@ int RunBench(int argc, char** argv) {
     }
   }
 
+  std::vector<std::string> metrics_urls;
+  for (absl::string_view url : absl::StrSplit(f.metrics, ',', absl::SkipEmpty())) metrics_urls.emplace_back(url);
   const std::vector<double> points = sweep->values.empty() ? std::vector<double>{0} : sweep->values;
   std::vector<bench::LabeledRun> runs, compared;
   bool aborted = false;
@@ -263,7 +269,15 @@ int RunBench(int argc, char** argv) {
     // prefix cache the earlier ones filled; compared servers get the same ones.
     auto jobs = BuildWorkload(f, info, f.seed + p);
     if (!jobs.ok()) return Fail(std::string(jobs.status().message()), 2);
+    const bench::MetricsSnapshot before = bench::ScrapeAll(metrics_urls);
     runs.push_back(Measure(label, points[p], *jobs, *backends[0], options, slo));
+    if (!metrics_urls.empty()) {
+      nlohmann::json server = bench::ServerDelta(before, bench::ScrapeAll(metrics_urls));
+      std::printf("[bench] server (%s): prefix hit rate %s, spec acceptance %s, mean accepted length %s, preemptions %g\n",
+                  label.c_str(), server["prefix_hit_rate"].dump().c_str(), server["spec_acceptance_rate"].dump().c_str(),
+                  server["spec_mean_accepted_length"].dump().c_str(), server["preemptions"].get<double>());
+      out["server_metrics"].push_back(server);
+    }
     aborted = runs.back().result.aborted;
     if (backends.size() > 1 && !aborted) {
       std::string other = sweep->what.empty() ? f.compare : absl::StrCat(label, " @", f.compare);

@@ -4,12 +4,15 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
+#include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/engine/engine.h"
+#include "services/worker/speculation/make_proposers.h"
 #include "services/worker/model/checkpoint.h"
 #include "services/worker/worker_service.h"
 
@@ -33,6 +36,11 @@ struct WorkerFlags {
   int max_tokens_limit = 4096;
   bool no_prefix_caching = false;
   int drain_timeout_s = 30;
+  std::string speculative = "off";
+  int num_speculative_tokens = 4;
+  int speculative_token_threshold = 256;
+  std::string suffix_cache;
+  int metrics_port = 0;
 };
 
 int Run(int argc, char** argv) {
@@ -58,6 +66,12 @@ int Run(int argc, char** argv) {
   parser.AddInt("max-tokens-limit", &f.max_tokens_limit, "largest max_tokens a request may ask for");
   parser.AddBool("no-prefix-caching", &f.no_prefix_caching, "disable automatic prefix caching");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
+  parser.AddString("speculative", &f.speculative, "speculative decoding (lossless): off|ngram|suffix");
+  parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
+  parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
+                "a step verifies at most (this - its other tokens) drafts; none at or above it");
+  parser.AddString("suffix-cache", &f.suffix_cache, "--speculative suffix: floe-suffix-cache HOST:PORT,... for the global tree");
+  parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "floe-worker: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -87,8 +101,26 @@ int Run(int argc, char** argv) {
     return 2;
   }
   load.dummy_dtype = *dummy_dtype;
+  SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
+  if (!f.suffix_cache.empty()) speculation.suffix_cache_addresses = absl::StrSplit(f.suffix_cache, ',');
+  auto proposers = MakeProposers(speculation);
+  if (!proposers.ok()) {
+    std::fprintf(stderr, "floe-worker: %s\n", std::string(proposers.status().message()).c_str());
+    return 2;
+  }
 
   WorkerService service;
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::unique_ptr<WorkerMetrics> metrics;
+  if (f.metrics_port >= 0) {
+    auto started = MetricsServer::Start(f.host, f.metrics_port);
+    if (!started.ok()) {
+      LogEvent(LogLevel::kError, "worker", "metrics_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    metrics_server = std::move(started).value();
+    std::printf("metrics worker %s\n", metrics_server->url().c_str());
+  }
   auto runner = ServerRunner::Start({absl::StrCat(f.host, ":", f.port)}, {&service});
   if (!runner.ok()) {
     LogEvent(LogLevel::kError, "worker", "listen_failed", {{"error", std::string(runner.status().message())}});
@@ -119,10 +151,17 @@ int Run(int argc, char** argv) {
   engine_options.max_tokens_limit = f.max_tokens_limit;
   engine_options.enable_prefix_caching = !f.no_prefix_caching;
   engine_options.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  auto engine = Engine::Create(std::move(backend).value(), engine_options);
+  engine_options.num_speculative_tokens = proposers->empty() ? 0 : f.num_speculative_tokens;
+  engine_options.speculative_token_threshold = f.speculative_token_threshold;
+  auto engine = Engine::Create(std::move(backend).value(), engine_options, std::move(proposers).value());
   if (!engine.ok()) {
     LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});
     return 1;
+  }
+  if (metrics_server) {
+    metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
+    metrics->AttachEngine(engine->get());
+    service.SetMetrics(metrics.get());
   }
   service.AttachEngine(engine->get(), {f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
                                        config.bos_token_id, engine_options.eos_token_ids});

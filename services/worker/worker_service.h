@@ -12,6 +12,7 @@
 
 #include "floe/v1/worker.grpc.pb.h"
 #include "services/worker/engine/engine.h"
+#include "services/worker/worker_metrics.h"
 
 namespace floe {
 
@@ -29,6 +30,8 @@ class WorkerService final : public floe::v1::Worker::Service {
   // Until an engine is attached, calls answer UNAVAILABLE ("model loading").
   // Called once; `description` is what GetModelInfo reports.
   void AttachEngine(Engine* engine, WorkerServiceOptions description);
+  // Optional; set before serving. Must outlive the service.
+  void SetMetrics(WorkerMetrics* metrics) { metrics_ = metrics; }
   // New Generate calls answer UNAVAILABLE from now on; running ones finish.
   void StartDraining();
   int in_flight() const { return in_flight_.load(); }
@@ -45,6 +48,7 @@ class WorkerService final : public floe::v1::Worker::Service {
  private:
   WorkerServiceOptions options_;  // written once, before engine_ is published
   std::atomic<Engine*> engine_{nullptr};
+  WorkerMetrics* metrics_ = nullptr;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};

@@ -1,0 +1,165 @@
+#include "services/worker/worker_metrics.h"
+
+#include <prometheus/client_metric.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+namespace floe {
+namespace {
+
+prometheus::MetricFamily Family(const std::string& name, const std::string& help, prometheus::MetricType type,
+                                const std::string& model, double value) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  prometheus::ClientMetric metric;
+  metric.label = {{"model", model}};
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(std::move(metric));
+  return family;
+}
+
+const char* FinishReasonLabel(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kContext: return "context";
+    case FinishReason::kNone: break;
+  }
+  return "none";
+}
+
+}  // namespace
+
+class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
+ public:
+  // Per proposer: drafts, draft tokens, accepted tokens, and accepted per
+  // draft position (label `position`, bounded by num_speculative_tokens).
+  void AppendSpeculation(const EngineCounters& c, std::vector<prometheus::MetricFamily>& out) const {
+    if (c.speculation.empty()) return;
+    auto family = [](const char* name, const char* help) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Counter;
+      return f;
+    };
+    auto drafts = family("floe_spec_decode_drafts_total", "Drafts verified.");
+    auto draft_tokens = family("floe_spec_decode_draft_tokens_total", "Draft tokens verified.");
+    auto accepted = family("floe_spec_decode_accepted_tokens_total", "Draft tokens accepted.");
+    auto per_position = family("floe_spec_decode_accepted_per_position_total", "Drafts whose token at this position was accepted.");
+    auto add = [&](prometheus::MetricFamily& f, prometheus::Labels labels, double value) {
+      prometheus::ClientMetric m;
+      m.label = {};
+      for (auto& [k, v] : labels) m.label.push_back({k, v});
+      m.counter.value = value;
+      f.metric.push_back(std::move(m));
+    };
+    for (const SpeculationCounters& s : c.speculation) {
+      const prometheus::Labels labels = {{"model", model_}, {"proposer", s.proposer}};
+      add(drafts, labels, static_cast<double>(s.drafts));
+      add(draft_tokens, labels, static_cast<double>(s.draft_tokens));
+      add(accepted, labels, static_cast<double>(s.accepted_tokens));
+      for (size_t i = 0; i < s.accepted_per_position.size(); ++i) {
+        prometheus::Labels at = labels;
+        at["position"] = std::to_string(i);
+        add(per_position, at, static_cast<double>(s.accepted_per_position[i]));
+      }
+    }
+    for (auto* f : {&drafts, &draft_tokens, &accepted, &per_position}) out.push_back(std::move(*f));
+  }
+
+  explicit EngineCollector(std::string model) : model_(std::move(model)) {}
+  void Attach(const Engine* engine) { engine_.store(engine); }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const Engine* engine = engine_.load();
+    if (!engine) return {};
+    using prometheus::MetricType;
+    const EngineLoad load = engine->Load();
+    const EngineCounters c = engine->Counters();
+    std::vector<prometheus::MetricFamily> families = {
+        Family("floe_requests_running", "Requests in the running batch.", MetricType::Gauge, model_, load.running),
+        Family("floe_requests_waiting", "Requests waiting to be scheduled.", MetricType::Gauge, model_, load.waiting),
+        Family("floe_kv_cache_usage_ratio", "Share of KV-cache blocks in use (0-1).", MetricType::Gauge, model_,
+               load.kv_usage),
+        Family("floe_kv_cache_block_size", "Tokens per KV-cache block.", MetricType::Gauge, model_, load.block_size),
+        Family("floe_kv_cache_blocks_total", "KV-cache blocks in the pool.", MetricType::Gauge, model_,
+               load.total_blocks),
+        Family("floe_prompt_tokens_total", "Prompt tokens computed (prefill).", MetricType::Counter, model_,
+               static_cast<double>(c.prompt_tokens_computed)),
+        Family("floe_generation_tokens_total", "Tokens generated.", MetricType::Counter, model_,
+               static_cast<double>(c.generated_tokens)),
+        Family("floe_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", MetricType::Counter,
+               model_, static_cast<double>(c.prefix_query_tokens)),
+        Family("floe_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", MetricType::Counter, model_,
+               static_cast<double>(c.prefix_hit_tokens)),
+        Family("floe_preemptions_total", "Sequences preempted (recomputed later).", MetricType::Counter, model_,
+               static_cast<double>(c.preemptions)),
+        Family("floe_engine_steps_total", "Engine steps (forward passes).", MetricType::Counter, model_,
+               static_cast<double>(c.steps)),
+    };
+    AppendSpeculation(c, families);
+    return families;
+  }
+
+ private:
+  std::string model_;
+  std::atomic<const Engine*> engine_{nullptr};
+};
+
+WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, int max_model_len)
+    : collector_(std::make_shared<EngineCollector>(model)), model_(model) {
+  prometheus::Registry& registry = server.registry();
+  const prometheus::Labels labels = {{"model", model}};
+  auto histogram = [&](const std::string& name, const std::string& help, const std::vector<double>& buckets) {
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(labels, buckets);
+  };
+  ttft_ = histogram("floe_time_to_first_token_seconds", "Time to first token.", TtftBuckets());
+  itl_ = histogram("floe_inter_token_latency_seconds", "Gap between consecutive output tokens.", InterTokenBuckets());
+  tpot_ = histogram("floe_request_time_per_output_token_seconds", "(E2E - TTFT) / (output tokens - 1) per request.",
+                    InterTokenBuckets());
+  e2e_ = histogram("floe_e2e_request_latency_seconds", "Request latency, arrival to last token.",
+                   RequestLatencyBuckets());
+  queue_ = histogram("floe_request_queue_time_seconds", "Time waiting before first scheduled.", RequestLatencyBuckets());
+  prefill_ = histogram("floe_request_prefill_time_seconds", "First scheduled to first token.", RequestLatencyBuckets());
+  decode_ = histogram("floe_request_decode_time_seconds", "First token to last token.", RequestLatencyBuckets());
+  const std::vector<double> token_buckets = OneTwoFiveBuckets(max_model_len);
+  prompt_tokens_ = histogram("floe_request_prompt_tokens", "Prompt tokens per request.", token_buckets);
+  generation_tokens_ = histogram("floe_request_generation_tokens", "Generated tokens per request.", token_buckets);
+  finished_ = &prometheus::BuildCounter()
+                   .Name("floe_requests_finished_total")
+                   .Help("Finished requests by finish reason.")
+                   .Register(registry);
+  for (const char* reason : {"length", "stop", "abort", "context"}) finished_->Add({{"model", model}, {"finish_reason", reason}});
+  server.Add(collector_);
+}
+
+void WorkerMetrics::AttachEngine(const Engine* engine) { collector_->Attach(engine); }
+
+void WorkerMetrics::ObserveFirstToken(double ttft_s) { ttft_->Observe(ttft_s); }
+
+void WorkerMetrics::ObserveTokens(double gap_s, int tokens) {
+  if (tokens <= 0) return;
+  const double share = gap_s / tokens;
+  for (int i = 0; i < tokens; ++i) itl_->Observe(share);
+}
+
+void WorkerMetrics::ObserveFinished(const RequestOutput& out, double e2e_s) {
+  finished_->Add({{"model", model_}, {"finish_reason", FinishReasonLabel(out.finish_reason)}}).Increment();
+  e2e_->Observe(e2e_s);
+  queue_->Observe(out.queue_time_s);
+  prefill_->Observe(out.prefill_time_s);
+  decode_->Observe(out.decode_time_s);
+  prompt_tokens_->Observe(out.prompt_tokens);
+  generation_tokens_->Observe(out.completion_tokens);
+  if (out.completion_tokens > 1) tpot_->Observe(out.decode_time_s / (out.completion_tokens - 1));
+}
+
+}  // namespace floe

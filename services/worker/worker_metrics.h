@@ -1,0 +1,52 @@
+// The worker's Prometheus metrics, named and bucketed as vLLM's (with the
+// floe_ prefix) so existing dashboards translate one to one. Engine gauges and
+// counters are read at scrape time; request histograms are observed by the
+// service as requests stream.
+//
+// Thread-safe: observers are called from gRPC threads, Collect from the
+// exposer's thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+
+#include "common/metrics/metrics_server.h"
+#include "services/worker/engine/engine.h"
+
+namespace floe {
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics(MetricsServer& server, const std::string& model, int max_model_len);
+
+  // Engine gauges and counters appear once an engine is attached.
+  void AttachEngine(const Engine* engine);
+
+  void ObserveFirstToken(double ttft_s);
+  // `tokens` arrived together `gap_s` after the previous ones: counted as that
+  // many inter-token gaps of equal share, as vLLM counts per token.
+  void ObserveTokens(double gap_s, int tokens);
+  void ObserveFinished(const RequestOutput& final_output, double e2e_s);
+
+ private:
+  class EngineCollector;
+  std::shared_ptr<EngineCollector> collector_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* tpot_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_;
+  prometheus::Histogram* prefill_;
+  prometheus::Histogram* decode_;
+  prometheus::Histogram* prompt_tokens_;
+  prometheus::Histogram* generation_tokens_;
+  prometheus::Family<prometheus::Counter>* finished_;
+  std::string model_;
+};
+
+}  // namespace floe
