@@ -11,6 +11,10 @@ constexpr int kFailedPrecondition = 9;  // google.rpc.Code
 RemoteSuffixSource::RemoteSuffixSource(suffix_cache::SuffixCacheClient* client, suffix_cache::DraftParams params)
     : client_(client), params_(params) {}
 
+RemoteSuffixSource::RemoteSuffixSource(std::unique_ptr<suffix_cache::SuffixCacheClient> client,
+                                       suffix_cache::DraftParams params)
+    : owned_(std::move(client)), client_(owned_.get()), params_(params) {}
+
 RemoteSuffixSource::Remote* RemoteSuffixSource::Track(const SpecSequence& s) {
   auto it = live_.find(Sv(s.request_id));
   if (it == live_.end()) {

@@ -15,6 +15,7 @@
 // Thread: the engine thread only (as Proposer).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -28,6 +29,8 @@ class RemoteSuffixSource final : public GlobalDraftSource {
  public:
   // `client` must outlive this source.
   RemoteSuffixSource(suffix_cache::SuffixCacheClient* client, suffix_cache::DraftParams params);
+  // Owns the client.
+  RemoteSuffixSource(std::unique_ptr<suffix_cache::SuffixCacheClient> client, suffix_cache::DraftParams params);
   void Query(std::span<const SpecSequence> batch, int max_spec_tokens, std::span<DraftProposal> out) override;
   void Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
               int32_t prompt_len) override;
@@ -49,6 +52,7 @@ class RemoteSuffixSource final : public GlobalDraftSource {
                 std::span<const int32_t> tokens, int32_t prompt_len, bool speculate);
   void Absorb(Remote& r, const floe::v1::SuffixDraft& result, int64_t sent_to);
 
+  std::unique_ptr<suffix_cache::SuffixCacheClient> owned_;
   suffix_cache::SuffixCacheClient* client_;
   suffix_cache::DraftParams params_;
   absl::flat_hash_map<std::string, Remote> live_;

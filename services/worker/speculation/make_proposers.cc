@@ -1,0 +1,40 @@
+#include "services/worker/speculation/make_proposers.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/worker/speculation/ngram_proposer.h"
+#include "services/worker/speculation/remote_suffix_source.h"
+
+namespace floe {
+
+absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const SpeculationConfig& config) {
+  std::vector<std::unique_ptr<Proposer>> proposers;
+  if (config.method == "off") return proposers;
+  if (config.num_tokens < 1 || config.num_tokens > 64)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-speculative-tokens must be in [1, 64], got ", config.num_tokens));
+  if (config.method == "ngram") {
+    proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{1, 4, config.num_tokens}));
+    return proposers;
+  }
+  if (config.method == "suffix") {
+    SuffixProposerOptions options;
+    options.params.max_spec_tokens = config.num_tokens;
+    std::unique_ptr<GlobalDraftSource> global;
+    if (!config.suffix_cache_addresses.empty()) {
+      suffix_cache::ClientOptions client_options;
+      client_options.addresses = config.suffix_cache_addresses;
+      client_options.step_deadline = std::chrono::milliseconds(config.suffix_cache_deadline_ms);
+      // Start/End run on the engine thread: keep them short too.
+      client_options.call_deadline = std::chrono::milliseconds(std::max(20, 4 * config.suffix_cache_deadline_ms));
+      auto client = suffix_cache::SuffixCacheClient::Create(client_options);
+      if (!client.ok()) return client.status();
+      global = std::make_unique<RemoteSuffixSource>(std::move(client).value(), options.params);
+    }
+    proposers.push_back(std::make_unique<SuffixProposer>(options, std::move(global)));
+    return proposers;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--speculative must be off, ngram or suffix, got \"", config.method, "\""));
+}
+
+}  // namespace floe

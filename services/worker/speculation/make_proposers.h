@@ -1,0 +1,25 @@
+// The worker's speculation settings (floe-worker flags) turned into proposers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/worker/speculation/proposer.h"
+
+namespace floe {
+
+struct SpeculationConfig {
+  std::string method = "off";  // off | ngram | suffix
+  int num_tokens = 4;          // k
+  // suffix only: floe-suffix-cache replicas ("host:port") serving the
+  // cluster-wide tree; empty: this worker's own global tree only.
+  std::vector<std::string> suffix_cache_addresses;
+  int suffix_cache_deadline_ms = 5;  // per step; later drafts are dropped
+};
+
+// INVALID_ARGUMENT naming the method when unknown. "off" gives no proposers.
+absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const SpeculationConfig& config);
+
+}  // namespace floe
