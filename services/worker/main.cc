@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
+#include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
 #include "services/worker/backend/cpu_backend.h"
@@ -39,6 +40,7 @@ struct WorkerFlags {
   int num_speculative_tokens = 4;
   int speculative_token_threshold = 256;
   std::string suffix_cache;
+  int metrics_port = 0;
 };
 
 int Run(int argc, char** argv) {
@@ -69,6 +71,7 @@ int Run(int argc, char** argv) {
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
   parser.AddString("suffix-cache", &f.suffix_cache, "--speculative suffix: floe-suffix-cache HOST:PORT,... for the global tree");
+  parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "floe-worker: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -107,6 +110,17 @@ int Run(int argc, char** argv) {
   }
 
   WorkerService service;
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::unique_ptr<WorkerMetrics> metrics;
+  if (f.metrics_port >= 0) {
+    auto started = MetricsServer::Start(f.host, f.metrics_port);
+    if (!started.ok()) {
+      LogEvent(LogLevel::kError, "worker", "metrics_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    metrics_server = std::move(started).value();
+    std::printf("metrics worker %s\n", metrics_server->url().c_str());
+  }
   auto runner = ServerRunner::Start({absl::StrCat(f.host, ":", f.port)}, {&service});
   if (!runner.ok()) {
     LogEvent(LogLevel::kError, "worker", "listen_failed", {{"error", std::string(runner.status().message())}});
@@ -143,6 +157,11 @@ int Run(int argc, char** argv) {
   if (!engine.ok()) {
     LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});
     return 1;
+  }
+  if (metrics_server) {
+    metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
+    metrics->AttachEngine(engine->get());
+    service.SetMetrics(metrics.get());
   }
   service.AttachEngine(engine->get(), {f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
                                        config.bos_token_id, engine_options.eos_token_ids});

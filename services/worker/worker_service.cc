@@ -114,6 +114,9 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   if (!submitted.ok()) return ToGrpcStatus(submitted);
 
   bool abort_sent = false;
+  const auto start = std::chrono::steady_clock::now();
+  auto last_token = start;
+  bool first_token_seen = false;
   for (;;) {
     std::deque<RequestOutput> batch;
     {
@@ -128,6 +131,19 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
     }
     for (const RequestOutput& output : batch) {
       if (!output.status.ok()) return ToGrpcStatus(output.status);
+      if (metrics_) {
+        const auto now = std::chrono::steady_clock::now();
+        const int n = static_cast<int>(output.new_tokens.size());
+        if (n > 0 && !first_token_seen) {
+          metrics_->ObserveFirstToken(std::chrono::duration<double>(now - start).count());
+          first_token_seen = true;
+          if (n > 1) metrics_->ObserveTokens(0.0, n - 1);
+        } else if (n > 0) {
+          metrics_->ObserveTokens(std::chrono::duration<double>(now - last_token).count(), n);
+        }
+        if (n > 0) last_token = now;
+        if (output.finished()) metrics_->ObserveFinished(output, std::chrono::duration<double>(now - start).count());
+      }
       GenerateResponse response;
       response.set_request_id(id);
       if (!output.new_tokens.empty()) {
