@@ -142,8 +142,8 @@ int RunLocal(int argc, char** argv) {
     }
     if (std::chrono::steady_clock::now() > give_up) return std::fprintf(stderr, "floe local: not ready in time\n"), shutdown(1);
   }
-  std::printf("router listening on %s\n", router_address->c_str());
-  // One line per service's /metrics endpoint, so tools can find every one.
+  // One line per service's /metrics endpoint, so tools can find every one;
+  // they come before the listening line, which marks the end of start-up output.
   for (size_t i = 0; i < children.size(); ++i) {
     for (const std::string& line : children[i]->lines()) {
       if (line.rfind("metrics ", 0) != 0) continue;
@@ -152,6 +152,7 @@ int RunLocal(int argc, char** argv) {
       std::printf("metrics %s %s\n", is_router ? "router" : absl::StrCat("worker-", i).c_str(), url.c_str());
     }
   }
+  std::printf("router listening on %s\n", router_address->c_str());
   std::fflush(stdout);
   for (;;) {
     if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {

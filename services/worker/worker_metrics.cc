@@ -106,6 +106,21 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                static_cast<double>(c.steps)),
     };
     AppendSpeculation(c, families);
+    // Shift parallelism reports its mode here; the CPU backend is one rank in
+    // tensor-parallel mode (size 1) and never shifts.
+    prometheus::MetricFamily mode;
+    mode.name = "floe_parallel_mode";
+    mode.help = "1 for the parallel mode the worker runs in now (label mode: tp|sp).";
+    mode.type = MetricType::Gauge;
+    for (const char* m : {"tp", "sp"}) {
+      prometheus::ClientMetric metric;
+      metric.label = {{"model", model_}, {"mode", m}};
+      metric.gauge.value = std::string(m) == "tp" ? 1 : 0;
+      mode.metric.push_back(metric);
+    }
+    families.push_back(std::move(mode));
+    families.push_back(Family("floe_parallel_mode_switches_total", "Shifts between TP and SP.", MetricType::Counter,
+                              model_, 0));
     return families;
   }
 

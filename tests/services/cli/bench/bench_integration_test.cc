@@ -95,6 +95,32 @@ TEST(BenchIntegrationTest, TinyClusterCountsAndTokenTotalsAddUp) {
   }
   std::remove(json_path.c_str());
 
+  // A sweep, a comparison (the same server twice) and server-side metrics
+  // from the /metrics lines `floe local` printed.
+  std::string metrics;
+  for (const std::string& line : (*cluster)->lines()) {
+    if (line.rfind("metrics ", 0) == 0) metrics += (metrics.empty() ? "" : ",") + line.substr(line.rfind(' ') + 1);
+  }
+  ASSERT_FALSE(metrics.empty()) << "floe local printed no metrics lines";
+  const std::string sweep_path = TempPath("bench_sweep");
+  ASSERT_EQ(Bench({"--addr", *addr, "--num-requests", "4", "--input-len", "40", "--output-len", "4", "--ignore-eos",
+                   "--prefix-len", "32", "--sweep", "concurrency=1,2", "--compare", *addr, "--metrics", metrics,
+                   "--timeout-s", "30", "--no-progress", "--json", sweep_path}),
+            0);
+  const nlohmann::json sweep = ReadJson(sweep_path);
+  ASSERT_EQ(sweep["runs"].size(), 2u);
+  ASSERT_EQ(sweep["compare"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(sweep["runs"][i]["summary"]["completed"], 4);
+    EXPECT_EQ(sweep["compare"][i]["summary"]["completed"], 4);
+  }
+  ASSERT_EQ(sweep["server_metrics"].size(), 2u);
+  // 4 requests x 4 tokens per sweep point, seen by the servers' counters;
+  // the shared 32-token prefix is served from the prefix cache.
+  EXPECT_EQ(sweep["server_metrics"][0]["delta"]["floe_generation_tokens_total"], 16.0);
+  EXPECT_GT(sweep["server_metrics"][1]["prefix_hit_rate"].get<double>(), 0.0);
+  std::remove(sweep_path.c_str());
+
   const int status = (*cluster)->Terminate(std::chrono::seconds(20));
   EXPECT_TRUE(WIFEXITED(status)) << "cluster did not exit on SIGTERM (status " << status << ")";
 }
