@@ -280,6 +280,7 @@ bool EngineCore::Schedule(std::vector<Planned>& plan) {
 
 void EngineCore::ProposeDrafts() {
   if (proposers_.empty() || options_.num_speculative_tokens <= 0) return;
+  for (Sequence* seq : running_) seq->draft.clear();  // a draft the budget left unplanned is stale now
   int64_t step_tokens = 0;
   for (const Sequence* seq : running_) step_tokens += seq->total_len() - seq->num_computed;
   for (const Sequence* seq : waiting_) step_tokens += seq->total_len() - seq->num_computed;
