@@ -4,6 +4,8 @@
 // drafts, never tokens.
 #include "services/worker/speculation/remote_suffix_source.h"
 
+#include "services/worker/speculation/make_proposers.h"
+
 #include "tests/services/suffix_cache/service/test_server.h"
 #include "tests/services/worker/engine/engine_test_harness.h"
 
@@ -70,6 +72,16 @@ TEST_F(RemoteSuffixSourceTest, UnreachableServiceOnlyCostsDrafts) {
   auto want = RunAlone(requests);
   auto worker = Worker(client->get());
   ExpectSameTokens(Run(*worker, requests), want);
+}
+
+TEST(MakeProposersTest, FlagsToProposers) {
+  EXPECT_TRUE(MakeProposers({"off", 4, {}, 5})->empty());
+  EXPECT_EQ(MakeProposers({"ngram", 4, {}, 5})->at(0)->name(), "ngram");
+  EXPECT_EQ(MakeProposers({"suffix", 4, {"127.0.0.1:1"}, 5})->at(0)->name(), "suffix");
+  auto bad = MakeProposers({"medusa", 4, {}, 5});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("medusa"), absl::string_view::npos);
+  EXPECT_EQ(MakeProposers({"ngram", 0, {}, 5}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -120,14 +120,16 @@ TEST_F(SpeculativeDecodingTest, EveryProposerMatchesPlainDecodingBatchedAndAlone
         EXPECT_LT(core->counters().steps, core->counters().generated_tokens);
       }
     }
-    // Alone, with drafts accepted in full: one request per engine.
-    for (const EngineRequest& r : {requests[0], requests[3]}) {
+    // Alone: one request per engine, every proposer.
+    for (const std::string kind : {"ngram", "suffix", "accept", "reject", "middle"}) {
+      const EngineRequest& r = requests[kind.size() % requests.size()];
       std::vector<std::unique_ptr<Proposer>> p;
-      p.push_back(MakeProposer("accept", want, k));
+      p.push_back(MakeProposer(kind, want, k));
       auto core = MakeEngine(SpecOptions(k), std::move(p));
       auto got = Run(*core, {r});
-      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens);
-      EXPECT_EQ(got[r.id].reason, want[r.id].reason);
+      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens) << kind;
+      EXPECT_EQ(got[r.id].logprobs, want[r.id].logprobs) << kind;
+      EXPECT_EQ(got[r.id].reason, want[r.id].reason) << kind;
     }
   }
 }
