@@ -38,6 +38,8 @@ class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable 
             MetricType::Gauge, static_cast<double>(stats.bytes)),
         one("floe_suffix_cache_cached_tokens", "Tokens of the cached responses.", MetricType::Gauge,
             static_cast<double>(stats.cached_tokens)),
+        one("floe_suffix_cache_nodes", "Nodes of the global suffix trees.", MetricType::Gauge,
+            static_cast<double>(stats.nodes)),
         one("floe_suffix_cache_active_requests", "Requests between StartRequest and End/AbortRequest.",
             MetricType::Gauge, static_cast<double>(stats.active)),
         one("floe_suffix_cache_evictions_total", "Responses evicted (count or byte bound, aborts).",

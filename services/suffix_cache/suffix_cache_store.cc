@@ -497,11 +497,13 @@ StoreStats SuffixCacheStore::Stats() const {
       n.cached = static_cast<int64_t>(ns->cached.size());
       n.cached_tokens = ns->cached_tokens;
       n.tree_bytes = ns->EstimatedBytes();
+      n.nodes = ns->global.num_nodes();
     }
     stats.active += n.active;
     stats.cached += n.cached;
     stats.cached_tokens += n.cached_tokens;
     stats.bytes += n.tree_bytes;
+    stats.nodes += n.nodes;
     stats.namespaces.push_back(std::move(n));
   }
   stats.evictions_total = evictions_total_.load();

@@ -97,12 +97,14 @@ struct NamespaceStats {
   int64_t cached = 0;
   int64_t cached_tokens = 0;
   int64_t tree_bytes = 0;
+  int64_t nodes = 0;  // nodes of the namespace's global tree
 };
 struct StoreStats {
   int64_t active = 0;
   int64_t cached = 0;
   int64_t cached_tokens = 0;
   int64_t bytes = 0;
+  int64_t nodes = 0;
   int64_t evictions_total = 0;
   std::vector<NamespaceStats> namespaces;
 };
