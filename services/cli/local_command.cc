@@ -70,8 +70,8 @@ bool RouterReady(const std::string& address) {
 
 int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
-  std::string model, builtin, host = "127.0.0.1", load_format = "auto";
-  int workers = 1, port = 0, threads = 0, ready_timeout_s = 300;
+  std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
+  int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0;
   double kv_cache_gb = 0.5;
   ArgParser parser("floe local [--model DIR | --builtin tiny] [--workers N] [--port P]",
                    "Runs a local cluster in the foreground: N floe-worker processes and a floe-router on\n"
@@ -85,6 +85,9 @@ int RunLocal(int argc, char** argv) {
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
   parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
   parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
+  parser.AddString("speculative", &speculative,
+                   "off|ngram|suffix (lossless; suffix also starts a floe-suffix-cache for the global tree)");
+  parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -92,6 +95,10 @@ int RunLocal(int argc, char** argv) {
   if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
   if (model.empty() == builtin.empty()) {
     std::fprintf(stderr, "floe local: give exactly one of --model DIR or --builtin tiny\n");
+    return 2;
+  }
+  if (speculative != "off" && speculative != "ngram" && speculative != "suffix") {
+    std::fprintf(stderr, "floe local: --speculative must be off, ngram or suffix\n");
     return 2;
   }
   if (workers < 1 || workers > 64) {
@@ -110,6 +117,7 @@ int RunLocal(int argc, char** argv) {
   const fs::path bin = ExecutableDir();
 
   std::vector<std::unique_ptr<Subprocess>> children;
+  std::vector<std::string> names;  // parallel to children, for the metrics lines
   std::vector<std::string> worker_addresses;
   auto shutdown = [&](int code) {
     // Router first, so it drains before its workers go.
@@ -117,13 +125,32 @@ int RunLocal(int argc, char** argv) {
     LogEvent(LogLevel::kInfo, "local", "stopped");
     return code;
   };
+  std::vector<std::string> speculation_args = {"--speculative", speculative};
+  if (num_speculative_tokens > 0) {
+    speculation_args.insert(speculation_args.end(), {"--num-speculative-tokens", std::to_string(num_speculative_tokens)});
+  }
+  if (speculative == "suffix") {
+    auto cache = Subprocess::Spawn(
+        {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0", "--metrics-port", "0"});
+    if (!cache.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(cache.status().message()).c_str()), shutdown(1);
+    auto address = (*cache)->WaitForLine("suffix-cache listening on ", std::chrono::seconds(60), /*keep_reading=*/true);
+    children.push_back(std::move(cache).value());
+    names.push_back("suffix-cache");
+    if (!address.ok()) return std::fprintf(stderr, "floe local: suffix-cache: %s\n", std::string(address.status().message()).c_str()), shutdown(1);
+    // Its metrics line follows the listening line.
+    (void)children.back()->WaitForLine("metrics ", std::chrono::seconds(10));
+    speculation_args.insert(speculation_args.end(), {"--suffix-cache", *address});
+  }
   for (int i = 0; i < workers; ++i) {
-    auto child = Subprocess::Spawn({(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
-                                    "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
-                                    "--load-format", load_format});
+    std::vector<std::string> argv = {(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
+                                     "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
+                                     "--load-format", load_format};
+    argv.insert(argv.end(), speculation_args.begin(), speculation_args.end());
+    auto child = Subprocess::Spawn(argv);
     if (!child.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(child.status().message()).c_str()), shutdown(1);
     auto address = (*child)->WaitForLine("worker listening on ", std::chrono::seconds(ready_timeout_s));
     children.push_back(std::move(child).value());
+    names.push_back(absl::StrCat("worker-", i));
     if (!address.ok()) return std::fprintf(stderr, "floe local: worker %d: %s\n", i, std::string(address.status().message()).c_str()), shutdown(1);
     worker_addresses.push_back(*address);
   }
@@ -132,6 +159,7 @@ int RunLocal(int argc, char** argv) {
   if (!router.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(router.status().message()).c_str()), shutdown(1);
   auto router_address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));
   children.push_back(std::move(router).value());
+  names.push_back("router");
   if (!router_address.ok()) return std::fprintf(stderr, "floe local: router: %s\n", std::string(router_address.status().message()).c_str()), shutdown(1);
 
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);
@@ -148,8 +176,7 @@ int RunLocal(int argc, char** argv) {
     for (const std::string& line : children[i]->lines()) {
       if (line.rfind("metrics ", 0) != 0) continue;
       const std::string url = line.substr(line.rfind(' ') + 1);
-      const bool is_router = i + 1 == children.size();
-      std::printf("metrics %s %s\n", is_router ? "router" : absl::StrCat("worker-", i).c_str(), url.c_str());
+      std::printf("metrics %s %s\n", names[i].c_str(), url.c_str());
     }
   }
   std::printf("router listening on %s\n", router_address->c_str());

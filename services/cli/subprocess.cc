@@ -44,7 +44,8 @@ Subprocess::~Subprocess() {
   if (stdout_fd_ >= 0) close(stdout_fd_);
 }
 
-absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix, std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix, std::chrono::milliseconds timeout,
+                                                    bool keep_reading) {
   const auto give_up = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     size_t newline;
@@ -53,6 +54,7 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix, s
       buffered_.erase(0, newline + 1);
       lines_.push_back(line);
       if (line.rfind(prefix, 0) == 0) {
+        if (keep_reading) return line.substr(prefix.size());
         int fd = stdout_fd_;
         drain_ = std::thread([fd] {
           char buf[4096];

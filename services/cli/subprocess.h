@@ -22,8 +22,10 @@ class Subprocess {
 
   // Reads stdout until a line starting with `prefix` appears; returns the rest
   // of that line. DEADLINE_EXCEEDED or UNAVAILABLE (child exited) otherwise.
-  // Afterwards stdout keeps being drained (and echoed to stderr) in the background.
-  absl::StatusOr<std::string> WaitForLine(const std::string& prefix, std::chrono::milliseconds timeout);
+  // Afterwards, unless `keep_reading`, stdout keeps being drained (and echoed
+  // to stderr) in the background; with it, WaitForLine may be called again.
+  absl::StatusOr<std::string> WaitForLine(const std::string& prefix, std::chrono::milliseconds timeout,
+                                          bool keep_reading = false);
 
   // Every stdout line read so far, up to and including the matched one.
   const std::vector<std::string>& lines() const { return lines_; }

@@ -1,6 +1,7 @@
 // An in-process suffix-cache server on loopback (port 0) for tests.
 #pragma once
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -17,7 +18,10 @@ struct TestServer {
       : store(store_options), service(&store, limits) {
     if (restore) restored = service.RestoreSnapshot();
     auto r = ServerRunner::Start({"127.0.0.1:0"}, {&service});
-    if (!r.ok()) std::abort();
+    if (!r.ok()) {
+      std::fprintf(stderr, "TestServer: cannot start: %s\n", r.status().ToString().c_str());
+      std::abort();
+    }
     runner = std::move(r).value();
     service.SetAccepting(true);
     runner->SetServing(true);
