@@ -141,10 +141,12 @@ int Run(int argc, char** argv) {
   std::printf("router bound to %s\n", (*runner)->address().c_str());
   std::fflush(stdout);
 
-  // Serve once some worker has described the model; keep asking until then.
+  // Serve once some worker is healthy (its load poll answered) and has
+  // described the model; keep asking until then. Serving before a worker is
+  // healthy would answer the first requests "no healthy worker".
   floe::v1::ModelInfo info;
   for (;;) {
-    if (pool.FetchModelInfo(&info, std::chrono::milliseconds(500))) break;
+    if (pool.healthy_count() > 0 && pool.FetchModelInfo(&info, std::chrono::milliseconds(500))) break;
     if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {
       LogEvent(LogLevel::kInfo, "router", "stopped_before_ready");
       return 0;
