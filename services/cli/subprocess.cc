@@ -49,7 +49,9 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
 }
 
 Subprocess::~Subprocess() {
-  if (!Exited()) Terminate(std::chrono::milliseconds(0));
+  // A grace period lets a child that runs children of its own (floe local) stop them.
+  if (!Exited()) Terminate(std::chrono::seconds(5));
+  stop_draining_.store(true);
   if (drain_.joinable()) drain_.join();
   if (stdout_fd_ >= 0) close(stdout_fd_);
 }
@@ -66,10 +68,16 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(const std::string& prefix, s
       if (line.rfind(prefix, 0) == 0) {
         if (keep_reading) return line.substr(prefix.size());
         int fd = stdout_fd_;
-        drain_ = std::thread([fd] {
+        std::atomic<bool>* stop = &stop_draining_;
+        drain_ = std::thread([fd, stop] {
+          // Polls so the destructor can stop it: grandchildren may hold the
+          // pipe open after the child is gone, and EOF would never come.
           char buf[4096];
-          ssize_t n;
-          while ((n = read(fd, buf, sizeof(buf))) > 0) {
+          while (!stop->load()) {
+            pollfd pfd{fd, POLLIN, 0};
+            if (poll(&pfd, 1, 100) <= 0) continue;
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n <= 0) break;
             if (write(STDERR_FILENO, buf, static_cast<size_t>(n)) < 0) break;
           }
         });

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -18,7 +19,7 @@ namespace floe {
 class Subprocess {
  public:
   static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv);
-  ~Subprocess();  // SIGKILLs the child if still running
+  ~Subprocess();  // Terminate()s the child (5 s grace) if still running
 
   // Reads stdout until a line starting with `prefix` appears; returns the rest
   // of that line. DEADLINE_EXCEEDED or UNAVAILABLE (child exited) otherwise.
@@ -46,6 +47,7 @@ class Subprocess {
   std::string buffered_;
   std::vector<std::string> lines_;
   std::thread drain_;
+  std::atomic<bool> stop_draining_{false};
 };
 
 }  // namespace floe
