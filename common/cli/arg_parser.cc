@@ -1,6 +1,7 @@
 #include "common/cli/arg_parser.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -96,6 +97,18 @@ absl::Status ArgParser::Parse(int argc, char** argv, int first) {
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
+}
+
+std::optional<int> ArgParser::ParseOrExitCode(int argc, char** argv, const std::string& program, int first) {
+  if (absl::Status s = Parse(argc, argv, first); !s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), std::string(s.message()).c_str());
+    return 2;
+  }
+  if (help_requested_) {
+    std::printf("%s", Help().c_str());
+    return 0;
+  }
+  return std::nullopt;
 }
 
 std::string ArgParser::Help() const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ class ArgParser {
   // Parses argv[first..argc). `--name value` and `--name=value` both work.
   // Unknown options and malformed values are INVALID_ARGUMENT naming the option.
   absl::Status Parse(int argc, char** argv, int first = 1);
+  // The usual front end of a main(): parses, prints "PROGRAM: error" (exit
+  // code 2) or --help (exit code 0). nullopt: go on running.
+  std::optional<int> ParseOrExitCode(int argc, char** argv, const std::string& program, int first = 1);
   bool help_requested() const { return help_requested_; }
   std::vector<std::string> positional() const { return positional_; }
   std::string Help() const;

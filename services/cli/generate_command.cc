@@ -44,11 +44,7 @@ int RunGenerate(int argc, char** argv) {
   parser.AddString("model", &model, "model name (default: the served one)");
   parser.AddInt("timeout-s", &timeout_s, "deadline of the request");
   parser.AddBool("json", &json, "print {token_ids, text, finish_reason, usage} instead of streaming");
-  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "floe generate: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
+  if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe generate")) return *exit_code;
   if (addr.empty() || (prompt.empty() == prompt_ids.empty())) {
     std::fprintf(stderr, "floe generate: need --addr and exactly one of --prompt / --prompt-ids (see --help)\n");
     return 2;

@@ -88,11 +88,7 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("speculative", &speculative,
                    "off|ngram|suffix (lossless; suffix also starts a floe-suffix-cache for the global tree)");
   parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
-  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
+  if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe local")) return *exit_code;
   if (model.empty() == builtin.empty()) {
     std::fprintf(stderr, "floe local: give exactly one of --model DIR or --builtin tiny\n");
     return 2;

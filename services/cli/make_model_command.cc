@@ -23,11 +23,7 @@ int RunMakeModel(int argc, char** argv) {
   parser.AddString("architecture", &architecture, "override: MistralForCausalLM|Qwen2ForCausalLM|Qwen3ForCausalLM");
   parser.AddUint64("seed", &seed, "weight seed");
   parser.AddInt("shards", &shards, "number of safetensors shards (>1 writes an index)");
-  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "floe make-model: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
+  if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe make-model")) return *exit_code;
   if (out.empty()) {
     std::fprintf(stderr, "floe make-model: --out is required\n");
     return 2;

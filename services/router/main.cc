@@ -79,14 +79,7 @@ int Run(int argc, char** argv) {
   parser.AddInt("max-message-bytes", &f.max_message_bytes, "largest request message accepted");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
-  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "floe-router: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (parser.help_requested()) {
-    std::printf("%s", parser.Help().c_str());
-    return 0;
-  }
+  if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-router")) return *exit_code;
   auto addresses = WorkerAddresses(f);
   if (!addresses.ok()) {
     std::fprintf(stderr, "floe-router: %s\n", std::string(addresses.status().message()).c_str());

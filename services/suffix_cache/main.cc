@@ -62,14 +62,7 @@ int Run(int argc, char** argv) {
                 "threads sharing one Step's entries with the calling thread (default: cores - 1, at most 15)");
   parser.AddInt("metrics-port", &metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
-  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "floe-suffix-cache: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (parser.help_requested()) {
-    std::printf("%s", parser.Help().c_str());
-    return 0;
-  }
+  if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-suffix-cache")) return *exit_code;
   if (store_options.max_depth < 2 || store_options.max_depth > 1024 || limits.max_batch < 1 ||
       limits.max_concurrent_calls < 1 || store_options.max_bytes < 0) {
     std::fprintf(stderr, "floe-suffix-cache: --max-depth must be in [2, 1024]; --max-batch, "

@@ -355,26 +355,34 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   for (auto& [req, i] : live) req->mu.Unlock();
 }
 
-absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, const std::string& request_id) {
+std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::RetireActive(const std::string& ns_name,
+                                                                             const std::string& request_id) {
   auto ns = FindNamespace(ns_name);
+  if (ns == nullptr) return nullptr;
   std::shared_ptr<Request> request;
-  if (ns != nullptr) {
+  {
     absl::MutexLock l(&ns->requests_mu);
     auto it = ns->active.find(request_id);
-    if (it != ns->active.end()) {
-      request = std::move(it->second);
-      ns->active.erase(it);
-    }
-  }
-  if (request == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
+    if (it == ns->active.end()) return nullptr;
+    request = std::move(it->second);
+    ns->active.erase(it);
   }
   {
     absl::MutexLock r(&request->mu);
     request->done = true;
   }
-  FlushPending(*ns);  // its last appends reach the tree before Finish
+  // Its last appends reach the tree now: before Finish, and so that no stale
+  // append reaches a re-started id.
+  FlushPending(*ns);
+  return ns;
+}
+
+absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, const std::string& request_id) {
+  auto ns = RetireActive(ns_name, request_id);
+  if (ns == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
+  }
   absl::MutexLock t(&ns->tree_mu);
   auto c = ns->cached.find(request_id);
   if (c == ns->cached.end()) return false;
@@ -384,25 +392,11 @@ absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, co
 }
 
 absl::Status SuffixCacheStore::AbortRequest(const std::string& ns_name, const std::string& request_id) {
-  auto ns = FindNamespace(ns_name);
-  std::shared_ptr<Request> request;
-  if (ns != nullptr) {
-    absl::MutexLock l(&ns->requests_mu);
-    auto it = ns->active.find(request_id);
-    if (it != ns->active.end()) {
-      request = std::move(it->second);
-      ns->active.erase(it);
-    }
-  }
-  if (request == nullptr) {
+  auto ns = RetireActive(ns_name, request_id);
+  if (ns == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
   }
-  {
-    absl::MutexLock r(&request->mu);
-    request->done = true;
-  }
-  FlushPending(*ns);  // no stale append may reach a re-started id
   std::vector<int32_t> victims;
   {
     absl::MutexLock t(&ns->tree_mu);

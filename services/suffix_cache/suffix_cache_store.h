@@ -150,6 +150,9 @@ class SuffixCacheStore {
   void RemoveFromTree(Namespace& ns, const std::vector<int32_t>& seq_ids);
   void ApplyAppend(Namespace& ns, const std::string& id, absl::Span<const int32_t> tokens);
   void FlushPending(Namespace& ns);
+  // Removes an active request (marks it done, flushes its pending appends);
+  // null when the namespace or the request is unknown.
+  std::shared_ptr<Namespace> RetireActive(const std::string& ns_name, const std::string& request_id);
   void ApplierLoop();
 
   StoreOptions options_;

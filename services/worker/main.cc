@@ -72,14 +72,7 @@ int Run(int argc, char** argv) {
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
   parser.AddString("suffix-cache", &f.suffix_cache, "--speculative suffix: floe-suffix-cache HOST:PORT,... for the global tree");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
-  if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "floe-worker: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (parser.help_requested()) {
-    std::printf("%s", parser.Help().c_str());
-    return 0;
-  }
+  if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-worker")) return *exit_code;
   if (f.model.empty()) {
     std::fprintf(stderr, "floe-worker: --model is required (see --help)\n");
     return 2;

@@ -90,7 +90,7 @@ class ReferenceTest : public ::testing::TestWithParam<std::tuple<Flavor, DType>>
 
 TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
   const auto [flavor, dtype] = GetParam();
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " missing";
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
   const std::string dir = TempDir(std::to_string(static_cast<int>(flavor)) + DTypeName(dtype).data());
   TestModel model(flavor, dtype, /*seed=*/11 + static_cast<int>(flavor));
   model.WriteReferenceFiles(dir, kSteps);
@@ -108,7 +108,7 @@ class CheckpointReferenceTest
 
 TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
   const auto [architecture, dtype] = GetParam();
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " missing";
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
   const std::string dir = TempDir(std::string("ckpt") + architecture + DTypeName(dtype).data());
   CheckpointSpec spec;
   spec.preset = "tiny";
