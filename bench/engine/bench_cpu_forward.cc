@@ -3,10 +3,18 @@
 // batch 1/4/16 (128-token prompts, then 128 decode steps), and the tiny
 // model's batch-1 decode. Medians over repetitions after a warm-up; each
 // repetition is preceded by a memory-bandwidth canary (2-thread read of a 1 GiB
-// buffer), since the machine is shared and noisy. JSON on stdout.
+// buffer), since the machine is shared and noisy. The roofs are measured in the
+// same run: an f32 FMA peak probe (per SIMD width the CPU has) and the
+// bandwidth canary; the JSON states each case's roof and the fraction reached.
+// JSON on stdout.
 //
 // Usage: bench_cpu_forward [--threads N] [--reps N] [--steps N] [--only NAME]
+//                          [--simd avx2]
 //   NAME: prefill | decode1 | decode4 | decode16 | tiny
+//   --simd avx2: run the kernels' AVX2 code path on an AVX-512 machine (to
+//   measure the other machine type this project runs on).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +27,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "hwy/targets.h"
+#include "kernels/cpu/ops.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/model/checkpoint_writer.h"
 #include "bench/engine/dummy_model.h"
@@ -64,12 +74,72 @@ double BandwidthCanary(int threads) {
   return (1ull << 30) / dt / 1e9;
 }
 
+// 12 independent FMA chains per thread (more than latency x throughput on
+// current x86 cores), so the loop runs at the FMA pipes' peak. One body for
+// both widths; the target attribute picks the instruction set.
+#define FLOE_FMA_LOOP(V, SET, FMA, FIRST)                            \
+  V acc[12];                                                         \
+  _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) acc[i] = SET(1.0f + i * 1e-3f); \
+  const V a = SET(0.999999f), b = SET(1e-7f);                        \
+  for (int64_t it = 0; it < iters; ++it) {                           \
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) {          \
+      acc[i] = FMA(acc[i], a, b);                                    \
+      asm volatile("" : "+v"(acc[i]));                               \
+    }                                                                \
+  }                                                                  \
+  float sink = 0;                                                    \
+  _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) sink += FIRST(acc[i]); \
+  return sink;
+
+__attribute__((target("avx2,fma"))) double FmaLoop256(int64_t iters) {
+  FLOE_FMA_LOOP(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_cvtss_f32)
+}
+__attribute__((target("avx512f"))) double FmaLoop512(int64_t iters) {
+  FLOE_FMA_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_cvtss_f32)
+}
+#undef FLOE_FMA_LOOP
+
+// f32 GFLOP/s of `threads` threads each running FMA chains `lanes` wide.
+double FmaPeak(int threads, int lanes) {
+  constexpr int64_t kIters = 20'000'000;
+  std::vector<double> sinks(threads);
+  const double t0 = Now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] { sinks[t] = lanes == 16 ? FmaLoop512(kIters) : FmaLoop256(kIters); });
+  }
+  for (auto& th : pool) th.join();
+  const double dt = Now() - t0;
+  if (sinks[0] == 42) std::fprintf(stderr, " ");
+  return static_cast<double>(threads) * kIters * 12 * lanes * 2 / dt / 1e9;
+}
+
 struct Options {
   int threads = 2;
   int reps = 3;
   int steps = 128;
   std::string only;
+  std::string simd;  // "" (best the CPU has) or "avx2"
 };
+
+// What one token costs: matrix bytes streamed per step (bf16, shared by the
+// batch), f32 KV bytes per cached position, and matmul FLOPs per token.
+struct ModelCost {
+  double weight_bytes = 0, kv_bytes_per_pos = 0, matmul_flops = 0, lm_head_flops = 0;
+  double attn_flops_per_ctx = 0;  // attention FLOPs per token per context position
+};
+
+ModelCost CostOf(const ModelConfig& c) {
+  const double h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  const double layer = h * (q + 2 * kv) + q * h + 3 * h * c.intermediate_size;
+  ModelCost cost;
+  cost.lm_head_flops = 2 * h * c.vocab_size;
+  cost.matmul_flops = 2 * layer * c.num_layers;
+  cost.weight_bytes = 2 * (layer * c.num_layers + h * c.vocab_size);
+  cost.kv_bytes_per_pos = 2 * kv * 4 * c.num_layers;
+  cost.attn_flops_per_ctx = 4 * q * c.num_layers;
+  return cost;
+}
 
 // Runs `batch` sequences: prefill `prompt_len` tokens each (one Forward), then
 // `steps` decode steps; returns {prefill tok/s, decode tok/s (aggregate)}.
@@ -113,16 +183,31 @@ std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt_len, i
 struct Result {
   std::string name;
   std::vector<double> rates, canaries;
+  double compute_roof = 0, bandwidth_roof = 0;  // tok/s at the measured FMA peak / median canary
 };
 
-std::string Json(const std::vector<Result>& results, const Options& opt, double load) {
-  std::string out = absl::StrCat("{\n  \"threads\": ", opt.threads, ",\n  \"reps\": ", opt.reps,
-                                 ",\n  \"decode_steps\": ", opt.steps,
-                                 ",\n  \"loadavg_1m_at_start\": ", load, ",\n  \"results\": [\n");
+struct Peaks {
+  std::string simd_target;
+  int lanes = 8;
+  double fma_gflops_1t = 0, fma_gflops = 0;  // median of 3 probes, 1 thread and opt.threads
+};
+
+std::string Json(const std::vector<Result>& results, const Options& opt, double load,
+                 const Peaks& peaks) {
+  std::string out = absl::StrCat(
+      "{\n  \"threads\": ", opt.threads, ",\n  \"reps\": ", opt.reps, ",\n  \"decode_steps\": ",
+      opt.steps, ",\n  \"loadavg_1m_at_start\": ", load, ",\n  \"simd_target\": \"",
+      peaks.simd_target, "\",\n  \"fma_probe_lanes\": ", peaks.lanes,
+      ",\n  \"fma_peak_gflops_1_thread\": ", peaks.fma_gflops_1t, ",\n  \"fma_peak_gflops\": ",
+      peaks.fma_gflops, ",\n  \"results\": [\n");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
+    const double roof = std::min(r.compute_roof, r.bandwidth_roof);
     absl::StrAppend(&out, "    {\"name\": \"", r.name, "\", \"median_tok_s\": ", Median(r.rates),
-                    ", \"median_canary_gb_s\": ", Median(r.canaries), ", \"samples_tok_s\": [");
+                    ", \"median_canary_gb_s\": ", Median(r.canaries),
+                    ", \"compute_roof_tok_s\": ", r.compute_roof,
+                    ", \"bandwidth_roof_tok_s\": ", r.bandwidth_roof,
+                    ", \"fraction_of_roof\": ", Median(r.rates) / roof, ", \"samples_tok_s\": [");
     for (size_t j = 0; j < r.rates.size(); ++j) absl::StrAppend(&out, j ? ", " : "", r.rates[j]);
     absl::StrAppend(&out, "], \"canary_gb_s\": [");
     for (size_t j = 0; j < r.canaries.size(); ++j) absl::StrAppend(&out, j ? ", " : "", r.canaries[j]);
@@ -140,6 +225,7 @@ int Main(int argc, char** argv) {
     else if (flag == "--reps") opt.reps = std::atoi(argv[i + 1]);
     else if (flag == "--steps") opt.steps = std::atoi(argv[i + 1]);
     else if (flag == "--only") opt.only = argv[i + 1];
+    else if (flag == "--simd") opt.simd = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -150,6 +236,26 @@ int Main(int argc, char** argv) {
     if (std::fscanf(f, "%lf", &load) != 1) load = -1;
     std::fclose(f);
   }
+  if (opt.simd == "avx2") {
+    hwy::SetSupportedTargetsForTest(HWY_AVX2 | HWY_EMU128);
+  } else if (!opt.simd.empty()) {
+    std::fprintf(stderr, "--simd takes avx2\n");
+    return 2;
+  }
+  Peaks peaks;
+  peaks.simd_target = cpu::SimdTargetName();
+  peaks.lanes = peaks.simd_target.rfind("AVX3", 0) == 0 ? 16 : 8;
+  {
+    std::vector<double> one, all;
+    for (int i = 0; i < 3; ++i) {
+      one.push_back(FmaPeak(1, peaks.lanes));
+      all.push_back(FmaPeak(opt.threads, peaks.lanes));
+    }
+    peaks.fma_gflops_1t = Median(one);
+    peaks.fma_gflops = Median(all);
+  }
+  std::fprintf(stderr, "kernels: %s; f32 FMA peak %.0f GFLOP/s (1 thread %.0f)\n",
+               peaks.simd_target.c_str(), peaks.fma_gflops, peaks.fma_gflops_1t);
   std::vector<Result> results;
   const int block_size = 16;
   auto want = [&](const std::string& name) { return opt.only.empty() || opt.only == name; };
@@ -175,8 +281,17 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s: built and packed in %.1f s\n", preset.c_str(), Now() - t0);
     const int blocks_per_seq = (512 + opt.steps + block_size) / block_size + 1;
     if (!(*backend)->AllocateKvCache(16 * blocks_per_seq, block_size).ok()) std::exit(1);
+    const ModelCost cost = CostOf(model->config);
     for (const Case& c : cases) {
       Result r{c.name, {}, {}};
+      // Prefill: every prompt token through the layers, one lm_head row per
+      // sequence. Decode: each step streams the weights once for the batch.
+      const double ctx = c.steps == 0 ? c.prompt / 2.0 : c.prompt + c.steps / 2.0;
+      const double tokens = c.steps == 0 ? c.prompt : 1;
+      const double flops_per_token = cost.matmul_flops + cost.lm_head_flops / tokens +
+                                     cost.attn_flops_per_ctx * ctx;
+      r.compute_roof = peaks.fma_gflops * 1e9 / flops_per_token;
+      const double bytes_per_step = cost.weight_bytes + c.batch * ctx * cost.kv_bytes_per_pos;
       RunOnce(**backend, c.batch, c.prompt, std::min(c.steps, 8), block_size, blocks_per_seq);  // warm-up
       for (int rep = 0; rep < opt.reps; ++rep) {
         r.canaries.push_back(BandwidthCanary(opt.threads));
@@ -185,12 +300,13 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "  %s: %.2f tok/s (canary %.1f GB/s)\n", c.name.c_str(), r.rates.back(),
                      r.canaries.back());
       }
+      r.bandwidth_roof = Median(r.canaries) * 1e9 * c.batch * tokens / bytes_per_step;
       results.push_back(r);
     }
   };
   run_cases("llama-3.2-1b", big_cases);
   if (want("tiny")) run_cases("tiny", {{"tiny decode batch 1 (tok/s)", 1, 128, opt.steps}});
-  std::fputs(Json(results, opt, load).c_str(), stdout);
+  std::fputs(Json(results, opt, load, peaks).c_str(), stdout);
   return 0;
 }
 

@@ -65,6 +65,8 @@ void AddInPlaceImpl(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
+const char* SimdTargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace floe::cpu
 HWY_AFTER_NAMESPACE();
@@ -72,10 +74,12 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace floe::cpu {
 
+HWY_EXPORT(SimdTargetNameImpl);
 HWY_EXPORT(RmsNormImpl);
 HWY_EXPORT(SiluMulImpl);
 HWY_EXPORT(AddInPlaceImpl);
 
+const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(SimdTargetNameImpl)(); }
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, weight, eps, n, y);
 }

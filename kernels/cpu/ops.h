@@ -10,6 +10,9 @@
 
 namespace floe::cpu {
 
+// The SIMD target (Highway's name, e.g. "AVX2", "AVX3") the kernels run on.
+const char* SimdTargetName();
+
 // y = x / sqrt(mean(x^2) + eps) * weight (HF LlamaRMSNorm in f32). y may alias x.
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y);
 
