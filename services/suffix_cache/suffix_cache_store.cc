@@ -22,7 +22,7 @@ constexpr int64_t kBytesPerToken = 8;
 
 struct SuffixCacheStore::Request {
   explicit Request(int max_depth) : local(max_depth) {}
-  absl::Mutex mu;
+  std::mutex mu;
   SuffixTree local;
   std::vector<int32_t> context;  // tail of prompt + response
   int64_t response_len = 0;
@@ -41,7 +41,7 @@ struct SuffixCacheStore::Namespace {
   };
   // Unlinks a cached response; returns its seq id when the tree still holds
   // it (the caller removes it with RemoveFromTree), else -1.
-  int32_t Detach(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tree_mu) {
+  int32_t Detach(const std::string& id) {  // tree_mu held exclusively
     auto it = cached.find(id);
     if (it == cached.end()) return -1;
     const int32_t seq = it->second.seq_id;
@@ -52,32 +52,33 @@ struct SuffixCacheStore::Namespace {
     used_seqs.erase(seq);  // an empty response never reached the tree
     return -1;
   }
-  int32_t AllocateSeqId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tree_mu) {
+  int32_t AllocateSeqId() {  // tree_mu held exclusively
     while (true) {
       const int32_t seq = next_seq;
       next_seq = (next_seq + 1) & 0x7FFFFFFF;
       if (!used_seqs.contains(seq) && !global.Contains(seq)) return seq;
     }
   }
-  int64_t EstimatedBytes() const ABSL_SHARED_LOCKS_REQUIRED(tree_mu) {
+  int64_t EstimatedBytes() const {  // tree_mu held
     return global.num_nodes() * kBytesPerNode + cached_tokens * kBytesPerToken;
   }
 
   const std::string name;
-  absl::Mutex requests_mu;
-  absl::flat_hash_map<std::string, std::shared_ptr<Request>> active ABSL_GUARDED_BY(requests_mu);
-  absl::Mutex tree_mu;
-  SuffixTree global ABSL_GUARDED_BY(tree_mu);
-  absl::flat_hash_map<std::string, Cached> cached ABSL_GUARDED_BY(tree_mu);
-  absl::flat_hash_map<int32_t, bool> used_seqs ABSL_GUARDED_BY(tree_mu);
-  std::map<uint64_t, std::string> fifo ABSL_GUARDED_BY(tree_mu);
-  int32_t next_seq ABSL_GUARDED_BY(tree_mu) = 0;
-  int64_t cached_tokens ABSL_GUARDED_BY(tree_mu) = 0;
+  std::shared_mutex requests_mu;
+  absl::flat_hash_map<std::string, std::shared_ptr<Request>> active;  // guarded by requests_mu
+  // Guards global, cached, used_seqs, fifo, next_seq, cached_tokens.
+  std::shared_mutex tree_mu;
+  SuffixTree global;
+  absl::flat_hash_map<std::string, Cached> cached;
+  absl::flat_hash_map<int32_t, bool> used_seqs;
+  std::map<uint64_t, std::string> fifo;
+  int32_t next_seq = 0;
+  int64_t cached_tokens = 0;
   // async_global_appends: appends waiting for the applier, in arrival order.
-  absl::Mutex pending_mu;
-  std::vector<std::pair<std::string, std::vector<int32_t>>> pending ABSL_GUARDED_BY(pending_mu);
-  bool scheduled ABSL_GUARDED_BY(pending_mu) = false;
-  absl::Mutex apply_mu;  // one applier at a time keeps each sequence in order
+  std::mutex pending_mu;
+  std::vector<std::pair<std::string, std::vector<int32_t>>> pending;  // guarded by pending_mu
+  bool scheduled = false;                                             // guarded by pending_mu
+  std::mutex apply_mu;  // one applier at a time keeps each sequence in order
 };
 
 SuffixCacheStore::SuffixCacheStore(const StoreOptions& options)
@@ -87,28 +88,29 @@ SuffixCacheStore::SuffixCacheStore(const StoreOptions& options)
 
 SuffixCacheStore::~SuffixCacheStore() {
   {
-    absl::MutexLock l(&dirty_mu_);
+    std::lock_guard<std::mutex> l(dirty_mu_);
     stop_ = true;
   }
+  dirty_cv_.notify_all();
   if (applier_.joinable()) applier_.join();
 }
 
 std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::FindNamespace(const std::string& ns) const {
-  absl::ReaderMutexLock l(&namespaces_mu_);
+  std::shared_lock<std::shared_mutex> l(namespaces_mu_);
   auto it = namespaces_.find(ns);
   return it == namespaces_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::GetOrCreateNamespace(const std::string& ns) {
   if (auto found = FindNamespace(ns)) return found;
-  absl::MutexLock l(&namespaces_mu_);
+  std::unique_lock<std::shared_mutex> l(namespaces_mu_);
   auto& slot = namespaces_[ns];
   if (!slot) slot = std::make_shared<Namespace>(ns, options_.max_depth);
   return slot;
 }
 
 std::vector<std::shared_ptr<SuffixCacheStore::Namespace>> SuffixCacheStore::AllNamespaces() const {
-  absl::ReaderMutexLock l(&namespaces_mu_);
+  std::shared_lock<std::shared_mutex> l(namespaces_mu_);
   std::vector<std::shared_ptr<Namespace>> all;
   for (const auto& [name, ns] : namespaces_) all.push_back(ns);
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->name < b->name; });
@@ -119,7 +121,7 @@ void SuffixCacheStore::RemoveFromTree(Namespace& ns, const std::vector<int32_t>&
   // One removal per exclusive hold: speculates interleave between them.
   for (int32_t seq : seq_ids) {
     if (seq < 0) continue;
-    absl::MutexLock t(&ns.tree_mu);
+    std::unique_lock<std::shared_mutex> t(ns.tree_mu);
     absl::Status st = ns.global.Remove(seq);
     FLOE_SUFFIX_INVARIANT(st.ok(), "removing a detached response");
     ns.used_seqs.erase(seq);
@@ -136,15 +138,15 @@ void SuffixCacheStore::ApplyAppend(Namespace& ns, const std::string& id, absl::S
 }
 
 void SuffixCacheStore::FlushPending(Namespace& ns) {
-  absl::MutexLock a(&ns.apply_mu);
+  std::lock_guard<std::mutex> a(ns.apply_mu);
   std::vector<std::pair<std::string, std::vector<int32_t>>> batch;
   {
-    absl::MutexLock p(&ns.pending_mu);
+    std::lock_guard<std::mutex> p(ns.pending_mu);
     batch.swap(ns.pending);
     ns.scheduled = false;
   }
   if (batch.empty()) return;
-  absl::MutexLock t(&ns.tree_mu);
+  std::unique_lock<std::shared_mutex> t(ns.tree_mu);
   for (const auto& [id, tokens] : batch) ApplyAppend(ns, id, tokens);
 }
 
@@ -152,9 +154,8 @@ void SuffixCacheStore::ApplierLoop() {
   while (true) {
     std::shared_ptr<Namespace> ns;
     {
-      absl::MutexLock l(&dirty_mu_);
-      dirty_mu_.Await(absl::Condition(
-          +[](SuffixCacheStore* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stop_ || !s->dirty_.empty(); }, this));
+      std::unique_lock<std::mutex> l(dirty_mu_);
+      dirty_cv_.wait(l, [this] { return stop_ || !dirty_.empty(); });
       if (dirty_.empty()) return;  // stopping, nothing left
       ns = std::move(dirty_.front());
       dirty_.pop_front();
@@ -172,13 +173,13 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
   request->context.assign(prompt.end() - keep, prompt.end());
   std::vector<int32_t> victims;
   {
-    absl::MutexLock l(&ns->requests_mu);
+    std::unique_lock<std::shared_mutex> l(ns->requests_mu);
     if (ns->active.contains(request_id)) {
       return absl::AlreadyExistsError(absl::StrCat("request_id '", request_id, "' is already active in namespace '",
                                                    ns_name, "'"));
     }
     if (options_.max_cached_responses != 0) {
-      absl::MutexLock t(&ns->tree_mu);
+      std::unique_lock<std::shared_mutex> t(ns->tree_mu);
       victims.push_back(ns->Detach(request_id));  // re-start replaces the cached response
       const int32_t seq = ns->AllocateSeqId();
       const uint64_t order = next_order_.fetch_add(1);
@@ -226,13 +227,12 @@ std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& ite
 }
 
 void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, const std::vector<StepItem>& items,
-                                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out) {
   Namespace& ns = *ns_ptr;
   std::vector<std::pair<std::shared_ptr<Request>, size_t>> live;
   std::vector<size_t> missing;
   {
-    absl::ReaderMutexLock l(&ns.requests_mu);
+    std::shared_lock<std::shared_mutex> l(ns.requests_mu);
     for (size_t i : indices) {
       auto it = ns.active.find(items[i].request_id);
       if (it == ns.active.end()) {
@@ -247,7 +247,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
                                                       items[i].ns, "' has ended; no more appends"));
   };
   if (!missing.empty()) {
-    absl::ReaderMutexLock t(&ns.tree_mu);
+    std::shared_lock<std::shared_mutex> t(ns.tree_mu);
     for (size_t i : missing) {
       auto c = ns.cached.find(items[i].request_id);
       (*out)[i].status = (c != ns.cached.end() && !c->second.active)
@@ -258,7 +258,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   }
   // Address order: two batches sharing requests never deadlock.
   std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first.get() < b.first.get(); });
-  for (auto& [req, i] : live) req->mu.Lock();
+  for (auto& [req, i] : live) req->mu.lock();
 
   // Local-tree work touches only the entry's own (locked) request: spread
   // it over the pool.
@@ -306,7 +306,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     if (options_.async_global_appends) {
       bool schedule;
       {
-        absl::MutexLock p(&ns_ptr->pending_mu);
+        std::lock_guard<std::mutex> p(ns_ptr->pending_mu);
         for (auto& [req, i] : appended) {
           ns_ptr->pending.emplace_back(items[i].request_id,
                                        std::vector<int32_t>(items[i].appended.begin(), items[i].appended.end()));
@@ -315,16 +315,22 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
         ns_ptr->scheduled = true;
       }
       if (schedule) {
-        absl::MutexLock l(&dirty_mu_);
-        dirty_.push_back(ns_ptr);
+        {
+          std::lock_guard<std::mutex> l(dirty_mu_);
+          dirty_.push_back(ns_ptr);
+        }
+        dirty_cv_.notify_one();
       }
     } else {
-      absl::MutexLock t(&ns.tree_mu);  // one exclusive hold for the batch's appends
-      for (auto& [req, i] : appended) ApplyAppend(ns, items[i].request_id, items[i].appended);
+      // One exclusive hold per request: speculates slip in between.
+      for (auto& [req, i] : appended) {
+        std::unique_lock<std::shared_mutex> t(ns.tree_mu);
+        ApplyAppend(ns, items[i].request_id, items[i].appended);
+      }
     }
   }
   // Speculates take shared holds only: in parallel over the pool.
-  pool_->ParallelFor(ok.size(), [&](size_t k) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  pool_->ParallelFor(ok.size(), [&](size_t k) {
     Request& req = *ok[k].first;
     const size_t i = ok[k].second;
     const StepItem& item = items[i];
@@ -339,7 +345,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     if (options_.max_cached_responses != 0) {
       DraftParams global_params = item.params;
       global_params.confident_prob = 0.0f;  // as SuffixSpeculator: only the local tree extends
-      absl::ReaderMutexLock t(&ns.tree_mu);
+      std::shared_lock<std::shared_mutex> t(ns.tree_mu);
       auto c = ns.cached.find(item.request_id);
       // The hint needs the sequence's tail to be the context's tail (with
       // async appends it may lag a step).
@@ -352,7 +358,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     req.last_draft = best.token_ids;
     (*out)[i].draft = std::move(best);
   });
-  for (auto& [req, i] : live) req->mu.Unlock();
+  for (auto& [req, i] : live) req->mu.unlock();
 }
 
 std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::RetireActive(const std::string& ns_name,
@@ -361,14 +367,14 @@ std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::RetireActive(cons
   if (ns == nullptr) return nullptr;
   std::shared_ptr<Request> request;
   {
-    absl::MutexLock l(&ns->requests_mu);
+    std::unique_lock<std::shared_mutex> l(ns->requests_mu);
     auto it = ns->active.find(request_id);
     if (it == ns->active.end()) return nullptr;
     request = std::move(it->second);
     ns->active.erase(it);
   }
   {
-    absl::MutexLock r(&request->mu);
+    std::lock_guard<std::mutex> r(request->mu);
     request->done = true;
   }
   // Its last appends reach the tree now: before Finish, and so that no stale
@@ -383,7 +389,7 @@ absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, co
     return absl::NotFoundError(
         absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
   }
-  absl::MutexLock t(&ns->tree_mu);
+  std::unique_lock<std::shared_mutex> t(ns->tree_mu);
   auto c = ns->cached.find(request_id);
   if (c == ns->cached.end()) return false;
   c->second.active = false;
@@ -399,7 +405,7 @@ absl::Status SuffixCacheStore::AbortRequest(const std::string& ns_name, const st
   }
   std::vector<int32_t> victims;
   {
-    absl::MutexLock t(&ns->tree_mu);
+    std::unique_lock<std::shared_mutex> t(ns->tree_mu);
     victims.push_back(ns->Detach(request_id));
   }
   RemoveFromTree(*ns, victims);
@@ -409,7 +415,7 @@ absl::Status SuffixCacheStore::AbortRequest(const std::string& ns_name, const st
 std::pair<int64_t, int64_t> SuffixCacheStore::ClearNamespace(const std::string& ns_name) {
   std::shared_ptr<Namespace> ns;
   {
-    absl::MutexLock l(&namespaces_mu_);
+    std::unique_lock<std::shared_mutex> l(namespaces_mu_);
     auto it = namespaces_.find(ns_name);
     if (it == namespaces_.end()) return {0, 0};
     ns = std::move(it->second);
@@ -418,17 +424,17 @@ std::pair<int64_t, int64_t> SuffixCacheStore::ClearNamespace(const std::string& 
   // Steps already holding `ns` finish on it; it is freed with the last one.
   std::vector<std::shared_ptr<Request>> active;
   {
-    absl::MutexLock l(&ns->requests_mu);
+    std::unique_lock<std::shared_mutex> l(ns->requests_mu);
     for (auto& [id, r] : ns->active) active.push_back(r);
     ns->active.clear();
   }
   for (auto& r : active) {
-    absl::MutexLock rl(&r->mu);
+    std::lock_guard<std::mutex> rl(r->mu);
     r->done = true;
   }
   int64_t cached = 0;
   {
-    absl::ReaderMutexLock t(&ns->tree_mu);
+    std::shared_lock<std::shared_mutex> t(ns->tree_mu);
     for (const auto& [id, c] : ns->cached) cached += c.active ? 0 : 1;
   }
   return {cached, static_cast<int64_t>(active.size())};
@@ -439,7 +445,7 @@ int64_t SuffixCacheStore::TrimToBudget() {
   std::vector<int64_t> sizes(all.size());
   int64_t total = 0;
   for (size_t i = 0; i < all.size(); ++i) {
-    absl::ReaderMutexLock t(&all[i]->tree_mu);
+    std::shared_lock<std::shared_mutex> t(all[i]->tree_mu);
     sizes[i] = all[i]->EstimatedBytes();
     total += sizes[i];
   }
@@ -450,7 +456,7 @@ int64_t SuffixCacheStore::TrimToBudget() {
     uint64_t best_order = std::numeric_limits<uint64_t>::max();
     std::string best_id;
     for (size_t i = 0; i < all.size(); ++i) {
-      absl::ReaderMutexLock t(&all[i]->tree_mu);
+      std::shared_lock<std::shared_mutex> t(all[i]->tree_mu);
       for (const auto& [order, id] : all[i]->fifo) {
         if (order >= best_order) break;
         if (all[i]->cached.at(id).active) continue;
@@ -462,14 +468,14 @@ int64_t SuffixCacheStore::TrimToBudget() {
     Namespace& ns = *all[best];
     int32_t seq = -1;
     {
-      absl::MutexLock t(&ns.tree_mu);
+      std::unique_lock<std::shared_mutex> t(ns.tree_mu);
       auto c = ns.cached.find(best_id);
       if (c == ns.cached.end() || c->second.order != best_order) continue;  // raced: pick again
       seq = ns.Detach(best_id);
     }
     RemoveFromTree(ns, {seq});
     ++evicted;
-    absl::ReaderMutexLock t(&ns.tree_mu);
+    std::shared_lock<std::shared_mutex> t(ns.tree_mu);
     total += ns.EstimatedBytes() - sizes[best];
     sizes[best] = ns.EstimatedBytes();
   }
@@ -483,11 +489,11 @@ StoreStats SuffixCacheStore::Stats() const {
     NamespaceStats n;
     n.name = ns->name;
     {
-      absl::ReaderMutexLock l(&ns->requests_mu);
+      std::shared_lock<std::shared_mutex> l(ns->requests_mu);
       n.active = static_cast<int64_t>(ns->active.size());
     }
     {
-      absl::ReaderMutexLock t(&ns->tree_mu);
+      std::shared_lock<std::shared_mutex> t(ns->tree_mu);
       n.cached = static_cast<int64_t>(ns->cached.size());
       n.cached_tokens = ns->cached_tokens;
       n.tree_bytes = ns->EstimatedBytes();
@@ -510,7 +516,7 @@ SnapshotData SuffixCacheStore::ExportSnapshot() const {
   for (const auto& ns : AllNamespaces()) {
     SnapshotNamespace out;
     out.name = ns->name;
-    absl::ReaderMutexLock t(&ns->tree_mu);
+    std::shared_lock<std::shared_mutex> t(ns->tree_mu);
     for (const auto& [order, id] : ns->fifo) {
       const auto& c = ns->cached.at(id);
       if (!c.active) out.responses.push_back({id, c.tokens});
@@ -531,7 +537,7 @@ void SuffixCacheStore::ImportSnapshot(const SnapshotData& data) {
     }
     for (size_t i = first; i < in.responses.size(); ++i) {
       const SnapshotResponse& r = in.responses[i];
-      absl::MutexLock t(&ns->tree_mu);
+      std::unique_lock<std::shared_mutex> t(ns->tree_mu);
       if (ns->cached.contains(r.request_id)) continue;
       const int32_t seq = ns->AllocateSeqId();
       const uint64_t order = next_order_.fetch_add(1);

@@ -9,13 +9,13 @@
 //  - Namespaces are independent shards: nothing in one namespace waits for
 //    another (the namespace map is read-locked only for a lookup).
 //  - Per namespace, `tree_mu` is a reader-writer lock over the global tree.
-//    Speculate takes it shared, per entry, so speculates run in parallel and a
-//    writer can slip in between two entries of a batch. Appends of one Step are
-//    batched under one exclusive hold (microseconds: O(depth) per token).
+//    Speculate takes it shared, per entry, so speculates run in parallel.
+//    Appends take it exclusively per request (a few tokens: microseconds,
+//    O(depth) per token), so a speculate never waits for a whole batch.
 //  - Eviction removes one response per exclusive hold and drops the lock in
 //    between; the victims are unlinked from the maps first. Byte-budget
 //    eviction runs off the Step path (TrimToBudget, from the maintenance
-//    thread). So a speculate waits at most for one append batch or one
+//    thread). So a speculate waits at most for one request's append or one
 //    response removal in its own namespace.
 //  - Each active request has its own mutex over its local tree; a Step locks
 //    the requests of a namespace group in address order (no deadlock between
@@ -31,9 +31,11 @@
 //  under the lock named above (const SuffixTree::Speculate has no mutable
 //  state, so shared holders may run it together); a Request outlives lookups
 //  through shared_ptr, and End/Abort/Clear mark it `done` under its own lock
-//  so a Step that looked it up earlier sees the end. (Debian's Abseil is not
-//  TSan-instrumented, so a TSan build reports absl::Mutex-guarded accesses
-//  as races; the concurrency test runs under the normal build.)
+//  so a Step that looked it up earlier sees the end. The locks are std::
+//  (pthread) locks so that ThreadSanitizer sees them: scripts/tsan.sh builds
+//  the store and tree with -fsanitize=thread and runs a stress test
+//  (Debian's Abseil and gRPC are not TSan-built, so absl::Mutex would be
+//  invisible to it).
 //
 // Memory: max_bytes bounds the global trees plus the stored response tokens
 // (as measured by TrimToBudget); active requests' local trees are bounded by
@@ -43,18 +45,20 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <thread>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "services/suffix_cache/snapshot.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
@@ -156,16 +160,16 @@ class SuffixCacheStore {
   void ApplierLoop();
 
   StoreOptions options_;
-  mutable absl::Mutex namespaces_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Namespace>> namespaces_
-      ABSL_GUARDED_BY(namespaces_mu_);
+  mutable std::shared_mutex namespaces_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Namespace>> namespaces_;  // guarded by namespaces_mu_
   std::atomic<uint64_t> next_order_{0};  // FIFO position across namespaces
   std::atomic<int64_t> evictions_total_{0};
   std::atomic<int64_t> bytes_{0};
   std::unique_ptr<WorkerPool> pool_;
-  absl::Mutex dirty_mu_;  // namespaces with pending appends (async mode)
-  std::deque<std::shared_ptr<Namespace>> dirty_ ABSL_GUARDED_BY(dirty_mu_);
-  bool stop_ ABSL_GUARDED_BY(dirty_mu_) = false;
+  std::mutex dirty_mu_;  // namespaces with pending appends (async mode)
+  std::condition_variable dirty_cv_;
+  std::deque<std::shared_ptr<Namespace>> dirty_;  // guarded by dirty_mu_
+  bool stop_ = false;                             // guarded by dirty_mu_
   std::thread applier_;
 };
 

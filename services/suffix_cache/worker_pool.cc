@@ -8,9 +8,10 @@ WorkerPool::WorkerPool(int threads) {
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
   }
+  work_cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
@@ -18,7 +19,9 @@ void WorkerPool::RunItems(Job& job) {
   for (size_t i; (i = job.next.fetch_add(1)) < job.n;) {
     (*job.fn)(i);
     if (job.done.fetch_add(1) + 1 == job.n) {
-      absl::MutexLock l(&mu_);  // the release wakes the waiting caller
+      // Under mu_: the waiting caller either sees done == n or is woken.
+      std::lock_guard<std::mutex> l(mu_);
+      done_cv_.notify_all();
     }
   }
 }
@@ -27,9 +30,8 @@ void WorkerPool::WorkerLoop() {
   while (true) {
     std::shared_ptr<Job> job;
     {
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](WorkerPool* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->stop_ || !p->jobs_.empty(); }, this));
+      std::unique_lock<std::mutex> l(mu_);
+      work_cv_.wait(l, [this] { return stop_ || !jobs_.empty(); });
       if (stop_) return;
       job = jobs_.front();
       if (job->next.load() >= job->n) {  // all items claimed: retire it
@@ -50,12 +52,13 @@ void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   job->fn = &fn;
   job->n = n;
   {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     jobs_.push_back(job);
   }
+  work_cv_.notify_all();
   RunItems(*job);
-  absl::MutexLock l(&mu_);
-  mu_.Await(absl::Condition(+[](Job* j) { return j->done.load() == j->n; }, job.get()));
+  std::unique_lock<std::mutex> l(mu_);
+  done_cv_.wait(l, [&] { return job->done.load() == job->n; });
   for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
     if (*it == job) {
       jobs_.erase(it);

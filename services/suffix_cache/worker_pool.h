@@ -4,17 +4,19 @@
 // calls' items.
 //
 // Thread-safety: ParallelFor may be called from many threads at once.
+// std::mutex, not absl::Mutex: TSan sees pthread locks (scripts/tsan.sh), and
+// Debian's libabsl is neither TSan-built nor free of debug deadlock checks.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
-
-#include "absl/synchronization/mutex.h"
 
 namespace floe::suffix_cache {
 
@@ -39,9 +41,11 @@ class WorkerPool {
   void RunItems(Job& job);
   void WorkerLoop();
 
-  absl::Mutex mu_;
-  std::deque<std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // jobs_ gained a job, or stop_
+  std::condition_variable done_cv_;  // some job's last item finished
+  std::deque<std::shared_ptr<Job>> jobs_;  // guarded by mu_
+  bool stop_ = false;                      // guarded by mu_
   std::vector<std::thread> threads_;
 };
 
