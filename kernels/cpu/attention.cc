@@ -16,18 +16,24 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 
-// One query over keys [0, ctx) of one kv head: scores, softmax, weighted V.
+// One query over ctx keys of one kv head: scores, softmax, weighted V.
+// Key j is at position j below `split` and at tail[j - split] from there on
+// (a tree path; split == ctx for a causal query).
 // Everything per query, so a token's output does not depend on its batch.
 void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table,
-               int kv_head, int32_t ctx, float scale, float* HWY_RESTRICT scores,
-               float* HWY_RESTRICT out) {
+               int kv_head, int32_t ctx, int32_t split, const int32_t* tail, float scale,
+               float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+  auto offset = [&](int32_t j) {
+    const int32_t p = j < split ? j : tail[j - split];
+    return kv.Offset(block_table[p / kv.block_size], kv_head, p % kv.block_size);
+  };
   const DF df;
   const int64_t lanes = hn::Lanes(df);
   const int hd = kv.head_dim;
   const int64_t vec_end = hd / lanes * lanes;
   float max = -std::numeric_limits<float>::infinity();
   for (int32_t j = 0; j < ctx; ++j) {
-    const float* k = kv.k + kv.Offset(block_table[j / kv.block_size], kv_head, j % kv.block_size);
+    const float* k = kv.k + offset(j);
     auto a0 = hn::Zero(df), a1 = hn::Zero(df);
     int64_t d = 0;
     for (; d + 2 * lanes <= vec_end; d += 2 * lanes) {
@@ -61,7 +67,7 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
     hn::Vec<DF> acc[kChunk];
     for (int c = 0; c < kChunk; ++c) acc[c] = hn::Zero(df);
     for (int32_t jj = 0; jj < ctx; ++jj) {
-      const float* v = kv.v + kv.Offset(block_table[jj / kv.block_size], kv_head, jj % kv.block_size) + d0;
+      const float* v = kv.v + offset(jj) + d0;
       const auto p = hn::Set(df, scores[jj]);
       if (nvec == kChunk) {
 #pragma GCC unroll 8
@@ -76,7 +82,7 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
   for (int64_t d = vec_end; d < hd; ++d) {
     float acc = 0.0f;
     for (int32_t jj = 0; jj < ctx; ++jj) {
-      acc += scores[jj] * kv.v[kv.Offset(block_table[jj / kv.block_size], kv_head, jj % kv.block_size) + d];
+      acc += scores[jj] * kv.v[offset(jj) + d];
     }
     out[d] = acc * inv;
   }
@@ -138,10 +144,20 @@ void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionS
     float* scores = scratch + thread * scratch_per_thread;
     const int32_t first = chunk * kTokensPerTask;
     const int32_t last = std::min(seq.num_tokens, first + kTokensPerTask);
+    int32_t path[kMaxTreeTokens];  // a tree token's root path, as slots
     for (int32_t i = first; i < last; ++i) {
       const int64_t row = seq.first_row + i;
       const float* qh = q + row * q_stride + head * hd;
-      HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, seq.start_pos + i + 1, scale, scores,
+      int32_t ctx = seq.start_pos + i + 1, split = ctx;
+      if (seq.tree_parents) {
+        int32_t depth = 0;
+        for (int32_t a = i; a > 0; a = seq.tree_parents[a]) ++depth;
+        for (int32_t a = i, d = depth; d >= 0; a = seq.tree_parents[a], --d) path[d] = seq.start_pos + a;
+        split = seq.start_pos;
+        ctx = seq.start_pos + depth + 1;
+      }
+      HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, ctx, split,
+                                      seq.tree_parents ? path : nullptr, scale, scores,
                                       out + row * out_stride + head * hd);
     }
   });

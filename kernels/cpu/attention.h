@@ -27,13 +27,23 @@ struct KvLayer {
 };
 
 // One sequence's new tokens: rows [first_row, first_row + num_tokens) of the
-// activation matrices, at positions start_pos, start_pos + 1, ...
+// activation matrices, in cache slots start_pos, start_pos + 1, ...
 struct AttentionSeq {
   int64_t first_row = 0;
   int32_t num_tokens = 0;
   int32_t start_pos = 0;
   const int32_t* block_table = nullptr;
+  // Tree mask (null: causal). tree_parents[i] < i is the parent of new token
+  // i, -1 for token 0 (the only root). Token i then attends to positions
+  // [0, start_pos) and to the slots of its ancestors and itself, root first,
+  // so its keys are exactly those a causal chain along its root path would
+  // see, in the same order (results are bit-identical to that chain's).
+  const int32_t* tree_parents = nullptr;
 };
+
+// The most new tokens a tree-masked sequence may have (its root paths are
+// built on the stack).
+inline constexpr int32_t kMaxTreeTokens = 1024;
 
 // Stores the K and V rows (kv_heads * head_dim each; row r at k + r * stride)
 // of every new token into the cache.
@@ -41,7 +51,8 @@ void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float*
              const float* v, int64_t stride);
 
 // out[row, h*head_dim..] = softmax(q.K^T * scale) V for every new token, over
-// keys 0..its own position (already in the cache, including this step's).
+// keys 0..its own position (already in the cache, including this step's), or
+// under a tree mask over the context and its ancestors (see AttentionSeq).
 // q head h reads kv head h / (num_heads / kv_heads). `scratch` holds
 // num_threads * scratch_per_thread floats, scratch_per_thread >= the longest
 // context of the batch.

@@ -27,6 +27,19 @@ struct ForwardSequence {
   // Logits are produced for the last `num_logits` tokens (0 for a prefill
   // chunk that does not end the prompt; 1 for a decode; 1+k when verifying k drafts).
   int32_t num_logits = 1;
+  // Tree verification (empty: the tokens are a causal chain). parents[i] < i
+  // is the index of token i's parent among `tokens`, -1 for tokens[0] (the
+  // only root: the last committed token). Token i still writes its KV to slot
+  // start_pos + i, but attends only to positions [0, start_pos) and its
+  // ancestors (and itself), and its position id (RoPE) is start_pos + its
+  // depth; so its logits and KV equal those of a chain along its root path.
+  std::span<const int32_t> parents;
+};
+
+// One token's KV (every layer, K and V) copied between cache slots.
+struct KvSlotCopy {
+  int32_t src_block = 0, src_slot = 0;
+  int32_t dst_block = 0, dst_slot = 0;
 };
 
 class Backend {
@@ -46,6 +59,14 @@ class Backend {
   // token into its block slot, and the logits rows (vocab_size floats each) of
   // every sequence's last num_logits tokens into `logits`, sequences in order.
   virtual absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) = 0;
+
+  // Applies the copies in order (a verified tree path is compacted into its
+  // chain slots with it). Backends that do not verify trees need not
+  // implement it: the engine sends parents only where this works.
+  virtual absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) {
+    (void)copies;
+    return absl::UnimplementedError("this backend cannot copy KV slots (tree drafts)");
+  }
 };
 
 }  // namespace floe

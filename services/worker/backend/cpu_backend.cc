@@ -198,6 +198,19 @@ absl::Status CpuBackend::ValidateBatch(std::span<const ForwardSequence> batch) c
                                                        num_blocks_, ")"));
       }
     }
+    if (!seq.parents.empty()) {
+      if (static_cast<int64_t>(seq.parents.size()) != n || n > cpu::kMaxTreeTokens) {
+        return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: parents has ", seq.parents.size(),
+                                                       " entries for ", n, " tokens (at most ",
+                                                       cpu::kMaxTreeTokens, ")"));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if (i == 0 ? seq.parents[0] != -1 : seq.parents[i] < 0 || seq.parents[i] >= i) {
+          return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: parents[", i, "] = ", seq.parents[i],
+                                                         ", must be ", i == 0 ? "-1" : "in [0, index)"));
+        }
+      }
+    }
     for (int64_t i = 0; i < n; ++i) {
       if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: token ", seq.tokens[i],
@@ -223,6 +236,41 @@ void CpuBackend::EnsureWorkspace(int64_t rows, int64_t logit_rows, int64_t max_c
   grow(sin_, rows * config_.head_dim / 2);
   grow(scratch_, static_cast<int64_t>(pool_.num_threads()) * max_context);
   grow(final_rows_, logit_rows * h);
+}
+
+cpu::KvLayer CpuBackend::LayerKv(int layer) {
+  const size_t layer_floats = KvBytesPerBlock(block_size_) / sizeof(float) * num_blocks_ / config_.num_layers;
+  cpu::KvLayer kv;
+  kv.k = kv_cache_.data() + layer * layer_floats;
+  kv.v = kv.k + layer_floats / 2;
+  kv.block_size = block_size_;
+  kv.kv_heads = config_.num_kv_heads;
+  kv.head_dim = config_.head_dim;
+  return kv;
+}
+
+absl::Status CpuBackend::CopyKvSlots(std::span<const KvSlotCopy> copies) {
+  for (const KvSlotCopy& c : copies) {
+    if (c.src_block < 0 || c.src_block >= num_blocks_ || c.dst_block < 0 || c.dst_block >= num_blocks_ ||
+        c.src_slot < 0 || c.src_slot >= block_size_ || c.dst_slot < 0 || c.dst_slot >= block_size_) {
+      return absl::InvalidArgumentError(absl::StrCat("CopyKvSlots: (", c.src_block, ", ", c.src_slot, ") -> (",
+                                                     c.dst_block, ", ", c.dst_slot, ") outside ", num_blocks_,
+                                                     " blocks of ", block_size_, " slots"));
+    }
+  }
+  const size_t head_bytes = config_.head_dim * sizeof(float);
+  for (const KvSlotCopy& c : copies) {
+    for (int li = 0; li < config_.num_layers; ++li) {
+      const cpu::KvLayer kv = LayerKv(li);
+      for (int h = 0; h < kv.kv_heads; ++h) {
+        std::memmove(kv.k + kv.Offset(c.dst_block, h, c.dst_slot), kv.k + kv.Offset(c.src_block, h, c.src_slot),
+                     head_bytes);
+        std::memmove(kv.v + kv.Offset(c.dst_block, h, c.dst_slot), kv.v + kv.Offset(c.src_block, h, c.src_slot),
+                     head_bytes);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 template <class Fn>
@@ -251,10 +299,14 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
     a.num_tokens = static_cast<int32_t>(seq.tokens.size());
     a.start_pos = seq.start_pos;
     a.block_table = seq.block_table.data();
+    if (!seq.parents.empty()) a.tree_parents = seq.parents.data();
     seqs_.push_back(a);
+    const size_t first_position = positions_.size();
     for (int32_t i = 0; i < a.num_tokens; ++i) {
       tokens_.push_back(seq.tokens[i]);
-      positions_.push_back(seq.start_pos + i);
+      // A tree token's position id is its depth past start_pos (parents precede children).
+      positions_.push_back(i == 0 || seq.parents.empty() ? seq.start_pos + i
+                                                         : positions_[first_position + seq.parents[i]] + 1);
     }
     for (int32_t i = a.num_tokens - seq.num_logits; i < a.num_tokens; ++i) {
       logit_rows_.push_back(a.first_row + i);
@@ -270,7 +322,6 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
     cpu::RopeCosSin(inv_freq_, positions_[r], &cos_[r * half], &sin_[r * half]);
   });
 
-  const size_t layer_floats = KvBytesPerBlock(block_size_) / sizeof(float) * num_blocks_ / config_.num_layers;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   for (int li = 0; li < config_.num_layers; ++li) {
     const Layer& layer = layers_[li];
@@ -293,12 +344,7 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
       cpu::ApplyRope(row, config_.num_heads, hd, &cos_[r * half], &sin_[r * half]);
       cpu::ApplyRope(row + q_dim_, config_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
     });
-    cpu::KvLayer kv;
-    kv.k = kv_cache_.data() + li * layer_floats;
-    kv.v = kv.k + layer_floats / 2;
-    kv.block_size = block_size_;
-    kv.kv_heads = config_.num_kv_heads;
-    kv.head_dim = static_cast<int>(hd);
+    const cpu::KvLayer kv = LayerKv(li);
     cpu::WriteKv(kv, seqs_, qkv_.data() + q_dim_, qkv_.data() + q_dim_ + kv_dim_, qkv_dim);
     cpu::PagedAttention(qkv_.data(), qkv_dim, seqs_, kv, config_.num_heads, scale, attn_.data(),
                         q_dim_, scratch_.data(), max_context, pool_);

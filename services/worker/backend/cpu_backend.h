@@ -43,11 +43,13 @@ class CpuBackend final : public Backend {
   size_t KvBytesPerBlock(int block_size) const override;
   absl::Status AllocateKvCache(int num_blocks, int block_size) override;
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override;
+  absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
 
  private:
   struct Layer;
   CpuBackend(const ModelConfig& config, const ModelWeights& weights, int num_threads);
   absl::Status ValidateBatch(std::span<const ForwardSequence> batch) const;
+  cpu::KvLayer LayerKv(int layer);
   void EnsureWorkspace(int64_t rows, int64_t logit_rows, int64_t max_context);
   template <class Fn>
   void ForRows(int64_t rows, const Fn& fn);
