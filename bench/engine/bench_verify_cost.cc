@@ -1,7 +1,8 @@
 // What speculative verification costs and what it buys, on the CPU backend.
 //
 // Part 1 (step cost): engine step time (median ms over decode steps) as a
-// function of batch size (1/4/16) and draft tokens per request (0/4/8/16),
+// function of batch size (--batches, default 1,4,16) and draft tokens per
+// request (--drafts, default 0,4,8,16,32),
 // with a proposer that always drafts k tokens (a random model rejects them,
 // so every step verifies k+1 positions and the shapes stay fixed). Dummy bf16
 // weights in the shape of --model: "llama-3.2-1b", or "mid" (8 layers,
@@ -15,7 +16,9 @@
 // JSON on stdout; progress on stderr.
 //
 // Usage: bench_verify_cost [--model mid|llama-3.2-1b] [--threads N] [--steps N] [--k N]
-//                          [--only cost|benefit]
+//                          [--only cost|benefit] [--batches 1,4,16] [--drafts 0,4,8,16,32]
+// The grid can be split over several runs (one batch size each) on a busy
+// machine; rows carry batch and draft length, so the JSON files concatenate.
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,7 +98,20 @@ struct Options {
   int steps = 6;
   int k = 8;
   std::string only;
+  std::vector<int> batches = {1, 4, 16};
+  std::vector<int> drafts = {0, 4, 8, 16, 32};
 };
+
+std::vector<int> ParseList(const std::string& text) {
+  std::vector<int> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    out.push_back(std::atoi(text.substr(pos, comma - pos).c_str()));
+    pos = comma + 1;
+  }
+  return out;
+}
 
 ModelConfig MidConfig() {
   auto c = PresetConfig("llama-3.2-1b");
@@ -120,14 +136,15 @@ std::string StepCost(const Options& opt) {
   std::fprintf(stderr, "%s: built and packed in %.1f s\n", opt.model.c_str(), Now() - t0);
   const int vocab = model->config.vocab_size;
   std::string rows;
-  for (int batch : {1, 4, 16}) {
-    for (int k : {0, 4, 8, 16}) {
+  for (int batch : opt.batches) {
+    for (int k : opt.drafts) {
       EngineOptions eo;
       eo.block_size = 16;
-      eo.num_blocks = batch * ((64 + (opt.steps + 2) * 17 + 16) / 16 + 2);
+      eo.num_blocks = batch * ((64 + (opt.steps + 2) * (k + 1) + 16) / 16 + 2);
       eo.max_num_batched_tokens = 8192;
       eo.num_speculative_tokens = k;
       eo.speculative_token_threshold = 1 << 20;
+      eo.speculative_step_overhead_tokens = -1;  // always verify k (a random model rejects them all)
       std::vector<std::unique_ptr<Proposer>> proposers;
       proposers.push_back(std::make_unique<FixedDraftProposer>());
       auto core = EngineCore::Create(std::make_unique<BorrowedBackend>(**backend), eo, std::move(proposers));
@@ -276,6 +293,8 @@ int Main(int argc, char** argv) {
     else if (flag == "--steps") opt.steps = std::atoi(argv[i + 1]);
     else if (flag == "--k") opt.k = std::atoi(argv[i + 1]);
     else if (flag == "--only") opt.only = argv[i + 1];
+    else if (flag == "--batches") opt.batches = ParseList(argv[i + 1]);
+    else if (flag == "--drafts") opt.drafts = ParseList(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

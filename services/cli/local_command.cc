@@ -72,6 +72,9 @@ int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0;
+  int speculative_token_threshold = 0;
+  bool benchmark_forced_decoding = false;
+  std::string speculative_step_overhead_tokens;
   double kv_cache_gb = 0.5;
   ArgParser parser("floe local [--model DIR | --builtin tiny] [--workers N] [--port P]",
                    "Runs a local cluster in the foreground: N floe-worker processes and a floe-router on\n"
@@ -88,6 +91,12 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("speculative", &speculative,
                    "off|ngram|suffix (lossless; suffix also starts a floe-suffix-cache for the global tree)");
   parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
+  parser.AddInt("speculative-token-threshold", &speculative_token_threshold,
+                "workers' --speculative-token-threshold (0: the worker's default)");
+  parser.AddString("speculative-step-overhead-tokens", &speculative_step_overhead_tokens,
+                   "workers' draft cost model (see floe-worker --help; -1: off; empty: the worker's default)");
+  parser.AddBool("benchmark-forced-decoding", &benchmark_forced_decoding,
+                 "benchmarks only: workers emit a request's forced_output_ids instead of sampled tokens");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe local")) return *exit_code;
   if (model.empty() == builtin.empty()) {
     std::fprintf(stderr, "floe local: give exactly one of --model DIR or --builtin tiny\n");
@@ -125,6 +134,15 @@ int RunLocal(int argc, char** argv) {
   if (num_speculative_tokens > 0) {
     speculation_args.insert(speculation_args.end(), {"--num-speculative-tokens", std::to_string(num_speculative_tokens)});
   }
+  if (speculative_token_threshold > 0) {
+    speculation_args.insert(speculation_args.end(),
+                            {"--speculative-token-threshold", std::to_string(speculative_token_threshold)});
+  }
+  if (!speculative_step_overhead_tokens.empty()) {
+    speculation_args.insert(speculation_args.end(),
+                            {"--speculative-step-overhead-tokens", speculative_step_overhead_tokens});
+  }
+  if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative == "suffix") {
     auto cache = Subprocess::Spawn(
         {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0", "--metrics-port", "0"});

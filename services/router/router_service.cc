@@ -68,6 +68,12 @@ absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& re
     }
   }
   if (ids.empty()) return absl::InvalidArgumentError("prompt is empty: set text or token_ids");
+  // Forced decoding (benchmarks) is relayed as is; the worker decides whether it allows it.
+  for (int i = 0; i < request.forced_output_ids_size(); ++i) {
+    if (request.forced_output_ids(i) < 0 || request.forced_output_ids(i) >= vocab)
+      return absl::InvalidArgumentError(absl::StrCat("forced_output_ids[", i, "] = ", request.forced_output_ids(i),
+                                                     " is outside the vocabulary [0, ", vocab, ")"));
+  }
   if (static_cast<int32_t>(ids.size()) >= max_context)
     return absl::InvalidArgumentError(absl::StrCat("prompt has ", ids.size(), " tokens; the model's context is ",
                                                    max_context, " tokens (max prompt ", max_context - 1, ")"));

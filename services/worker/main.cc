@@ -38,8 +38,10 @@ struct WorkerFlags {
   int drain_timeout_s = 30;
   std::string speculative = "off";
   int num_speculative_tokens = 4;
-  int speculative_token_threshold = 256;
+  int speculative_token_threshold = 32;
+  double speculative_step_overhead_tokens = 3.0;
   std::string suffix_cache;
+  bool benchmark_forced_decoding = false;
   int metrics_port = 0;
 };
 
@@ -70,7 +72,12 @@ int Run(int argc, char** argv) {
   parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
+  parser.AddDouble("speculative-step-overhead-tokens", &f.speculative_step_overhead_tokens,
+                   "draft cost model: a step's fixed cost in tokens' worth of compute (CPU ~3); a draft "
+                   "position is verified only if its measured acceptance beats its cost; < 0: threshold only");
   parser.AddString("suffix-cache", &f.suffix_cache, "--speculative suffix: floe-suffix-cache HOST:PORT,... for the global tree");
+  parser.AddBool("benchmark-forced-decoding", &f.benchmark_forced_decoding,
+                 "benchmarks only: requests may carry forced_output_ids, emitted instead of sampled tokens");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-worker")) return *exit_code;
   if (f.model.empty()) {
@@ -146,6 +153,7 @@ int Run(int argc, char** argv) {
   engine_options.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
   engine_options.num_speculative_tokens = proposers->empty() ? 0 : f.num_speculative_tokens;
   engine_options.speculative_token_threshold = f.speculative_token_threshold;
+  engine_options.speculative_step_overhead_tokens = f.speculative_step_overhead_tokens;
   auto engine = Engine::Create(std::move(backend).value(), engine_options, std::move(proposers).value());
   if (!engine.ok()) {
     LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});
@@ -157,7 +165,8 @@ int Run(int argc, char** argv) {
     service.SetMetrics(metrics.get());
   }
   service.AttachEngine(engine->get(), {f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
-                                       config.bos_token_id, engine_options.eos_token_ids});
+                                       config.bos_token_id, engine_options.eos_token_ids,
+                                       f.benchmark_forced_decoding});
   (*runner)->SetServing(true);
   EngineLoad load_report = (*engine)->Load();
   LogEvent(LogLevel::kInfo, "worker", "ready",

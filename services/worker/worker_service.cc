@@ -62,6 +62,7 @@ absl::StatusOr<EngineRequest> FromProto(const GenerateRequest& in) {
   out.top_logprobs = in.logprobs().top_n();
   out.speculation.disable = in.speculation().disable();
   out.speculation.ns = in.speculation().namespace_();
+  out.sampling.forced_tokens.assign(in.forced_output_ids().begin(), in.forced_output_ids().end());
   return out;
 }
 
@@ -91,6 +92,10 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
+  if (request->forced_output_ids_size() > 0 && !options_.allow_forced_decoding)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "forced_output_ids is a benchmark mode: this worker was not started with "
+                        "--benchmark-forced-decoding");
   absl::StatusOr<EngineRequest> converted = FromProto(*request);
   if (!converted.ok()) return ToGrpcStatus(converted.status());
   EngineRequest engine_request = std::move(converted).value();

@@ -21,6 +21,9 @@ struct WorkerServiceOptions {
   std::string dtype_name;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
+  // floe-worker --benchmark-forced-decoding: requests may carry
+  // forced_output_ids; without it they are answered FAILED_PRECONDITION.
+  bool allow_forced_decoding = false;
 };
 
 class WorkerService final : public floe::v1::Worker::Service {

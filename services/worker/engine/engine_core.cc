@@ -64,7 +64,8 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
       options_(std::move(options)),
       blocks_(std::make_unique<BlockManager>(num_blocks, options_.block_size)),
       proposers_(std::move(proposers)),
-      next_seed_(std::random_device{}()) {
+      next_seed_(std::random_device{}()),
+      draft_stats_(options_.num_speculative_tokens) {
   for (const auto& proposer : proposers_) {
     SpeculationCounters c;
     c.proposer = std::string(proposer->name());
@@ -285,19 +286,31 @@ void EngineCore::ProposeDrafts() {
   for (const Sequence* seq : running_) step_tokens += seq->total_len() - seq->num_computed;
   for (const Sequence* seq : waiting_) step_tokens += seq->total_len() - seq->num_computed;
   step_tokens = std::min<int64_t>(step_tokens, options_.max_num_batched_tokens);
-  int64_t budget = options_.speculative_token_threshold - step_tokens;
   spec_batch_.clear();
   spec_seqs_.clear();
+  draft_candidates_.clear();
+  draft_caps_.clear();
+  int emitting = 0;
   for (Sequence* seq : running_) {
-    if (budget <= 0) break;
-    if (seq->total_len() - seq->num_computed != 1 || seq->request.speculation.disable) continue;
+    if (seq->total_len() - seq->num_computed != 1) continue;
+    ++emitting;
+    if (seq->request.speculation.disable) continue;
     // Never draft past max_tokens (at most k+1 tokens come out of a step) or
     // past the context (the last draft's KV slot must be < max_model_len).
-    int64_t max_draft = std::min<int64_t>(options_.num_speculative_tokens, budget);
+    int64_t max_draft = options_.num_speculative_tokens;
     max_draft = std::min<int64_t>(max_draft, seq->request.stop.max_tokens - seq->output_len() - 1);
     max_draft = std::min<int64_t>(max_draft, max_model_len_ - seq->total_len());
     if (max_draft <= 0) continue;
-    budget -= max_draft;
+    draft_candidates_.push_back(seq);
+    draft_caps_.push_back(static_cast<int>(max_draft));
+  }
+  const std::vector<int> lengths =
+      PlanDraftLengths(step_tokens, emitting, draft_caps_, draft_stats_,
+                       {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});
+  for (size_t c = 0; c < draft_candidates_.size(); ++c) {
+    Sequence* seq = draft_candidates_[c];
+    const int64_t max_draft = lengths[c];
+    if (max_draft <= 0) continue;
     SpecSequence s;
     s.request_id = seq->request.id;
     s.ns = seq->request.speculation.ns;
@@ -455,6 +468,7 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
     if (reason != FinishReason::kNone || !matches) break;
   }
   if (num_drafts > 0) {
+    draft_stats_.Record(num_drafts, accepted);
     SpeculationCounters& c = counters_.speculation[seq.draft_source];
     ++c.drafts;
     c.draft_tokens += num_drafts;

@@ -31,6 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "services/worker/backend/backend.h"
+#include "services/worker/engine/draft_budget.h"
 #include "services/worker/engine/engine_options.h"
 #include "services/worker/engine/request.h"
 #include "services/worker/kv_cache/block_manager.h"
@@ -140,6 +141,9 @@ class EngineCore {
   uint64_t next_seed_;
   int64_t admission_counter_ = 0;
   EngineCounters counters_;
+  DraftAcceptanceStats draft_stats_;
+  std::vector<Sequence*> draft_candidates_;
+  std::vector<int> draft_caps_;
 };
 
 }  // namespace floe

@@ -26,15 +26,20 @@ struct EngineOptions {
   // Speculative decoding (active only when proposers are installed).
   // Draft tokens verified per sequence per step (k); 0 turns speculation off.
   int num_speculative_tokens = 0;
-  // Load-aware cost model: a step verifies at most
+  // Load-aware draft budget (draft_budget.h): a step verifies at most
   //   max(0, speculative_token_threshold - T)
   // draft tokens in total, T being the tokens the step would run without
-  // drafts (decodes + pending prefill, capped at max_num_batched_tokens).
-  // Verification costs roughly one prefill token per draft token, which is
-  // cheap while the step is memory-bound (small T) and pure overhead once it
-  // is compute-bound; so drafts shrink as the batch grows and stop at T >=
-  // the threshold. Sequences are served in admission order until it runs out.
-  int speculative_token_threshold = 256;
+  // drafts (decodes + pending prefill, capped at max_num_batched_tokens), and
+  // within that only draft positions whose measured acceptance beats their
+  // cost: P_j > E / (speculative_step_overhead_tokens + N) (E: tokens the step
+  // emits, N: tokens it runs). Defaults fit the CPU backend, where a verified
+  // token costs about a prefill token and a step's fixed cost is ~3 tokens'
+  // worth (bench_verify_cost, llama-3.2-1b shape; docs/speculative-decoding.md).
+  // A memory-bound GPU step would take a threshold in the hundreds and an
+  // overhead of tens to hundreds of tokens.
+  int speculative_token_threshold = 32;
+  // < 0: threshold only (no acceptance-aware trimming).
+  double speculative_step_overhead_tokens = 3.0;
 };
 
 }  // namespace floe

@@ -84,12 +84,19 @@ absl::Status ValidateSamplingOptions(const SamplingOptions& o, int32_t vocab_siz
   if (!(std::fabs(o.frequency_penalty) <= 2.0f))
     return absl::InvalidArgumentError(
         absl::StrCat("sampling.frequency_penalty must be in [-2, 2], got ", o.frequency_penalty));
-  (void)vocab_size;
+  for (size_t i = 0; i < o.forced_tokens.size(); ++i) {
+    if (o.forced_tokens[i] < 0 || o.forced_tokens[i] >= vocab_size)
+      return absl::InvalidArgumentError(absl::StrCat("forced_output_ids[", i, "] = ", o.forced_tokens[i],
+                                                     " is outside the vocabulary [0, ", vocab_size, ")"));
+  }
   return absl::OkStatus();
 }
 
 int32_t Sampler::Sample(const SamplingOptions& options, const SamplingContext& context,
                         std::span<float> logits) {
+  // The forced stage (benchmarks) overrides every other stage.
+  if (context.output_position >= 0 && static_cast<size_t>(context.output_position) < options.forced_tokens.size())
+    return options.forced_tokens[context.output_position];
   ApplyPenalties(options, context, logits);
   for (int32_t t : context.banned_tokens) {
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[t] = kNegInf;

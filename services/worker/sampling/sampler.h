@@ -1,6 +1,7 @@
 // Turns one row of logits into one token: a chain of small stages
-// (penalties -> banned tokens -> temperature -> top-k -> top-p -> min-p -> draw),
-// each of which is skipped when its option is neutral. Greedy requests take
+// (forced -> penalties -> banned tokens -> temperature -> top-k -> top-p ->
+// min-p -> draw), each of which is skipped when its option is neutral. The
+// forced stage (benchmarks only) emits SamplingOptions::forced_tokens. Greedy requests take
 // the arg-max after penalties (lowest id wins ties).
 //
 // Stateless and thread-compatible: the engine thread calls it once per

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -16,6 +17,10 @@ struct SamplingOptions {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // Benchmarks only (forced decoding): output position i emits
+  // forced_tokens[i] instead of a sampled token, so drafts are judged against
+  // a recorded output. Past its end, tokens are sampled again.
+  std::vector<int32_t> forced_tokens;
 
   bool greedy() const { return temperature == 0.0f; }
 };

@@ -150,6 +150,24 @@ TEST(SamplerTest, ValidationNamesTheField) {
   EXPECT_TRUE(ValidateSamplingOptions(SamplingOptions{}, 10).ok());
 }
 
+TEST(SamplerTest, ForcedTokensOverrideEveryStageThenSamplingResumes) {
+  SamplingOptions o;
+  o.temperature = 0.7f;
+  o.seed = 5;
+  o.forced_tokens = {3, 0, 9};
+  const std::vector<float> logits = {0, 0, 0, 0, 0, 0, 0, 0, 0, 50};  // 9 wins any draw
+  EXPECT_EQ(Draw(o, logits, 0), 3);
+  EXPECT_EQ(Draw(o, logits, 1, {3}, /*banned=*/{0}), 0);  // banned or not: forced
+  EXPECT_EQ(Draw(o, logits, 2), 9);
+  SamplingOptions plain = o;
+  plain.forced_tokens.clear();
+  for (int64_t position : {3, 4, 17}) EXPECT_EQ(Draw(o, logits, position), Draw(plain, logits, position));
+  o.forced_tokens = {1, 10};
+  absl::Status s = ValidateSamplingOptions(o, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("forced_output_ids[1]"), absl::string_view::npos) << s;
+}
+
 TEST(CounterRngTest, RoughlyUniform) {
   std::vector<int> buckets(10, 0);
   for (int i = 0; i < 100000; ++i) ++buckets[static_cast<int>(CounterUniform(5, i) * 10)];

@@ -1,0 +1,53 @@
+#include "services/worker/engine/draft_budget.h"
+
+#include <algorithm>
+
+namespace floe {
+
+DraftAcceptanceStats::DraftAcceptanceStats(int max_positions, double window)
+    : drafted_(std::max(0, max_positions), 0.0), accepted_(std::max(0, max_positions), 0.0), window_(window) {}
+
+void DraftAcceptanceStats::Record(int drafted, int accepted) {
+  if (drafted <= 0 || drafted_.empty()) return;
+  drafted = std::min<int>(drafted, static_cast<int>(drafted_.size()));
+  accepted = std::clamp(accepted, 0, drafted);
+  for (int j = 0; j < drafted; ++j) drafted_[j] += 1;
+  for (int j = 0; j < accepted; ++j) accepted_[j] += 1;
+  if (drafted_[0] >= window_) {
+    for (double& d : drafted_) d /= 2;
+    for (double& a : accepted_) a /= 2;
+  }
+}
+
+double DraftAcceptanceStats::Cumulative(int position) const {
+  double p = 1.0;
+  const int last = std::min<int>(position, static_cast<int>(drafted_.size()) - 1);
+  for (int j = 0; j <= last; ++j) {
+    if (drafted_[j] >= kMinSamples) p = std::min(p, accepted_[j] / drafted_[j]);
+  }
+  return p;
+}
+
+std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
+                                  const DraftAcceptanceStats& stats, const DraftCostModel& model) {
+  std::vector<int> lengths(caps.size(), 0);
+  int64_t budget = model.threshold - step_tokens;
+  int max_cap = 0;
+  for (int c : caps) max_cap = std::max(max_cap, c);
+  double expected = std::max(1, emitting);  // tokens the step emits
+  double tokens = static_cast<double>(step_tokens);
+  for (int j = 0; j < max_cap && budget > 0; ++j) {
+    const double p = stats.Cumulative(j);
+    for (size_t i = 0; i < caps.size() && budget > 0; ++i) {
+      if (caps[i] <= j || lengths[i] != j) continue;
+      if (model.step_overhead_tokens >= 0 && p <= expected / (model.step_overhead_tokens + tokens)) return lengths;
+      ++lengths[i];
+      --budget;
+      expected += p;
+      tokens += 1;
+    }
+  }
+  return lengths;
+}
+
+}  // namespace floe
