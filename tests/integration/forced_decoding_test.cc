@@ -24,6 +24,7 @@ GenerateRequest ForcedRequest(const std::vector<int32_t>& prompt, const std::vec
 }
 
 TEST(ForcedDecodingClusterTest, ForcedIdsFlowThroughAndDraftsAreJudgedAgainstThem) {
+  (void)TinyModelDir();  // before any child starts: it aborts when the tokenizer is missing
   auto cache = Subprocess::Spawn({BinaryPath("floe-suffix-cache"), "--host", "127.0.0.1", "--port", "0",
                                   "--metrics-port", "-1"});
   ASSERT_TRUE(cache.ok()) << cache.status();
