@@ -150,27 +150,40 @@ void MatmulImpl(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, f
   const int64_t chunk_rows = kMaxRows * std::max<int64_t>(1, 96 / kMaxRows);
   const int64_t chunks = (m + chunk_rows - 1) / chunk_rows;
   const uint8_t* base = static_cast<const uint8_t*>(w.panel(0));
-  pool.ParallelFor(groups * chunks, m * n * k, [&](int64_t task, int) {
-    const int64_t chunk = task / groups, group = task % groups;
+  // Several column groups per task when groups are small (lm_head of a
+  // narrow model: 8 KiB each): a task then streams a long contiguous run of
+  // weights (the hardware prefetcher follows it) and the shared task counter
+  // is bumped far less often. Enough tasks remain for load balance.
+  const int64_t group_bytes = kTaskPanels * panel_bytes;
+  const int64_t min_tasks = int64_t{8} * pool.num_threads();
+  const int64_t groups_per_task = std::max<int64_t>(
+      1, std::min((int64_t{128} << 10) / group_bytes, groups / min_tasks));
+  const int64_t group_tasks = (groups + groups_per_task - 1) / groups_per_task;
+  pool.ParallelFor(group_tasks * chunks, m * n * k, [&](int64_t task, int) {
+    const int64_t chunk = task / group_tasks;
+    const int64_t group_begin = task % group_tasks * groups_per_task;
+    const int64_t group_end = std::min(groups, group_begin + groups_per_task);
     const int64_t row_end = std::min(m, (chunk + 1) * chunk_rows);
-    const int64_t col0 = group * kTaskPanels * kPanelWidth;
-    const bool partial = col0 + kTaskPanels * kPanelWidth > n;
     HWY_ALIGN float tmp[kMaxRows * kTaskPanels * kPanelWidth];
-    for (int64_t row = chunk * chunk_rows; row < row_end; row += kMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, row_end - row));
-      const int step = PanelsFor(rows);
-      for (int p = 0; p < kTaskPanels; p += step) {
-        const int64_t col = col0 + p * kPanelWidth;
-        if (col >= n) break;
-        const uint8_t* panels = base + (group * kTaskPanels + p) * panel_bytes;
-        if (!partial) {
-          kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, y + row * n + col, n);
-        } else {
-          const int64_t ldc = step * kPanelWidth;
-          kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, tmp, ldc);
-          const int64_t cols = std::min<int64_t>(ldc, n - col);
-          for (int r = 0; r < rows; ++r) {
-            std::memcpy(y + (row + r) * n + col, tmp + r * ldc, cols * sizeof(float));
+    for (int64_t group = group_begin; group < group_end; ++group) {
+      const int64_t col0 = group * kTaskPanels * kPanelWidth;
+      const bool partial = col0 + kTaskPanels * kPanelWidth > n;
+      for (int64_t row = chunk * chunk_rows; row < row_end; row += kMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, row_end - row));
+        const int step = PanelsFor(rows);
+        for (int p = 0; p < kTaskPanels; p += step) {
+          const int64_t col = col0 + p * kPanelWidth;
+          if (col >= n) break;
+          const uint8_t* panels = base + (group * kTaskPanels + p) * panel_bytes;
+          if (!partial) {
+            kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, y + row * n + col, n);
+          } else {
+            const int64_t ldc = step * kPanelWidth;
+            kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, tmp, ldc);
+            const int64_t cols = std::min<int64_t>(ldc, n - col);
+            for (int r = 0; r < rows; ++r) {
+              std::memcpy(y + (row + r) * n + col, tmp + r * ldc, cols * sizeof(float));
+            }
           }
         }
       }
