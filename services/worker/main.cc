@@ -102,7 +102,11 @@ int Run(int argc, char** argv) {
   }
   load.dummy_dtype = *dummy_dtype;
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
-  if (!f.suffix_cache.empty()) speculation.suffix_cache_addresses = absl::StrSplit(f.suffix_cache, ',');
+  if (!f.suffix_cache.empty()) {
+    speculation.suffix_cache_addresses = absl::StrSplit(f.suffix_cache, ',');
+    if (f.speculative == "suffix")
+      speculation.suffix_cache_stats = std::make_shared<RemoteSuffixStats>(speculation.suffix_cache_addresses);
+  }
   auto proposers = MakeProposers(speculation);
   if (!proposers.ok()) {
     std::fprintf(stderr, "floe-worker: %s\n", std::string(proposers.status().message()).c_str());
@@ -162,6 +166,7 @@ int Run(int argc, char** argv) {
   if (metrics_server) {
     metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
     metrics->AttachEngine(engine->get());
+    if (speculation.suffix_cache_stats) metrics->AttachSuffixCacheStats(speculation.suffix_cache_stats);
     service.SetMetrics(metrics.get());
   }
   service.AttachEngine(engine->get(), {f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),

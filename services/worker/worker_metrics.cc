@@ -4,6 +4,8 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include <limits>
+
 namespace floe {
 namespace {
 
@@ -73,7 +75,107 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
       }
     }
     for (auto* f : {&drafts, &draft_tokens, &accepted, &per_position}) out.push_back(std::move(*f));
+    out.push_back(AcceptedLength(c));
   }
+
+  // Accepted tokens per verified draft (sequence x step), per proposer:
+  // drafts accept a prefix, so those accepting at most n tokens are the
+  // drafts minus those whose token n was accepted.
+  prometheus::MetricFamily AcceptedLength(const EngineCounters& c) const {
+    prometheus::MetricFamily f;
+    f.name = "floe_spec_decode_accepted_length";
+    f.help = "Draft tokens accepted per verified draft.";
+    f.type = prometheus::MetricType::Histogram;
+    for (const SpeculationCounters& s : c.speculation) {
+      prometheus::ClientMetric m;
+      m.label = {{"model", model_}, {"proposer", s.proposer}};
+      for (size_t n = 0; n < s.accepted_per_position.size(); ++n) {
+        m.histogram.bucket.push_back(
+            {static_cast<uint64_t>(s.drafts - s.accepted_per_position[n]), static_cast<double>(n)});
+      }
+      m.histogram.bucket.push_back({static_cast<uint64_t>(s.drafts), std::numeric_limits<double>::infinity()});
+      m.histogram.sample_count = static_cast<uint64_t>(s.drafts);
+      m.histogram.sample_sum = static_cast<double>(s.accepted_tokens);
+      f.metric.push_back(std::move(m));
+    }
+    return f;
+  }
+
+  void AppendSuffixCache(std::vector<prometheus::MetricFamily>& out) const {
+    std::shared_ptr<const RemoteSuffixStats> stats = std::atomic_load(&suffix_cache_);
+    if (!stats) return;
+    using prometheus::MetricType;
+    const RemoteSuffixStats::Snapshot s = stats->Read();
+    auto family = [](const char* name, const char* help, MetricType type) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = type;
+      return f;
+    };
+    auto latency = family("floe_suffix_cache_client_rpc_latency_seconds",
+                          "Worker-side latency of suffix-cache calls (step: one batched Step per engine step).",
+                          MetricType::Histogram);
+    auto failures = family("floe_suffix_cache_client_rpc_failures_total",
+                           "Suffix-cache calls that failed, by reason (timeout: past the deadline).",
+                           MetricType::Counter);
+    auto skipped = family("floe_suffix_cache_client_skipped_calls_total",
+                          "Suffix-cache calls not sent because the replica is down (backoff).", MetricType::Counter);
+    for (int call = 0; call < RemoteSuffixStats::kNumCalls; ++call) {
+      const auto c = static_cast<RemoteSuffixStats::Call>(call);
+      const prometheus::ClientMetric::Label model{"model", model_}, call_label{"call", RemoteSuffixStats::CallName(c)};
+      prometheus::ClientMetric h;
+      h.label = {model, call_label};
+      const RemoteSuffixStats::Latency& l = s.latency[call];
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < l.buckets.size(); ++b) {
+        cumulative += static_cast<uint64_t>(l.buckets[b]);
+        h.histogram.bucket.push_back({cumulative, b < RemoteSuffixStats::kLatencyBounds.size()
+                                                      ? RemoteSuffixStats::kLatencyBounds[b]
+                                                      : std::numeric_limits<double>::infinity()});
+      }
+      h.histogram.sample_count = static_cast<uint64_t>(l.count);
+      h.histogram.sample_sum = l.sum_s;
+      latency.metric.push_back(std::move(h));
+      for (int reason = 0; reason < RemoteSuffixStats::kNumFailures; ++reason) {
+        prometheus::ClientMetric m;
+        m.label = {model, call_label,
+                   {"reason", RemoteSuffixStats::FailureName(static_cast<RemoteSuffixStats::Failure>(reason))}};
+        m.counter.value = static_cast<double>(s.failures[call][reason]);
+        failures.metric.push_back(std::move(m));
+      }
+      prometheus::ClientMetric m;
+      m.label = {model, call_label};
+      m.counter.value = static_cast<double>(s.skipped[call]);
+      skipped.metric.push_back(std::move(m));
+    }
+    auto up = family("floe_suffix_cache_client_up", "1 while the suffix-cache replica answers, 0 while it is down.",
+                     MetricType::Gauge);
+    auto went_down = family("floe_suffix_cache_client_unreachable_total",
+                            "Times the replica was marked down (calls failing in a row).", MetricType::Counter);
+    auto probes = family("floe_suffix_cache_client_reconnect_attempts_total",
+                         "Probe calls sent to a down replica after its backoff.", MetricType::Counter);
+    for (const RemoteSuffixStats::Replica& r : s.replicas) {
+      prometheus::ClientMetric m;
+      m.label = {{"model", model_}, {"replica", r.address}};
+      m.gauge.value = r.up ? 1 : 0;
+      up.metric.push_back(m);
+      m.gauge = {};
+      m.counter.value = static_cast<double>(r.went_down);
+      went_down.metric.push_back(m);
+      m.counter.value = static_cast<double>(r.probes);
+      probes.metric.push_back(m);
+    }
+    auto dropped = family("floe_suffix_cache_client_dropped_lifecycle_total",
+                          "Start/End calls dropped because the lifecycle queue was full.", MetricType::Counter);
+    prometheus::ClientMetric d;
+    d.label = {{"model", model_}};
+    d.counter.value = static_cast<double>(s.dropped_lifecycle);
+    dropped.metric.push_back(std::move(d));
+    for (auto* f : {&latency, &failures, &skipped, &up, &went_down, &probes, &dropped}) out.push_back(std::move(*f));
+  }
+
+  void AttachSuffixCache(std::shared_ptr<const RemoteSuffixStats> stats) { std::atomic_store(&suffix_cache_, std::move(stats)); }
 
   explicit EngineCollector(std::string model) : model_(std::move(model)) {}
   void Attach(const Engine* engine) { engine_.store(engine); }
@@ -106,6 +208,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                static_cast<double>(c.steps)),
     };
     AppendSpeculation(c, families);
+    AppendSuffixCache(families);
     // Shift parallelism reports its mode here; the CPU backend is one rank in
     // tensor-parallel mode (size 1) and never shifts.
     prometheus::MetricFamily mode;
@@ -127,6 +230,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
  private:
   std::string model_;
   std::atomic<const Engine*> engine_{nullptr};
+  std::shared_ptr<const RemoteSuffixStats> suffix_cache_;  // std::atomic_load/store
 };
 
 WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, int max_model_len)
@@ -157,6 +261,10 @@ WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, in
 }
 
 void WorkerMetrics::AttachEngine(const Engine* engine) { collector_->Attach(engine); }
+
+void WorkerMetrics::AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats) {
+  collector_->AttachSuffixCache(std::move(stats));
+}
 
 void WorkerMetrics::ObserveFirstToken(double ttft_s) { ttft_->Observe(ttft_s); }
 

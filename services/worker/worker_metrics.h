@@ -17,6 +17,7 @@
 
 #include "common/metrics/metrics_server.h"
 #include "services/worker/engine/engine.h"
+#include "services/worker/speculation/remote_suffix_stats.h"
 
 namespace floe {
 
@@ -26,6 +27,9 @@ class WorkerMetrics {
 
   // Engine gauges and counters appear once an engine is attached.
   void AttachEngine(const Engine* engine);
+  // The suffix-cache client's view (floe_suffix_cache_client_*), when the
+  // worker uses one. Call before serving.
+  void AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats);
 
   void ObserveFirstToken(double ttft_s);
   // `tokens` arrived together `gap_s` after the previous ones: counted as that

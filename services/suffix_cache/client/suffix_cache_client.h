@@ -56,6 +56,7 @@ class SuffixCacheClient {
   static absl::StatusOr<std::unique_ptr<SuffixCacheClient>> Create(const ClientOptions& options);
 
   int ReplicaFor(absl::string_view ns) const { return ring_.ReplicaFor(ns); }
+  const std::vector<std::string>& addresses() const { return options_.addresses; }
 
   absl::Status StartRequest(const std::string& ns, const std::string& request_id,
                             absl::Span<const int32_t> prompt);

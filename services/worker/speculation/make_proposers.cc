@@ -24,11 +24,14 @@ absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const Specu
       suffix_cache::ClientOptions client_options;
       client_options.addresses = config.suffix_cache_addresses;
       client_options.step_deadline = std::chrono::milliseconds(config.suffix_cache_deadline_ms);
-      // Start/End run on the engine thread: keep them short too.
-      client_options.call_deadline = std::chrono::milliseconds(std::max(20, 4 * config.suffix_cache_deadline_ms));
+      // Start/End run on the source's lifecycle thread, never the engine's;
+      // a stopped replica still should not hold up the queue for long.
+      client_options.call_deadline = std::chrono::milliseconds(100);
       auto client = suffix_cache::SuffixCacheClient::Create(client_options);
       if (!client.ok()) return client.status();
-      global = std::make_unique<RemoteSuffixSource>(std::move(client).value(), options.params);
+      RemoteSuffixOptions remote;
+      remote.stats = config.suffix_cache_stats;
+      global = std::make_unique<RemoteSuffixSource>(std::move(client).value(), options.params, std::move(remote));
     }
     proposers.push_back(std::make_unique<SuffixProposer>(options, std::move(global)));
     return proposers;

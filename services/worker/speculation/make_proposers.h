@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/worker/speculation/proposer.h"
+#include "services/worker/speculation/remote_suffix_stats.h"
 
 namespace floe {
 
@@ -17,6 +18,9 @@ struct SpeculationConfig {
   // cluster-wide tree; empty: this worker's own global tree only.
   std::vector<std::string> suffix_cache_addresses;
   int suffix_cache_deadline_ms = 5;  // per step; later drafts are dropped
+  // Optional: what the worker sees of the replicas (for /metrics), one
+  // replica per address in order.
+  std::shared_ptr<RemoteSuffixStats> suffix_cache_stats;
 };
 
 // INVALID_ARGUMENT naming the method when unknown. "off" gives no proposers.

@@ -2,39 +2,183 @@
 
 #include <cstdlib>
 
+#include "common/log/log.h"
+
 namespace floe {
 namespace {
 absl::string_view Sv(std::string_view v) { return absl::string_view(v.data(), v.size()); }
-constexpr int kFailedPrecondition = 9;  // google.rpc.Code
+// google.rpc.Code values the service and the client answer with.
+constexpr int kCancelled = 1;
+constexpr int kDeadlineExceeded = 4;
+constexpr int kNotFound = 5;
+constexpr int kResourceExhausted = 8;
+constexpr int kFailedPrecondition = 9;
+constexpr int kUnavailable = 14;
+
+// Codes that say the replica did not answer (as opposed to answering "no").
+bool IsTransportFailure(int code) {
+  return code == kDeadlineExceeded || code == kUnavailable || code == kCancelled || code == kResourceExhausted;
+}
+
+RemoteSuffixStats::Failure FailureOf(int code) {
+  if (code == kDeadlineExceeded) return RemoteSuffixStats::kTimeout;
+  if (code == kUnavailable) return RemoteSuffixStats::kUnavailable;
+  return RemoteSuffixStats::kOther;
+}
 }  // namespace
 
-RemoteSuffixSource::RemoteSuffixSource(suffix_cache::SuffixCacheClient* client, suffix_cache::DraftParams params)
-    : client_(client), params_(params) {}
+RemoteSuffixSource::RemoteSuffixSource(suffix_cache::SuffixCacheClient* client, suffix_cache::DraftParams params,
+                                       RemoteSuffixOptions options)
+    : client_(client),
+      params_(params),
+      options_(std::move(options)),
+      backoff_(static_cast<int>(client->addresses().size()), options_.backoff) {
+  StartThread();
+}
 
 RemoteSuffixSource::RemoteSuffixSource(std::unique_ptr<suffix_cache::SuffixCacheClient> client,
-                                       suffix_cache::DraftParams params)
-    : owned_(std::move(client)), client_(owned_.get()), params_(params) {}
+                                       suffix_cache::DraftParams params, RemoteSuffixOptions options)
+    : owned_(std::move(client)),
+      client_(owned_.get()),
+      params_(params),
+      options_(std::move(options)),
+      backoff_(static_cast<int>(client_->addresses().size()), options_.backoff) {
+  StartThread();
+}
+
+void RemoteSuffixSource::StartThread() {
+  lifecycle_ = std::thread([this] { RunLifecycle(); });
+}
+
+RemoteSuffixSource::~RemoteSuffixSource() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  lifecycle_.join();
+}
+
+bool RemoteSuffixSource::WaitIdle(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+bool RemoteSuffixSource::Enqueue(Lifecycle call) {
+  absl::MutexLock l(&mu_);
+  if (static_cast<int>(queue_.size()) >= options_.max_pending_lifecycle) {
+    if (options_.stats) options_.stats->RecordDroppedLifecycle();
+    return false;
+  }
+  queue_.push_back(std::move(call));
+  return true;
+}
+
+void RemoteSuffixSource::RunLifecycle() {
+  while (true) {
+    Lifecycle call;
+    {
+      absl::MutexLock l(&mu_);
+      busy_ = false;
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      call = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    if (call.start) {
+      RunStart(call);
+    } else {
+      RunEnd(call);
+    }
+  }
+}
+
+bool RemoteSuffixSource::Admit(int replica, RemoteSuffixStats::Call call) {
+  switch (backoff_.Admit(replica, absl::Now())) {
+    case ReplicaBackoff::Gate::kSend:
+      return true;
+    case ReplicaBackoff::Gate::kProbe:
+      if (options_.stats) options_.stats->RecordProbe(replica);
+      return true;
+    case ReplicaBackoff::Gate::kSkip:
+      break;
+  }
+  if (options_.stats) options_.stats->RecordSkipped(call);
+  return false;
+}
+
+void RemoteSuffixSource::Report(int replica, RemoteSuffixStats::Call call, int code) {
+  if (options_.stats && code != 0) options_.stats->RecordFailure(call, FailureOf(code));
+  const bool answered = !IsTransportFailure(code);
+  if (!backoff_.Report(replica, answered, absl::Now())) return;
+  if (options_.stats) options_.stats->RecordReplicaState(replica, answered);
+  LogEvent(answered ? LogLevel::kInfo : LogLevel::kWarning, "worker",
+           answered ? "suffix_cache_reconnected" : "suffix_cache_unreachable",
+           {{"replica", client_->addresses().at(static_cast<size_t>(replica))}});
+}
+
+void RemoteSuffixSource::Observe(RemoteSuffixStats::Call call, absl::Duration latency) {
+  if (options_.stats) options_.stats->RecordCall(call, latency);
+}
+
+void RemoteSuffixSource::RunStart(Lifecycle& call) {
+  if (!Admit(call.replica, RemoteSuffixStats::kStart)) {
+    call.state->store(State::kGone);
+    return;
+  }
+  const absl::Time begin = absl::Now();
+  absl::Status s = client_->StartRequest(call.ns, call.id, call.tokens);
+  Observe(RemoteSuffixStats::kStart, absl::Now() - begin);
+  Report(call.replica, RemoteSuffixStats::kStart, static_cast<int>(s.code()));
+  call.state->store(s.ok() ? State::kLive : State::kGone);
+}
+
+void RemoteSuffixSource::RunEnd(Lifecycle& call) {
+  if (call.state->load() != State::kLive) return;  // never started, or the service forgot it
+  if (call.acknowledged < static_cast<int64_t>(call.tokens.size())) {
+    // The last tokens, then End: the whole response joins the global tree.
+    if (!Admit(call.replica, RemoteSuffixStats::kEnd)) return;
+    Remote r{call.ns, call.replica, call.acknowledged, call.state};
+    floe::v1::SuffixStepRequest step;
+    AddEntry(step, call.id, r, call.tokens, false);
+    const absl::Time begin = absl::Now();
+    floe::v1::SuffixStepResponse resp = client_->Step(step);
+    Observe(RemoteSuffixStats::kEnd, absl::Now() - begin);
+    Report(call.replica, RemoteSuffixStats::kEnd, resp.results_size() > 0 ? resp.results(0).code() : kUnavailable);
+    // Late or not, End follows: the service keeps what it got.
+  }
+  if (!Admit(call.replica, RemoteSuffixStats::kEnd)) return;
+  const absl::Time begin = absl::Now();
+  absl::StatusOr<bool> ended = client_->EndRequest(call.ns, call.id);
+  Observe(RemoteSuffixStats::kEnd, absl::Now() - begin);
+  Report(call.replica, RemoteSuffixStats::kEnd, static_cast<int>(ended.status().code()));
+}
 
 RemoteSuffixSource::Remote* RemoteSuffixSource::Track(const SpecSequence& s) {
   auto it = live_.find(Sv(s.request_id));
   if (it == live_.end()) {
     Remote r;
     r.ns = std::string(s.ns);
-    r.broken = !client_->StartRequest(r.ns, std::string(s.request_id),
-                                      absl::MakeConstSpan(s.tokens.data(), s.prompt_len)).ok();
+    r.replica = client_->ReplicaFor(Sv(s.ns));
+    r.state = std::make_shared<std::atomic<State>>(State::kStarting);
+    Lifecycle start{true, r.ns, std::string(s.request_id), r.replica,
+                    std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + s.prompt_len), 0, r.state};
+    if (!Enqueue(std::move(start))) r.state->store(State::kGone);
     it = live_.emplace(std::string(s.request_id), std::move(r)).first;
   }
-  return it->second.broken ? nullptr : &it->second;
+  return it->second.state->load() == State::kLive ? &it->second : nullptr;
 }
 
 void RemoteSuffixSource::AddEntry(floe::v1::SuffixStepRequest& step, const std::string& id, const Remote& r,
-                                  std::span<const int32_t> tokens, int32_t prompt_len, bool speculate) {
+                                  std::span<const int32_t> response, bool speculate) {
   auto* e = step.add_entries();
   e->set_namespace_(r.ns);
   e->set_request_id(id);
   e->set_response_offset(r.acknowledged);
-  const size_t from = static_cast<size_t>(prompt_len + r.acknowledged);
-  if (from < tokens.size()) e->mutable_appended()->Add(tokens.begin() + from, tokens.end());
+  const size_t from = static_cast<size_t>(r.acknowledged);
+  if (from < response.size()) e->mutable_appended()->Add(response.begin() + from, response.end());
   e->set_speculate(speculate);
 }
 
@@ -44,6 +188,7 @@ void RemoteSuffixSource::Absorb(Remote& r, const floe::v1::SuffixDraft& result, 
     return;
   }
   ++counters_.failed_entries;
+  if (result.code() == kNotFound) r.state->store(State::kGone);  // the service restarted: stop asking
   if (result.code() != kFailedPrecondition) return;  // late or unavailable: resend next step
   // "... the request has N response tokens": take the server's count.
   const std::string& msg = result.error();
@@ -62,25 +207,43 @@ void RemoteSuffixSource::Query(std::span<const SpecSequence> batch, int max_spec
   p->set_max_spec_offset(params_.max_spec_offset);
   p->set_min_token_prob(params_.min_token_prob);
   p->set_use_tree_spec(false);
+  // Per replica: -1 not asked yet, 0 skipped (down), 1 admitted.
+  std::vector<int> admitted(client_->addresses().size(), -1);
   std::vector<std::pair<size_t, Remote*>> sent;
   for (size_t i = 0; i < batch.size(); ++i) {
     Remote* r = Track(batch[i]);
     if (!r) continue;
-    AddEntry(step, std::string(batch[i].request_id), *r, batch[i].tokens, batch[i].prompt_len, true);
+    int& gate = admitted[static_cast<size_t>(r->replica)];
+    if (gate < 0) gate = Admit(r->replica, RemoteSuffixStats::kStep) ? 1 : 0;
+    if (gate == 0) continue;
+    AddEntry(step, std::string(batch[i].request_id), *r, batch[i].tokens.subspan(batch[i].prompt_len), true);
     step.mutable_entries(step.entries_size() - 1)->mutable_params()->CopyFrom(*p);
     step.mutable_entries(step.entries_size() - 1)->mutable_params()->set_max_spec_tokens(batch[i].max_draft);
     sent.emplace_back(i, r);
   }
   if (sent.empty()) return;
   ++counters_.steps;
+  const absl::Time begin = absl::Now();
   floe::v1::SuffixStepResponse resp = client_->Step(step);
+  Observe(RemoteSuffixStats::kStep, absl::Now() - begin);
+  // Per replica, the transport outcome: answered if any entry was answered.
+  std::vector<int> outcome(admitted.size(), -1);  // -1 none, else a code (0: answered)
   for (size_t k = 0; k < sent.size() && k < static_cast<size_t>(resp.results_size()); ++k) {
     const auto& [i, r] = sent[k];
     const floe::v1::SuffixDraft& d = resp.results(static_cast<int>(k));
+    int& o = outcome[static_cast<size_t>(r->replica)];
+    if (!IsTransportFailure(d.code())) {
+      o = 0;
+    } else if (o != 0) {
+      o = d.code();
+    }
     Absorb(*r, d, static_cast<int64_t>(batch[i].tokens.size()) - batch[i].prompt_len);
     if (d.code() != 0) continue;
     out[i].tokens.assign(d.token_ids().begin(), d.token_ids().end());
     out[i].score = d.score();
+  }
+  for (size_t replica = 0; replica < outcome.size(); ++replica) {
+    if (outcome[replica] >= 0) Report(static_cast<int>(replica), RemoteSuffixStats::kStep, outcome[replica]);
   }
 }
 
@@ -90,15 +253,11 @@ void RemoteSuffixSource::Finish(std::string_view request_id, std::string_view ns
   auto it = live_.find(Sv(request_id));
   if (it == live_.end()) return;
   Remote& r = it->second;
-  if (!r.broken) {
-    const int64_t response = static_cast<int64_t>(tokens.size()) - prompt_len;
-    if (response > r.acknowledged) {
-      floe::v1::SuffixStepRequest step;
-      AddEntry(step, std::string(request_id), r, tokens, prompt_len, false);
-      floe::v1::SuffixStepResponse resp = client_->Step(step);
-      if (resp.results_size() > 0) Absorb(r, resp.results(0), response);
-    }
-    (void)client_->EndRequest(r.ns, std::string(request_id));
+  if (r.state->load() != State::kGone) {
+    // Queued behind its Start (FIFO), so the lifecycle thread sees the outcome.
+    Lifecycle end{false, r.ns, std::string(request_id), r.replica,
+                  std::vector<int32_t>(tokens.begin() + prompt_len, tokens.end()), r.acknowledged, r.state};
+    (void)Enqueue(std::move(end));
   }
   live_.erase(it);
 }

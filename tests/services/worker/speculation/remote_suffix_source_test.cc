@@ -22,7 +22,9 @@ class RemoteSuffixSourceTest : public EngineHarness {
  protected:
   // A worker whose suffix proposer has no local global tree: drafts across
   // requests can only come from the service.
-  static std::unique_ptr<EngineCore> Worker(SuffixCacheClient* client) {
+  // `source`, when given, receives the remote source (owned by the engine).
+  static std::unique_ptr<EngineCore> Worker(SuffixCacheClient* client, RemoteSuffixSource** source = nullptr,
+                                            RemoteSuffixOptions remote = {}) {
     EngineOptions options;
     options.block_size = 4;
     options.num_blocks = 256;
@@ -31,8 +33,9 @@ class RemoteSuffixSourceTest : public EngineHarness {
     SuffixProposerOptions suffix;
     suffix.max_cached_requests = 0;
     std::vector<std::unique_ptr<Proposer>> p;
-    p.push_back(std::make_unique<SuffixProposer>(
-        suffix, std::make_unique<RemoteSuffixSource>(client, suffix.params)));
+    auto global = std::make_unique<RemoteSuffixSource>(client, suffix.params, std::move(remote));
+    if (source) *source = global.get();
+    p.push_back(std::make_unique<SuffixProposer>(suffix, std::move(global)));
     return MakeEngine(options, std::move(p));
   }
 };
@@ -50,15 +53,47 @@ TEST_F(RemoteSuffixSourceTest, OneWorkersResponseDraftsForAnother) {
   a.speculation.ns = "team";
   auto want = RunAlone({a})["a"].tokens;
 
-  auto first = Worker(client->get());
+  RemoteSuffixSource* first_source = nullptr;
+  auto first = Worker(client->get(), &first_source);
   EXPECT_EQ(Run(*first, {a})["a"].tokens, want);
-  auto second = Worker(client->get());
+  // End runs on the source's lifecycle thread: wait until it has.
+  ASSERT_TRUE(first_source->WaitIdle(absl::Seconds(10)));
+  RemoteSuffixSource* second_source = nullptr;
+  auto second = Worker(client->get(), &second_source);
   auto b = a;
   b.id = "b";
   EXPECT_EQ(Run(*second, {b})["b"].tokens, want);
   const SpeculationCounters& c = second->counters().speculation.at(0);
   EXPECT_GE(c.accepted_tokens, 12) << "drafts: " << c.drafts << " draft tokens: " << c.draft_tokens;
+  ASSERT_TRUE(second_source->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ(server.store.Stats().cached, 2);
+}
+
+TEST_F(RemoteSuffixSourceTest, StatsCountCallsAndLifecycleRunsOffTheEngineThread) {
+  TestServer server(StoreOptions{}, ServiceLimits{});
+  ClientOptions options;
+  options.addresses = {server.runner->address()};
+  options.step_deadline = std::chrono::milliseconds(500);
+  auto client = SuffixCacheClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  RemoteSuffixOptions remote;
+  remote.stats = std::make_shared<RemoteSuffixStats>(options.addresses);
+  RemoteSuffixSource* source = nullptr;
+  auto worker = Worker(client->get(), &source, remote);
+  auto requests = MixedBatch(3, /*seeded=*/false);
+  auto want = RunAlone(requests);
+  ExpectSameTokens(Run(*worker, requests), want);
+  ASSERT_TRUE(source->WaitIdle(absl::Seconds(10)));
+  const RemoteSuffixStats::Snapshot s = remote.stats->Read();
+  EXPECT_EQ(s.latency[RemoteSuffixStats::kStart].count, 3);
+  EXPECT_GE(s.latency[RemoteSuffixStats::kEnd].count, 3);  // End, after a last append when tokens were pending
+  EXPECT_EQ(s.latency[RemoteSuffixStats::kStep].count, source->counters().steps);
+  EXPECT_GT(source->counters().steps, 0);
+  for (const auto& per_call : s.failures)
+    for (int64_t n : per_call) EXPECT_EQ(n, 0);
+  ASSERT_EQ(s.replicas.size(), 1u);
+  EXPECT_TRUE(s.replicas[0].up);
+  EXPECT_EQ(server.store.Stats().cached, 3);
 }
 
 TEST_F(RemoteSuffixSourceTest, UnreachableServiceOnlyCostsDrafts) {
@@ -68,10 +103,64 @@ TEST_F(RemoteSuffixSourceTest, UnreachableServiceOnlyCostsDrafts) {
   options.call_deadline = std::chrono::milliseconds(20);
   auto client = SuffixCacheClient::Create(options);
   ASSERT_TRUE(client.ok());
+  RemoteSuffixOptions remote;
+  remote.stats = std::make_shared<RemoteSuffixStats>(options.addresses);
+  remote.backoff.initial_backoff = absl::Hours(1);  // no probe during the test
   auto requests = MixedBatch(3, /*seeded=*/false);
   auto want = RunAlone(requests);
-  auto worker = Worker(client->get());
+  RemoteSuffixSource* source = nullptr;
+  auto worker = Worker(client->get(), &source, remote);
   ExpectSameTokens(Run(*worker, requests), want);
+  ASSERT_TRUE(source->WaitIdle(absl::Seconds(10)));
+  // Three Starts fail, the replica goes down, and nothing is called after.
+  const RemoteSuffixStats::Snapshot s = remote.stats->Read();
+  EXPECT_EQ(s.replicas.at(0).went_down, 1);
+  EXPECT_FALSE(s.replicas.at(0).up);
+  EXPECT_EQ(s.replicas.at(0).probes, 0);
+  int64_t failed = 0, calls = 0;
+  for (int c = 0; c < RemoteSuffixStats::kNumCalls; ++c) {
+    calls += s.latency[c].count;
+    for (int64_t n : s.failures[c]) failed += n;
+  }
+  EXPECT_EQ(failed, 3);
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(source->counters().steps, 0);  // no request ever started, so no Step went out
+}
+
+TEST(ReplicaBackoffTest, DownAfterFailuresInARowThenProbesWithDoublingBackoff) {
+  BackoffOptions options;
+  options.failures_to_down = 2;
+  options.initial_backoff = absl::Milliseconds(100);
+  options.max_backoff = absl::Milliseconds(300);
+  ReplicaBackoff backoff(2, options);
+  const absl::Time t0 = absl::UnixEpoch();
+  using Gate = ReplicaBackoff::Gate;
+  EXPECT_EQ(backoff.Admit(0, t0), Gate::kSend);
+  EXPECT_FALSE(backoff.Report(0, false, t0));
+  EXPECT_FALSE(backoff.Report(0, true, t0));  // a success resets the count
+  EXPECT_FALSE(backoff.Report(0, false, t0));
+  EXPECT_TRUE(backoff.Report(0, false, t0));  // second in a row: down
+  EXPECT_FALSE(backoff.up(0));
+  EXPECT_TRUE(backoff.up(1));  // replicas are independent
+  EXPECT_EQ(backoff.Admit(1, t0), Gate::kSend);
+  EXPECT_EQ(backoff.Admit(0, t0 + absl::Milliseconds(99)), Gate::kSkip);
+  EXPECT_EQ(backoff.Admit(0, t0 + absl::Milliseconds(100)), Gate::kProbe);
+  EXPECT_EQ(backoff.Admit(0, t0 + absl::Milliseconds(101)), Gate::kSkip);  // one probe at a time
+  absl::Time t = t0 + absl::Milliseconds(110);
+  EXPECT_FALSE(backoff.Report(0, false, t));  // failed probe: 200 ms
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(199)), Gate::kSkip);
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(200)), Gate::kProbe);
+  t += absl::Milliseconds(200);
+  EXPECT_FALSE(backoff.Report(0, false, t));  // 400 ms capped at 300
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(299)), Gate::kSkip);
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(300)), Gate::kProbe);
+  EXPECT_TRUE(backoff.Report(0, true, t + absl::Milliseconds(301)));  // back up, backoff reset
+  EXPECT_TRUE(backoff.up(0));
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(302)), Gate::kSend);
+  EXPECT_FALSE(backoff.Report(0, false, t));
+  EXPECT_TRUE(backoff.Report(0, false, t));
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(99)), Gate::kSkip);
+  EXPECT_EQ(backoff.Admit(0, t + absl::Milliseconds(100)), Gate::kProbe);
 }
 
 TEST(MakeProposersTest, FlagsToProposers) {
