@@ -1,0 +1,293 @@
+// Speculative decoding through the real binaries (router, worker,
+// floe-suffix-cache on loopback): output is byte-identical to --speculative
+// off for ngram and suffix, greedy and seeded, and drafts are accepted on
+// repeated agent prompts (the worker's /metrics say so). Faults: the
+// suffix-cache SIGKILLed, restarted on the same port and SIGSTOPped mid-run
+// only cost drafts; the worker marks it down, probes with backoff and uses it
+// again once it answers.
+#include <signal.h>
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "common/metrics/http_get.h"
+#include "common/metrics/prometheus_text.h"
+#include "tests/integration/local_cluster.h"
+
+namespace floe::testing {
+namespace {
+
+using floe::v1::GenerateRequest;
+
+// The load: distinct prompts, agent sessions re-sending the same prompt (the
+// suffix tree then holds the earlier response), and seeded sampling.
+std::vector<GenerateRequest> Workload() {
+  std::vector<GenerateRequest> out;
+  auto add = [&](const std::string& text, int max_tokens, const std::string& session) {
+    GenerateRequest r;
+    r.set_text(text);
+    r.set_session_id(session);
+    r.mutable_stopping()->set_max_tokens(max_tokens);
+    r.mutable_stopping()->set_ignore_eos(true);
+    out.push_back(r);
+    return &out.back();
+  };
+  const char* topics[] = {"the weather in Lisbon", "sorting a list in C++", "why the sky is blue",
+                          "a haiku about gRPC", "prime numbers below fifty", "how a suffix tree works"};
+  for (int i = 0; i < 6; ++i) add(absl::StrCat("Tell me about ", topics[i], "."), 20, "");
+  for (int session = 0; session < 3; ++session) {
+    const std::string prompt = absl::StrCat("Agent step ", session, ": read file main.cc, then list the tests. ",
+                                            "Tool output: ok ok ok. Next action?");
+    for (int turn = 0; turn < 3; ++turn) add(prompt, 32, absl::StrCat("agent-", session));
+  }
+  for (int i = 0; i < 4; ++i) {
+    GenerateRequest* r = add(absl::StrCat("Sample a story about ", topics[i]), 20, "");
+    r->mutable_sampling()->set_temperature(0.8f);
+    r->mutable_sampling()->set_top_p(0.95f);
+    r->mutable_sampling()->set_seed(100 + i);
+  }
+  return out;
+}
+
+// Runs `requests` on `threads` concurrent clients; tokens per request index.
+std::vector<std::vector<int32_t>> RunAll(floe::v1::Floe::Stub& stub, const std::vector<GenerateRequest>& requests,
+                                         int threads) {
+  std::vector<std::vector<int32_t>> out(requests.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < requests.size(); i = next++) {
+        Generation g = Generate(stub, requests[i]);
+        EXPECT_TRUE(g.status.ok()) << "request " << i << ": " << g.status.error_message();
+        out[i] = g.token_ids;
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return out;
+}
+
+const std::vector<std::vector<int32_t>>& Baseline() {
+  static const auto* baseline = [] {
+    LocalCluster cluster(1, {"--speculative", "off"});
+    EXPECT_TRUE(cluster.ok());
+    auto stub = cluster.RouterStub();
+    return new std::vector<std::vector<int32_t>>(RunAll(*stub, Workload(), 1));
+  }();
+  return *baseline;
+}
+
+std::string MetricsUrl(Subprocess& process, const std::string& who) {
+  for (const std::string& line : process.lines()) {
+    if (line.rfind("metrics " + who + " ", 0) == 0) return line.substr(line.rfind(' ') + 1);
+  }
+  return "";
+}
+
+// Sum of the samples of `name` whose labels contain every one of `labels`;
+// NaN when there is none (a failed scrape never reads as 0).
+double Sample(const std::map<std::string, double>& samples, const std::string& name,
+              std::vector<std::string> labels = {}) {
+  double sum = 0;
+  bool found = false;
+  for (const auto& [key, value] : samples) {
+    if (key != name && !absl::StartsWith(key, name + "{")) continue;
+    bool match = true;
+    for (const std::string& l : labels) match = match && absl::StrContains(key, l);
+    if (match) sum += value, found = true;
+  }
+  return found ? sum : std::nan("");
+}
+
+std::map<std::string, double> Scrape(const std::string& url) {
+  auto body = HttpGet(url);
+  if (!body.ok()) return {};
+  return ParsePrometheusText(*body);
+}
+
+// Polls `condition` every 50 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return condition();
+}
+
+// A floe-suffix-cache that can be killed and started again on its port.
+class SuffixCacheProcess {
+ public:
+  bool Start(const std::string& port = "0") {
+    auto spawned = Subprocess::Spawn({BinaryPath("floe-suffix-cache"), "--host", "127.0.0.1", "--port", port,
+                                      "--metrics-port", "-1"});
+    if (!spawned.ok()) return false;
+    process_ = std::move(spawned).value();
+    auto address = process_->WaitForLine("suffix-cache listening on ", std::chrono::seconds(30));
+    if (!address.ok()) return false;
+    address_ = *address;
+    return true;
+  }
+  void Kill() {
+    ::kill(process_->pid(), SIGKILL);
+    process_->Terminate(std::chrono::seconds(5));  // reaps it
+  }
+  bool Restart() { return Start(address_.substr(address_.rfind(':') + 1)); }
+  Subprocess& process() { return *process_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::unique_ptr<Subprocess> process_;
+  std::string address_;
+};
+
+std::vector<std::string> SpeculativeArgs(const std::string& method, const std::string& suffix_cache = "") {
+  std::vector<std::string> args = {"--speculative", method, "--num-speculative-tokens", "8"};
+  if (!suffix_cache.empty()) args.insert(args.end(), {"--suffix-cache", suffix_cache});
+  return args;
+}
+
+void ExpectLosslessWithAcceptedDrafts(LocalCluster& cluster, const std::string& proposer) {
+  const auto& want = Baseline();
+  auto stub = cluster.RouterStub();
+  const auto got = RunAll(*stub, Workload(), 3);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_FALSE(want[i].empty());
+    EXPECT_EQ(got[i], want[i]) << proposer << ", request " << i;
+  }
+  const auto samples = Scrape(MetricsUrl(cluster.worker(0), "worker"));
+  const std::string label = absl::StrCat("proposer=\"", proposer, "\"");
+  const double drafts = Sample(samples, "floe_spec_decode_drafts_total", {label});
+  const double accepted = Sample(samples, "floe_spec_decode_accepted_tokens_total", {label});
+  EXPECT_GT(drafts, 0);
+  EXPECT_GT(accepted, 0) << proposer << ": no draft token accepted";
+  // The accepted-length histogram is the same verification seen per draft.
+  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_count", {label}), drafts);
+  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_sum", {label}), accepted);
+  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"+Inf\""}), drafts);
+}
+
+TEST(SpeculationTest, NgramIsLosslessAndAcceptsDrafts) {
+  LocalCluster cluster(1, SpeculativeArgs("ngram"));
+  ASSERT_TRUE(cluster.ok());
+  ExpectLosslessWithAcceptedDrafts(cluster, "ngram");
+}
+
+TEST(SpeculationTest, SuffixWithSuffixCacheIsLosslessAndUsesTheService) {
+  SuffixCacheProcess cache;
+  ASSERT_TRUE(cache.Start());
+  LocalCluster cluster(1, SpeculativeArgs("suffix", cache.address()));
+  ASSERT_TRUE(cluster.ok());
+  ExpectLosslessWithAcceptedDrafts(cluster, "suffix");
+  const auto samples = Scrape(MetricsUrl(cluster.worker(0), "worker"));
+  const double steps = Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""});
+  EXPECT_GT(steps, 0);
+  // Every request was registered (or skipped while a loaded machine made
+  // Steps late enough to mark the replica down); none was refused.
+  EXPECT_EQ(Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"start\""}) +
+                Sample(samples, "floe_suffix_cache_client_skipped_calls_total", {"call=\"start\""}),
+            Workload().size());
+  EXPECT_EQ(Sample(samples, "floe_suffix_cache_client_rpc_failures_total", {"reason=\"unavailable\""}), 0);
+}
+
+// Clients loop over the workload until stopped, checking every output
+// against the baseline.
+class Load {
+ public:
+  Load(floe::v1::Floe::Stub& stub, int threads) {
+    const auto& want = Baseline();
+    for (int t = 0; t < threads; ++t) {
+      pool_.emplace_back([this, &stub, &want, t] {
+        const auto requests = Workload();
+        for (size_t i = t; !stop_; i = (i + 1) % requests.size()) {
+          Generation g = Generate(stub, requests[i]);
+          if (!g.status.ok() || g.token_ids != want[i]) ++mismatches_;
+          ++done_;
+        }
+      });
+    }
+  }
+  ~Load() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : pool_) if (t.joinable()) t.join();
+  }
+  int done() const { return done_; }
+  int mismatches() const { return mismatches_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> done_{0}, mismatches_{0};
+  std::vector<std::thread> pool_;
+};
+
+TEST(SpeculationFaultTest, SuffixCacheKilledRestartedAndStoppedOnlyCostsDrafts) {
+  Baseline();
+  SuffixCacheProcess cache;
+  ASSERT_TRUE(cache.Start());
+  LocalCluster cluster(1, SpeculativeArgs("suffix", cache.address()));
+  ASSERT_TRUE(cluster.ok());
+  const std::string url = MetricsUrl(cluster.worker(0), "worker");
+  ASSERT_FALSE(url.empty());
+  auto metric = [&](const std::string& name, std::vector<std::string> labels = {}) {
+    return Sample(Scrape(url), name, std::move(labels));
+  };
+  // Successful Step calls: observed minus failed.
+  auto good_steps = [&] {
+    const auto s = Scrape(url);
+    return Sample(s, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""}) -
+           Sample(s, "floe_suffix_cache_client_rpc_failures_total", {"call=\"step\""});
+  };
+  auto stub = cluster.RouterStub();
+  Load load(*stub, 2);
+  ASSERT_TRUE(WaitFor([&] { return good_steps() > 0; }, std::chrono::seconds(30))) << "no Step reached the service";
+
+  // SIGKILL: the worker marks it down and keeps decoding.
+  cache.Kill();
+  ASSERT_TRUE(WaitFor([&] { return metric("floe_suffix_cache_client_up") == 0; }, std::chrono::seconds(20)));
+  EXPECT_GE(metric("floe_suffix_cache_client_unreachable_total"), 1);
+  int done_while_down = load.done();
+  ASSERT_TRUE(WaitFor([&] { return load.done() >= done_while_down + 4; }, std::chrono::seconds(30)))
+      << "decoding stalled while the suffix-cache was down";
+
+  // Restart on the same port: a probe finds it, Steps succeed again.
+  ASSERT_TRUE(cache.Restart());
+  ASSERT_TRUE(WaitFor([&] { return metric("floe_suffix_cache_client_up") == 1; }, std::chrono::seconds(30)))
+      << "never reconnected";
+  EXPECT_GE(metric("floe_suffix_cache_client_reconnect_attempts_total"), 1);
+  const double steps_after_restart = good_steps();
+  ASSERT_TRUE(WaitFor([&] { return good_steps() > steps_after_restart; }, std::chrono::seconds(30)))
+      << "no successful Step after the restart";
+
+  // SIGSTOP: calls time out instead of failing; the engine never waits long
+  // for them (one Step deadline, never a lifecycle call).
+  const double went_down = metric("floe_suffix_cache_client_unreachable_total");
+  ::kill(cache.process().pid(), SIGSTOP);
+  ASSERT_TRUE(WaitFor([&] { return metric("floe_suffix_cache_client_up") == 0; }, std::chrono::seconds(20)));
+  EXPECT_GT(metric("floe_suffix_cache_client_rpc_failures_total", {"reason=\"timeout\""}), 0);
+  done_while_down = load.done();
+  ASSERT_TRUE(WaitFor([&] { return load.done() >= done_while_down + 4; }, std::chrono::seconds(30)))
+      << "decoding stalled while the suffix-cache was stopped";
+  ::kill(cache.process().pid(), SIGCONT);
+  ASSERT_TRUE(WaitFor([&] { return metric("floe_suffix_cache_client_up") == 1; }, std::chrono::seconds(30)));
+  load.Stop();
+
+  EXPECT_EQ(load.mismatches(), 0) << "of " << load.done() << " requests";
+  const auto s = Scrape(url);
+  // Every Step call ended within its 5 ms deadline plus scheduling slack.
+  EXPECT_EQ(Sample(s, "floe_suffix_cache_client_rpc_latency_seconds_bucket", {"call=\"step\"", "le=\"0.1\""}),
+            Sample(s, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""}));
+  EXPECT_GT(Sample(s, "floe_suffix_cache_client_unreachable_total"), went_down);
+  EXPECT_GT(Sample(s, "floe_suffix_cache_client_skipped_calls_total"), 0);
+}
+
+}  // namespace
+}  // namespace floe::testing
