@@ -173,6 +173,9 @@ void ExpectLosslessWithAcceptedDrafts(LocalCluster& cluster, const std::string& 
   EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_count", {label}), drafts);
   EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_sum", {label}), accepted);
   EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"+Inf\""}), drafts);
+  // Drafts accepting no token: all drafts minus those whose first token was.
+  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"0\""}),
+            drafts - Sample(samples, "floe_spec_decode_accepted_per_position_total", {label, "position=\"0\""}));
 }
 
 TEST(SpeculationTest, NgramIsLosslessAndAcceptsDrafts) {
