@@ -35,6 +35,9 @@ suffix-replay.md) and prints acceptance, latency and memory figures.
   --max-spec-offset F        budget offset (0.0)
   --min-token-prob P         stop drafting below this path probability (0.1)
   --max-cached-requests N    global tree size in responses; -1 unlimited, 0 off
+  --eviction fifo|usage      which cached response goes first over the budget
+                             (fifo; usage: responses whose drafts were accepted
+                             get a second chance; see eviction_policy.h)
   --confident-prob P         (default mode) past the match-length budget, keep
                              drafting while the path probability is >= P (0.99;
                              0 turns it off) ...
@@ -138,6 +141,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       FLOE_FLAG_VALUE(f.options.draft.min_token_prob, float_value(0.0f, 1.0f));
     } else if (arg == "--max-cached-requests") {
       FLOE_FLAG_VALUE(f.options.speculator.max_cached_requests, int_value(-1, 0x7FFFFFFF));
+    } else if (arg == "--eviction") {
+      std::string name;
+      FLOE_FLAG_VALUE(name, value());
+      FLOE_FLAG_VALUE(f.options.speculator.eviction, ParseEvictionKind(name));
     } else if (arg == "--confident-prob") {
       FLOE_FLAG_VALUE(f.options.draft.confident_prob, float_value(0.0f, 1.0f));
     } else if (arg == "--confident-min-match") {
@@ -188,6 +195,7 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
                    {"max_spec_offset", o.draft.max_spec_offset},
                    {"min_token_prob", o.draft.min_token_prob},
                    {"max_cached_requests", o.speculator.max_cached_requests},
+                   {"eviction", EvictionKindName(o.speculator.eviction)},
                    {"tree_spec", o.draft.use_tree_spec},
                    {"confident_prob", o.draft.confident_prob},
                    {"discount_own_suffix", o.draft.discount_own_suffix}};
@@ -209,6 +217,9 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
   j["speculate_mean_us"] = mean;
   j["append_us_per_token"] = r.append_us / std::max<int64_t>(1, r.output_tokens);
   j["start_us_per_prompt_token"] = r.start_us / std::max<int64_t>(1, r.prompt_tokens);
+  // StartRequest is the prompt's indexing (the local tree) plus bookkeeping.
+  j["prompt_index_us_per_token"] = j["start_us_per_prompt_token"];
+  j["evictions"] = r.evictions;
   j["stop_us_per_request"] = r.stop_us / std::max<int64_t>(1, r.requests);
   j["cached_tokens"] = r.cached_tokens;
   j["global_tree_bytes"] = r.global_tree_bytes;

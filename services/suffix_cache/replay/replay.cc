@@ -144,6 +144,7 @@ absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
   res.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
   if (!options.ngram) {
     res.cached_tokens = drafter.speculator().global_tree().num_tokens();
+    res.evictions = drafter.speculator().num_evictions();
     res.global_tree_bytes = drafter.speculator().global_tree().MemoryUsage();
   }
   return res;

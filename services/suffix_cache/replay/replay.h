@@ -39,6 +39,7 @@ struct ReplayResult {
   double stop_us = 0;
   double wall_s = 0;
   int64_t cached_tokens = 0;  // global tree at the end
+  int64_t evictions = 0;
   size_t global_tree_bytes = 0;
 };
 

@@ -13,7 +13,7 @@ constexpr int32_t kLocalSeq = 0;
 }  // namespace
 
 SuffixSpeculator::SuffixSpeculator(const SpeculatorConfig& config)
-    : config_(config), global_(config.max_depth) {}
+    : config_(config), global_(config.max_depth), eviction_(config.eviction) {}
 
 absl::Status SuffixSpeculator::StartRequest(absl::string_view request_id,
                                             absl::Span<const int32_t> prompt) {
@@ -23,7 +23,7 @@ absl::Status SuffixSpeculator::StartRequest(absl::string_view request_id,
   }
   auto local = std::make_unique<SuffixTree>(config_.max_depth);
   local->Extend(kLocalSeq, prompt);
-  active_.emplace(id, Active{std::move(local), {}, false});
+  active_.emplace(id, Active{std::move(local), {}, -1, false});
   if (config_.max_cached_requests != 0) {
     if (cached_.contains(id)) {
       absl::Status st = Evict(id);
@@ -47,10 +47,9 @@ int32_t SuffixSpeculator::AllocateSeqId(const std::string& request_id) {
     absl::Status st = Evict(std::string(it->second));
     FLOE_SUFFIX_INVARIANT(st.ok(), "evicting a cached response");
   }
-  const uint64_t order = next_order_++;
-  cached_[request_id] = Cached{seq_id, order};
+  cached_[request_id] = Cached{seq_id};
   request_of_seq_[seq_id] = request_id;
-  fifo_.emplace(order, request_id);
+  eviction_.Add(seq_id);
   EvictBeyondLimit(seq_id);
   return seq_id;
 }
@@ -58,12 +57,12 @@ int32_t SuffixSpeculator::AllocateSeqId(const std::string& request_id) {
 void SuffixSpeculator::EvictBeyondLimit(int32_t newest_seq_id) {
   if (config_.max_cached_requests < 0) return;
   while (static_cast<int64_t>(cached_.size()) > config_.max_cached_requests) {
-    // Oldest first, never the response just added.
-    auto it = fifo_.begin();
-    if (cached_.at(it->second).seq_id == newest_seq_id) ++it;
-    if (it == fifo_.end()) return;
-    absl::Status st = Evict(std::string(it->second));
+    // Never the response just added.
+    const int32_t victim = eviction_.PickVictim(newest_seq_id);
+    if (victim < 0) return;
+    absl::Status st = Evict(std::string(request_of_seq_.at(victim)));
     FLOE_SUFFIX_INVARIANT(st.ok(), "evicting a cached response");
+    ++num_evictions_;
   }
 }
 
@@ -75,7 +74,7 @@ absl::Status SuffixSpeculator::Evict(const std::string& request_id) {
   const Cached c = it->second;
   cached_.erase(it);
   request_of_seq_.erase(c.seq_id);
-  fifo_.erase(c.order);
+  eviction_.Remove(c.seq_id);
   if (global_.Contains(c.seq_id)) return global_.Remove(c.seq_id);
   return absl::OkStatus();  // an empty response was never added to the tree
 }
@@ -92,9 +91,16 @@ absl::Status SuffixSpeculator::AppendTokens(absl::string_view request_id,
   }
   Active& a = it->second;
   a.local->Extend(kLocalSeq, tokens);
+  size_t accepted = 0;
+  while (accepted < a.last_draft.size() && accepted < tokens.size() &&
+         a.last_draft[accepted] == tokens[accepted]) {
+    ++accepted;
+  }
   a.last_accepted = !a.last_draft.empty() && tokens.size() > a.last_draft.size() &&
-                    std::equal(a.last_draft.begin(), a.last_draft.end(), tokens.begin());
+                    accepted == a.last_draft.size();
+  if (a.last_source >= 0) eviction_.Credit(a.last_source, static_cast<int64_t>(accepted));
   a.last_draft.clear();
+  a.last_source = -1;
   if (auto c = cached_.find(request_id); c != cached_.end()) {
     global_.Extend(c->second.seq_id, tokens);
   }
@@ -127,6 +133,7 @@ absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
   DraftParams local_params = params;
   if (!a.last_accepted) local_params.confident_prob = 0.0f;
   Draft best = a.local->Speculate(context, local_params, kLocalSeq);
+  best.source_seq = -1;  // the local tree is no cached response
   if (config_.max_cached_requests != 0) {
     int32_t hint = -1;
     if (auto c = cached_.find(request_id); c != cached_.end()) hint = c->second.seq_id;
@@ -135,9 +142,12 @@ absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
     DraftParams global_params = params;
     global_params.confident_prob = 0.0f;
     Draft global = global_.Speculate(context, global_params, hint);
+    // A draft read from the request's own response credits nothing.
+    if (global.source_seq == hint) global.source_seq = -1;
     if (global.score > best.score) best = std::move(global);
   }
   a.last_draft = best.token_ids;
+  a.last_source = best.source_seq;
   return best;
 }
 

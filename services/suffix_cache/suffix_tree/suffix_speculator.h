@@ -1,7 +1,7 @@
 // SuffixSpeculator: Suffix Decoding's request-level cache. Each active
 // request has a local tree over its prompt and its own response; one global
-// tree holds the responses of recent requests (FIFO beyond
-// max_cached_requests). A draft comes from whichever tree scores higher; the
+// tree holds the responses of recent requests (beyond max_cached_requests
+// one is evicted: FIFO, or usage-aware, see eviction_policy.h). A draft comes from whichever tree scores higher; the
 // local tree wins ties.
 //
 // Lifecycle per request: StartRequest(prompt) -> {Speculate, AppendTokens}*
@@ -15,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "services/suffix_cache/suffix_tree/eviction_policy.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
 namespace floe::suffix_cache {
@@ -33,6 +33,9 @@ struct SpeculatorConfig {
   int max_depth = 64;
   // -1: unlimited; 0: no global tree.
   int64_t max_cached_requests = 100000;
+  // Which cached response goes first. kUsage credits a response with the
+  // accepted tokens of global drafts read from it (Draft::source_seq).
+  EvictionKind eviction = EvictionKind::kFifo;
 };
 
 class SuffixSpeculator {
@@ -62,13 +65,13 @@ class SuffixSpeculator {
   const SuffixTree& global_tree() const { return global_; }
   int num_active() const { return static_cast<int>(active_.size()); }
   int num_cached() const { return static_cast<int>(cached_.size()); }
+  int64_t num_evictions() const { return num_evictions_; }
   // Bytes in all local trees.
   size_t LocalMemoryUsage() const;
 
  private:
   struct Cached {
     int32_t seq_id;
-    uint64_t order;  // FIFO position
   };
   int32_t AllocateSeqId(const std::string& request_id);
   void EvictBeyondLimit(int32_t newest_seq_id);
@@ -79,13 +82,14 @@ class SuffixSpeculator {
   struct Active {
     std::unique_ptr<SuffixTree> local;
     std::vector<int32_t> last_draft;
+    int32_t last_source = -1;  // global sequence the last draft came from
     bool last_accepted = false;  // the previous draft was accepted in full
   };
   absl::flat_hash_map<std::string, Active> active_;
   absl::flat_hash_map<std::string, Cached> cached_;
   absl::flat_hash_map<int32_t, std::string> request_of_seq_;
-  std::map<uint64_t, std::string> fifo_;
-  uint64_t next_order_ = 0;
+  EvictionPolicy eviction_;
+  int64_t num_evictions_ = 0;
   int32_t next_seq_id_ = 0;
 };
 

@@ -31,6 +31,7 @@ int32_t SuffixTree::SlotFor(int32_t seq_id) {
     seqs_.emplace_back();
   }
   seqs_[slot].active.assign(max_depth_, kRoot);
+  seqs_[slot].seq_id = seq_id;
   slot_of_.emplace(seq_id, slot);
   return slot;
 }
@@ -528,7 +529,7 @@ template <typename Sink>
 float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
                             int budget, bool confident_extra,
                             const DraftParams& params, std::vector<int32_t>* window,
-                            Sink&& sink) const {
+                            Sink&& sink, int32_t* last_node) const {
   // Float arithmetic in the reference's order, so scores (and ties) agree.
   float prob = 1.0f;
   float score = 0.0f;
@@ -586,6 +587,7 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     node = again.node;
     idx = again.idx;
   }
+  if (last_node != nullptr) *last_node = node;
   return score;
 }
 
@@ -691,14 +693,19 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int budget = budget_for(best_m);
     best.token_ids.reserve(budget);
     best.probs.reserve(budget);
+    int32_t last_node = kRoot;
     best.score = PathDraft(locus(best_m), own(best_m), context.subspan(len - best_m), budget,
                            confident(best_m), params,
                            &window, [&](int32_t t, float p) {
       best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
       best.token_ids.push_back(t);
       best.probs.push_back(p);
-    });
+    }, &last_node);
     best.match_len = best_m;
+    if (!best.token_ids.empty() && last_node != kRoot) {
+      const Seq& src = seqs_[nodes_[last_node].ref_seq];
+      if (!src.removed) best.source_seq = src.seq_id;
+    }
   }
   return best;
 }

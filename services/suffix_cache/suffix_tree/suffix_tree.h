@@ -67,6 +67,11 @@ struct Draft {
   std::vector<float> probs;
   float score = 0.0f;  // sum of probs: expected accepted tokens
   int32_t match_len = 0;
+  // Path drafts: the sequence whose storage the draft's last node refers to
+  // (the newest live sequence through it, where it can tell), the
+  // response the draft was read from, for usage-aware eviction. -1: tree
+  // drafts, empty drafts, or storage of a removed sequence.
+  int32_t source_seq = -1;
 };
 
 class SuffixTree {
@@ -137,6 +142,7 @@ class SuffixTree {
     int32_t size = 0;
   };
   struct Seq {
+    int32_t seq_id = -1;
     std::vector<int32_t> tokens;
     int32_t refs = 0;        // nodes referring to this storage
     bool removed = false;    // storage kept only for refs
@@ -212,7 +218,8 @@ class SuffixTree {
   template <typename Sink>
   float PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched, int budget,
                   bool confident_extra,
-                  const DraftParams& params, std::vector<int32_t>* window, Sink&& sink) const;
+                  const DraftParams& params, std::vector<int32_t>* window, Sink&& sink,
+                  int32_t* last_node = nullptr) const;
   void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
 

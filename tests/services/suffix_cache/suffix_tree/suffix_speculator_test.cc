@@ -1,5 +1,6 @@
 #include "services/suffix_cache/suffix_tree/suffix_speculator.h"
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -8,6 +9,56 @@ namespace floe::suffix_cache {
 namespace {
 
 using Str = std::vector<int32_t>;
+
+// Runs request `id` with `prompt`, drafts once from `context`, appends
+// `response` and stops; returns the draft.
+Draft RunOnce(SuffixSpeculator& spec, const std::string& id, const Str& prompt,
+              const Str& response) {
+  DraftParams p;
+  p.max_spec_tokens = 8;
+  EXPECT_TRUE(spec.StartRequest(id, prompt).ok());
+  absl::StatusOr<Draft> d = spec.Speculate(id, prompt, p);
+  EXPECT_TRUE(d.ok());
+  EXPECT_TRUE(spec.AppendTokens(id, response).ok());
+  EXPECT_TRUE(spec.StopRequest(id).ok());
+  return d.ok() ? *d : Draft();
+}
+
+// A response whose drafts were accepted outlives an older unused one under
+// kUsage; under kFifo the oldest goes regardless.
+TEST(SuffixSpeculatorTest, UsageEvictionKeepsResponsesThatPaidOff) {
+  Str x, y, z;
+  for (int i = 0; i < 20; ++i) {
+    x.push_back(100 + i);
+    y.push_back(200 + i);
+    z.push_back(300 + i);
+  }
+  for (EvictionKind kind : {EvictionKind::kFifo, EvictionKind::kUsage}) {
+    SuffixSpeculator spec({.max_depth = 16, .max_cached_requests = 3, .eviction = kind});
+    RunOnce(spec, "a", {1}, x);
+    RunOnce(spec, "b", {2}, y);
+    // c's prompt starts x: the draft continues x from a's cached response,
+    // and c's response confirms it.
+    const Draft d = RunOnce(spec, "c", {100, 101, 102, 103, 104}, {105, 106, 107, 108, 109, 110});
+    EXPECT_EQ(d.token_ids, (Str{105, 106, 107, 108}));  // budget: match length 4
+    EXPECT_GE(d.source_seq, 0);
+    RunOnce(spec, "d", {3}, z);  // four responses: one must go
+    EXPECT_EQ(spec.num_cached(), 3);
+    EXPECT_EQ(spec.num_evictions(), 1);
+    const bool a_cached = spec.EvictCachedResponse("a").ok();
+    const bool b_cached = spec.EvictCachedResponse("b").ok();
+    EXPECT_EQ(a_cached, kind == EvictionKind::kUsage) << EvictionKindName(kind);
+    EXPECT_EQ(b_cached, kind == EvictionKind::kFifo) << EvictionKindName(kind);
+  }
+}
+
+// Local drafts name no cached response.
+TEST(SuffixSpeculatorTest, LocalDraftsHaveNoSource) {
+  SuffixSpeculator spec({.max_depth = 16, .max_cached_requests = 4});
+  const Draft d = RunOnce(spec, "a", {5, 6, 7, 8, 5, 6}, {7});
+  EXPECT_FALSE(d.token_ids.empty());
+  EXPECT_EQ(d.source_seq, -1);
+}
 
 TEST(SuffixSpeculatorTest, LifecycleErrors) {
   SuffixSpeculator spec({.max_depth = 8, .max_cached_requests = 4});
