@@ -286,11 +286,12 @@ int64_t SuffixCacheService::RestoreSnapshot() {
              {{"snapshot_max_depth", static_cast<int64_t>(data->max_depth)},
               {"max_depth", static_cast<int64_t>(store_->options().max_depth)}});
   }
-  store_->ImportSnapshot(*data);
   int64_t n = 0;
   for (const auto& ns : data->namespaces) n += static_cast<int64_t>(ns.responses.size());
+  const int64_t namespaces = static_cast<int64_t>(data->namespaces.size());
+  store_->ImportSnapshot(std::move(*data));
   LogEvent(LogLevel::kInfo, "suffix-cache", "snapshot_restored",
-           {{"path", limits_.snapshot_path}, {"responses", n}, {"namespaces", static_cast<int64_t>(data->namespaces.size())}});
+           {{"path", limits_.snapshot_path}, {"responses", n}, {"namespaces", namespaces}});
   return n;
 }
 

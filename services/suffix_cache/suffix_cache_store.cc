@@ -342,7 +342,15 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     DraftParams local_params = item.params;
     if (!req.last_accepted) local_params.confident_prob = 0.0f;
     Draft best = req.local.Speculate(context, local_params, kLocalSeq);
-    if (options_.max_cached_responses != 0) {
+    // A draft's score is at most its token count, which the global tree's
+    // budget bounds (no confident extension there); ties go to the local
+    // draft. So a local draft at that bound cannot lose: skip the global
+    // tree (and its lock) altogether. Agentic copies hit this often.
+    const int global_bound = std::max(
+        0, std::min(item.params.max_spec_tokens,
+                    static_cast<int>((static_cast<int>(context.size()) - 1) * item.params.max_spec_factor +
+                                     item.params.max_spec_offset + 1e-6)));
+    if (options_.max_cached_responses != 0 && best.score < static_cast<float>(global_bound)) {
       DraftParams global_params = item.params;
       global_params.confident_prob = 0.0f;  // as SuffixSpeculator: only the local tree extends
       std::shared_lock<std::shared_mutex> t(ns.tree_mu);
@@ -526,29 +534,51 @@ SnapshotData SuffixCacheStore::ExportSnapshot() const {
   return data;
 }
 
-void SuffixCacheStore::ImportSnapshot(const SnapshotData& data) {
+void SuffixCacheStore::ImportSnapshot(SnapshotData data) {
   if (options_.max_cached_responses == 0) return;
-  for (const SnapshotNamespace& in : data.namespaces) {
+  // FIFO positions in snapshot order across namespaces, as they were written.
+  std::vector<uint64_t> first_order(data.namespaces.size());
+  for (size_t k = 0; k < data.namespaces.size(); ++k) {
+    first_order[k] = next_order_.fetch_add(data.namespaces[k].responses.size());
+  }
+  auto import_one = [&](size_t k) {
+    SnapshotNamespace& in = data.namespaces[k];
     auto ns = GetOrCreateNamespace(in.name);
     size_t first = 0;
     if (options_.max_cached_responses > 0 &&
         static_cast<int64_t>(in.responses.size()) > options_.max_cached_responses) {
       first = in.responses.size() - options_.max_cached_responses;  // keep the newest
     }
+    // One exclusive hold for the whole namespace: nothing is served yet.
+    std::unique_lock<std::shared_mutex> t(ns->tree_mu);
+    ns->cached.reserve(ns->cached.size() + in.responses.size() - first);
     for (size_t i = first; i < in.responses.size(); ++i) {
-      const SnapshotResponse& r = in.responses[i];
-      std::unique_lock<std::shared_mutex> t(ns->tree_mu);
+      SnapshotResponse& r = in.responses[i];
       if (ns->cached.contains(r.request_id)) continue;
       const int32_t seq = ns->AllocateSeqId();
-      const uint64_t order = next_order_.fetch_add(1);
+      const uint64_t order = first_order[k] + i;
       ns->global.Extend(seq, r.tokens);
       ns->global.Finish(seq);
-      ns->cached[r.request_id] = Namespace::Cached{seq, order, r.tokens, false};
+      ns->cached_tokens += static_cast<int64_t>(r.tokens.size());
       ns->used_seqs[seq] = true;
       ns->fifo.emplace(order, r.request_id);
-      ns->cached_tokens += static_cast<int64_t>(r.tokens.size());
+      ns->cached[std::move(r.request_id)] = Namespace::Cached{seq, order, std::move(r.tokens), false};
     }
+  };
+  const size_t threads =
+      std::min<size_t>(data.namespaces.size(), std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    for (size_t k = 0; k < data.namespaces.size(); ++k) import_one(k);
+    return;
   }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < threads; ++w) {
+    workers.emplace_back([&] {
+      for (size_t k; (k = next.fetch_add(1)) < data.namespaces.size();) import_one(k);
+    });
+  }
+  for (auto& w : workers) w.join();
 }
 
 }  // namespace floe::suffix_cache

@@ -138,8 +138,10 @@ class SuffixCacheStore {
 
   // Ended cached responses, FIFO order per namespace.
   SnapshotData ExportSnapshot() const;
-  // Rebuilds the trees from a snapshot (call before serving).
-  void ImportSnapshot(const SnapshotData& data);
+  // Rebuilds the trees from a snapshot (call before serving). Namespaces are
+  // built in parallel (one thread each, up to the hardware's threads); the
+  // tokens move into the cache.
+  void ImportSnapshot(SnapshotData data);
 
   const StoreOptions& options() const { return options_; }
 
