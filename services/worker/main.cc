@@ -42,6 +42,7 @@ struct WorkerFlags {
   double speculative_step_overhead_tokens = 3.0;
   std::string suffix_cache;
   bool benchmark_forced_decoding = false;
+  bool speculative_tree = false;
   int metrics_port = 0;
 };
 
@@ -69,6 +70,8 @@ int Run(int argc, char** argv) {
   parser.AddBool("no-prefix-caching", &f.no_prefix_caching, "disable automatic prefix caching");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
   parser.AddString("speculative", &f.speculative, "speculative decoding (lossless): off|ngram|suffix");
+  parser.AddBool("speculative-tree", &f.speculative_tree,
+                 "--speculative suffix: draft trees (k nodes, verified in one pass under a tree mask)");
   parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
@@ -102,6 +105,7 @@ int Run(int argc, char** argv) {
   }
   load.dummy_dtype = *dummy_dtype;
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
+  speculation.tree = f.speculative_tree;
   if (!f.suffix_cache.empty()) {
     speculation.suffix_cache_addresses = absl::StrSplit(f.suffix_cache, ',');
     if (f.speculative == "suffix")

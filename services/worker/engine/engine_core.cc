@@ -22,10 +22,14 @@ struct EngineCore::Sequence {
   int64_t admission = 0;  // admission order, for choosing whom to preempt
   std::vector<int32_t> banned;  // EOS + stop ids, banned before min_tokens
   // This step's draft (decode phase only) and the proposer it came from;
-  // verify = [last token, draft...] is what the step runs.
+  // verify = [last token, draft...] is what the step runs. A tree draft has
+  // draft_parents (index of each token's parent in draft, -1: the last
+  // token); empty for a chain. verify_parents indexes verify (chain or tree).
   std::vector<int32_t> draft;
+  std::vector<int32_t> draft_parents;
   int draft_source = -1;
   std::vector<int32_t> verify;
+  std::vector<int32_t> verify_parents;
   // Timeline for metrics (steady clock).
   std::chrono::steady_clock::time_point arrival, first_scheduled, first_token;
   bool scheduled_once = false, has_first_token = false;
@@ -66,6 +70,9 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
       proposers_(std::move(proposers)),
       next_seed_(std::random_device{}()),
       draft_stats_(options_.num_speculative_tokens) {
+  // A backend that cannot copy KV slots cannot compact a verified tree path:
+  // tree drafts are cut to their first root path there.
+  tree_verify_ = backend_->CopyKvSlots({}).ok();
   for (const auto& proposer : proposers_) {
     SpeculationCounters c;
     c.proposer = std::string(proposer->name());
@@ -335,9 +342,39 @@ void EngineCore::ProposeDrafts() {
       seq.draft_source = static_cast<int>(p);
     }
     if (!best) continue;
-    seq.draft.assign(best->tokens.begin(),
-                     best->tokens.begin() + std::min<size_t>(best->tokens.size(), spec_batch_[i].max_draft));
+    AssignDraft(seq, *best, spec_batch_[i].max_draft);
   }
+}
+
+void EngineCore::AssignDraft(Sequence& seq, const DraftProposal& proposal, int32_t max_draft) {
+  const size_t n = std::min<size_t>(proposal.tokens.size(), max_draft);
+  seq.draft.assign(proposal.tokens.begin(), proposal.tokens.begin() + n);
+  seq.draft_parents.clear();
+  const std::vector<int32_t>& parents = proposal.parents;
+  if (parents.empty()) return;
+  bool chain = true;
+  for (size_t i = 0; i < n; ++i) {
+    // A malformed tree is a proposer bug: its draft is dropped, never run.
+    if (parents.size() != proposal.tokens.size() || parents[i] < -1 || parents[i] >= static_cast<int32_t>(i)) {
+      seq.draft.clear();
+      return;
+    }
+    chain = chain && parents[i] == static_cast<int32_t>(i) - 1;
+  }
+  if (chain) return;  // verified as a causal chain, nothing to compact
+  if (tree_verify_) {
+    seq.draft_parents.assign(parents.begin(), parents.begin() + n);
+    return;
+  }
+  // First root path: siblings come in the proposer's preference order.
+  std::vector<int32_t> path;
+  int32_t node = -1;
+  for (size_t i = 0; i < n; ++i) {
+    if (parents[i] != node) continue;
+    path.push_back(seq.draft[i]);
+    node = static_cast<int32_t>(i);
+  }
+  seq.draft = std::move(path);
 }
 
 void EngineCore::TrimBlocks(Sequence& seq) {
@@ -375,8 +412,13 @@ absl::Status EngineCore::Step() {
     if (!seq.draft.empty()) {
       seq.verify.assign(1, seq.tokens.back());
       seq.verify.insert(seq.verify.end(), seq.draft.begin(), seq.draft.end());
+      seq.verify_parents.assign(1, -1);
+      const bool tree = !seq.draft_parents.empty();  // a prefix of a tree is a tree
+      for (size_t j = 0; j < seq.draft.size(); ++j)
+        seq.verify_parents.push_back(tree ? seq.draft_parents[j] + 1 : static_cast<int32_t>(j));
       f.tokens = seq.verify;
       f.num_logits = static_cast<int32_t>(seq.verify.size());
+      if (tree) f.parents = seq.verify_parents;
     } else {
       f.tokens = std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, p.num_tokens);
       f.num_logits = seq.num_computed + p.num_tokens == seq.total_len() ? 1 : 0;
@@ -457,16 +499,25 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
   RequestOutput output;
   FinishReason reason = FinishReason::kNone;
   const int32_t num_drafts = num_rows - 1;
-  int32_t accepted = 0;
-  // Row j holds the target's distribution after [.., last token, d1..dj]; it is
-  // valid only while d1..dj were all accepted.
-  for (int32_t j = 0; j < num_rows; ++j) {
-    const int32_t token = SampleOne(seq, logits + static_cast<size_t>(j) * vocab, output);
-    const bool matches = j < num_drafts && token == seq.draft[j];
-    if (matches) ++accepted;
+  const int32_t start_pos = seq.num_computed;  // slot of verify[0]
+  // Row j holds the target's distribution after the root path of verify[j]
+  // (for a chain: [.., last token, d1..dj]). From the root, the target's
+  // token at each node is sampled exactly as plain decoding would sample it
+  // there; a child carrying that token is accepted and the walk descends.
+  std::vector<int32_t>& path = accepted_path_;
+  path.clear();
+  for (int32_t node = 0;;) {
+    const int32_t token = SampleOne(seq, logits + static_cast<size_t>(node) * vocab, output);
+    int32_t child = -1;
+    for (int32_t c = node + 1; c < num_rows && child < 0; ++c) {
+      if (seq.verify_parents[c] == node && seq.verify[c] == token) child = c;
+    }
+    if (child >= 0) path.push_back(child);
     reason = StopReason(seq, token, output);
-    if (reason != FinishReason::kNone || !matches) break;
+    if (reason != FinishReason::kNone || child < 0) break;
+    node = child;
   }
+  const int32_t accepted = static_cast<int32_t>(path.size());
   if (num_drafts > 0) {
     draft_stats_.Record(num_drafts, accepted);
     SpeculationCounters& c = counters_.speculation[seq.draft_source];
@@ -478,7 +529,23 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
     seq.draft.clear();
     // KV is final for the last token and every accepted draft; the newest
     // emitted token is computed next step, rejected slots are overwritten.
+    // An accepted tree path moves into its chain slots first (node path[d-1]
+    // belongs at start_pos + d; path[d-1] >= d, so in order no copy
+    // overwrites a later source).
     seq.num_computed = seq.total_len() - 1;
+    if (reason == FinishReason::kNone) {
+      kv_copies_.clear();
+      const int32_t bs = options_.block_size;
+      for (int32_t d = 1; d <= accepted; ++d) {
+        const int32_t from = start_pos + path[d - 1], to = start_pos + d;
+        if (from == to) continue;
+        kv_copies_.push_back({seq.block_table[from / bs], from % bs, seq.block_table[to / bs], to % bs});
+      }
+      if (!kv_copies_.empty()) {
+        output.status = backend_->CopyKvSlots(kv_copies_);
+        if (!output.status.ok()) reason = FinishReason::kAbort;
+      }
+    }
     if (reason == FinishReason::kNone) {
       TrimBlocks(seq);
       RegisterFullBlocks(seq);

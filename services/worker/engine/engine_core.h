@@ -18,6 +18,9 @@
 //   target's next token; stop rules apply token by token. Rejected positions
 //   are rolled back (num_computed = accepted prefix, blocks past it released;
 //   only blocks whose tokens are final are ever registered for prefix caching).
+//   Tree drafts (DraftProposal::parents) run under a tree attention mask; the
+//   walk from the root accepts the child carrying the target's token at each
+//   node, and the accepted path's KV is copied into its chain slots.
 //
 // Not thread-safe: Engine drives it from one thread. Tests drive it directly.
 #pragma once
@@ -111,6 +114,7 @@ class EngineCore {
   EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks,
              std::vector<std::unique_ptr<Proposer>> proposers);
   void ProposeDrafts();
+  void AssignDraft(Sequence& seq, const DraftProposal& proposal, int32_t max_draft);
   bool Schedule(std::vector<Planned>& plan);
   bool EnsureBlocks(Sequence& seq, int32_t num_tokens);
   void Preempt(Sequence& seq);
@@ -136,6 +140,9 @@ class EngineCore {
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   std::vector<Sequence*> running_;
   std::deque<Sequence*> waiting_;
+  bool tree_verify_ = false;  // the backend compacts verified tree paths (CopyKvSlots)
+  std::vector<int32_t> accepted_path_;
+  std::vector<KvSlotCopy> kv_copies_;
   std::vector<float> logits_;
   std::vector<float> raw_logits_;
   uint64_t next_seed_;

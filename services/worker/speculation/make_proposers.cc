@@ -19,6 +19,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const Specu
   if (config.method == "suffix") {
     SuffixProposerOptions options;
     options.params.max_spec_tokens = config.num_tokens;
+    options.params.use_tree_spec = config.tree;
     std::unique_ptr<GlobalDraftSource> global;
     if (!config.suffix_cache_addresses.empty()) {
       suffix_cache::ClientOptions client_options;

@@ -21,6 +21,7 @@ struct SpeculationConfig {
   // Optional: what the worker sees of the replicas (for /metrics), one
   // replica per address in order.
   std::shared_ptr<RemoteSuffixStats> suffix_cache_stats;
+  bool tree = false;  // suffix only: tree drafts (k = tree nodes) instead of paths
 };
 
 // INVALID_ARGUMENT naming the method when unknown. "off" gives no proposers.

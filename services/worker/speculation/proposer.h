@@ -35,6 +35,12 @@ struct SpecSequence {
 
 struct DraftProposal {
   std::vector<int32_t> tokens;
+  // Empty: a chain. Otherwise a tree: parents[i] < i is the index of token
+  // i's parent, -1 for a child of the sequence's last token; siblings in
+  // preference order (the engine verifies every node in one pass and accepts
+  // the longest path the target agrees with). Truncating a tree to its first
+  // n tokens keeps it a tree.
+  std::vector<int32_t> parents;
   // Expected accepted tokens (or any comparable figure); the engine keeps the
   // highest-scoring non-empty draft, the earlier proposer on ties.
   float score = 0.0f;

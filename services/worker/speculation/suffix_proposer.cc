@@ -7,9 +7,7 @@ absl::string_view Sv(std::string_view v) { return absl::string_view(v.data(), v.
 }  // namespace
 
 SuffixProposer::SuffixProposer(SuffixProposerOptions options, std::unique_ptr<GlobalDraftSource> global)
-    : options_(options), global_(std::move(global)) {
-  options_.params.use_tree_spec = false;
-}
+    : options_(options), global_(std::move(global)) {}
 
 SuffixProposer::~SuffixProposer() = default;
 
@@ -53,6 +51,7 @@ void SuffixProposer::Propose(std::span<const SpecSequence> batch, std::span<Draf
                                       absl::MakeConstSpan(s.tokens.data(), s.tokens.size()), params);
     if (!draft.ok()) continue;
     out[i].tokens = std::move(draft->token_ids);
+    if (params.use_tree_spec) out[i].parents = std::move(draft->parents);
     out[i].score = draft->score;
   }
   if (!global_ || batch.empty()) return;

@@ -1,7 +1,9 @@
 // Suffix Decoding drafts in process: a per-request suffix tree over prompt +
 // own output, and a worker-wide global tree of this worker's responses (the
 // library's SuffixSpeculator, one per namespace so tenants never draft from
-// each other's text). Path drafts only (the engine verifies a chain).
+// each other's text). Path drafts, or tree drafts with
+// params.use_tree_spec (floe-worker --speculative-tree; the engine verifies a
+// tree in one pass). The remote tree always drafts paths.
 //
 // The cluster-wide tree (floe-suffix-cache) plugs in as a GlobalDraftSource:
 // asked once per step for the same sequences, under its own deadline (late

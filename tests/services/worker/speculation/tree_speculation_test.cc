@@ -1,0 +1,230 @@
+// Tree drafts (DraftProposal::parents) must be lossless like chains: greedy
+// and seeded requests, batched and alone, generate exactly what they generate
+// without speculation, whether the tree is fully accepted, fully rejected, or
+// the target's path runs through a child that is not the first (so the
+// accepted path's KV is copied into its chain slots); across stop tokens,
+// max_tokens and the context limit; and the prefix cache only ever holds
+// final tokens after a tree rollback.
+#include <algorithm>
+
+#include "services/worker/speculation/suffix_proposer.h"
+#include "tests/services/worker/engine/engine_test_harness.h"
+
+namespace floe {
+namespace {
+
+enum class Shape {
+  kFirst,   // the true path is every node's first child, decoy branches after it
+  kSecond,  // at every depth a decoy subtree (two nodes) comes before the true child
+  kReject,  // only decoys under the root
+  kBroken,  // like kSecond, but the true path is cut at depth 2 (a decoy there instead)
+};
+
+int32_t Decoy(int32_t t, int salt) { return (t + 1 + salt) % 128000; }
+
+// Builds a tree of at most max_draft nodes around the request's known
+// continuation (from a reference run; token 7 past its end).
+class TreeOracleProposer final : public Proposer {
+ public:
+  TreeOracleProposer(std::map<std::string, Result> reference, Shape shape)
+      : reference_(std::move(reference)), shape_(shape) {}
+  std::string_view name() const override { return "tree-oracle"; }
+  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<int32_t>& want = reference_.at(std::string(batch[i].request_id)).tokens;
+      const size_t produced = batch[i].tokens.size() - batch[i].prompt_len;
+      auto truth = [&](int d) { return produced + d < want.size() ? want[produced + d] : 7; };
+      DraftProposal& p = out[i];
+      auto add = [&](int32_t token, int32_t parent) {
+        if (static_cast<int32_t>(p.tokens.size()) >= batch[i].max_draft) return -1;
+        p.tokens.push_back(token);
+        p.parents.push_back(parent);
+        return static_cast<int32_t>(p.tokens.size()) - 1;
+      };
+      int32_t parent = -1;
+      for (int d = 0; parent >= -1 && static_cast<int32_t>(p.tokens.size()) < batch[i].max_draft; ++d) {
+        const int32_t t = truth(d);
+        if (shape_ == Shape::kReject) {
+          const int32_t decoy = add(Decoy(t, d), -1);
+          add(Decoy(t, d + 50), decoy);
+          continue;
+        }
+        if (shape_ != Shape::kFirst) {
+          const int32_t decoy = add(Decoy(t, 0), parent);
+          if (decoy >= 0) add(truth(d + 1), decoy);  // a decoy subtree under it
+        }
+        const int32_t node = add(shape_ == Shape::kBroken && d == 2 ? Decoy(t, 9) : t, parent);
+        if (shape_ == Shape::kFirst) add(Decoy(t, 1), parent);
+        if (node < 0) break;
+        parent = node;
+      }
+      p.score = 1.0f;
+    }
+  }
+
+ private:
+  std::map<std::string, Result> reference_;
+  Shape shape_;
+};
+
+class TreeSpeculationTest : public EngineHarness {
+ protected:
+  static std::vector<EngineRequest> Batch(int count, bool seeded) {
+    std::mt19937 rng(31);
+    std::vector<EngineRequest> requests;
+    for (int i = 0; i < count; ++i) {
+      auto r = MakeRequest("r" + std::to_string(i), RandomPrompt(rng, 3 + i * 5), 13 + i % 5);
+      if (seeded) {
+        r.sampling.temperature = 0.9f;
+        r.sampling.top_p = 0.95f;
+        r.sampling.seed = 700 + i;
+        r.seeded = true;
+      }
+      if (i == 1) {
+        r.logprobs = true;
+        r.top_logprobs = 2;
+      }
+      requests.push_back(std::move(r));
+    }
+    return requests;
+  }
+  static EngineOptions SpecOptions(int k) {
+    EngineOptions options;
+    options.block_size = 4;
+    options.num_blocks = 512;
+    options.num_speculative_tokens = k;
+    options.speculative_token_threshold = 1 << 20;
+    return options;
+  }
+  static std::map<std::string, Result> RunPlain(const std::vector<EngineRequest>& requests, EngineOptions options) {
+    options.num_speculative_tokens = 0;
+    auto core = MakeEngine(options);
+    return Run(*core, requests);
+  }
+  static std::unique_ptr<EngineCore> TreeEngine(const std::map<std::string, Result>& want, Shape shape,
+                                                EngineOptions options) {
+    std::vector<std::unique_ptr<Proposer>> p;
+    p.push_back(std::make_unique<TreeOracleProposer>(want, shape));
+    return MakeEngine(options, std::move(p));
+  }
+  static const SpeculationCounters& Only(const EngineCore& core) { return core.counters().speculation.at(0); }
+};
+
+TEST_F(TreeSpeculationTest, EveryShapeMatchesPlainDecodingBatchedAndAlone) {
+  const int k = 9;
+  for (bool seeded : {false, true}) {
+    auto requests = Batch(5, seeded);
+    auto want = RunPlain(requests, SpecOptions(k));
+    for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
+      SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
+      auto core = TreeEngine(want, shape, SpecOptions(k));
+      ExpectSameTokens(Run(*core, requests), want);
+      const SpeculationCounters& c = Only(*core);
+      EXPECT_GT(c.drafts, 0);
+      switch (shape) {
+        case Shape::kFirst:  // 5 (first) or 3 (second) path nodes of 9; fewer near max_tokens
+        case Shape::kSecond:
+          EXPECT_GT(c.accepted_tokens, c.drafts);
+          EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
+          break;
+        case Shape::kReject:
+          EXPECT_EQ(c.accepted_tokens, 0);
+          break;
+        case Shape::kBroken:
+          EXPECT_GT(c.accepted_per_position[1], 0);
+          EXPECT_EQ(c.accepted_per_position[2], 0);
+          break;
+      }
+      // Alone.
+      const EngineRequest& r = requests[static_cast<int>(shape) % requests.size()];
+      auto alone = TreeEngine(want, shape, SpecOptions(k));
+      auto got = Run(*alone, {r});
+      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens);
+      EXPECT_EQ(got[r.id].logprobs, want[r.id].logprobs);
+      EXPECT_EQ(got[r.id].reason, want[r.id].reason);
+    }
+  }
+}
+
+TEST_F(TreeSpeculationTest, TreesCrossingStopTokenMinTokensMaxTokensAndContext) {
+  std::mt19937 rng(8);
+  auto base = MakeRequest("base", RandomPrompt(rng, 9), 16);
+  auto reference = RunPlain({base}, SpecOptions(0));
+  ASSERT_EQ(reference["base"].tokens.size(), 16u);
+  const std::vector<int32_t>& ref = reference["base"].tokens;
+  auto stopped = base;
+  stopped.stop.stop_token_ids = {ref[3]};
+  auto delayed = stopped;
+  delayed.id = "delayed";
+  delayed.stop.min_tokens = 6;
+  auto shortened = base;
+  shortened.id = "short";
+  shortened.stop.max_tokens = 5;
+  for (int k : {5, 12}) {
+    SCOPED_TRACE(k);
+    for (const EngineRequest& r : {stopped, delayed, shortened}) {
+      auto want = RunPlain({r}, SpecOptions(k));
+      // The trees carry the unstopped continuation through the stop token / max_tokens.
+      auto core = TreeEngine({{r.id, reference["base"]}}, Shape::kSecond, SpecOptions(k));
+      auto got = Run(*core, {r});
+      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens) << r.id;
+      EXPECT_EQ(got[r.id].reason, want[r.id].reason) << r.id;
+      EXPECT_GT(Only(*core).accepted_tokens, 0) << r.id;
+    }
+    // Context: 9 prompt tokens in a 20-token model; no draft slot reaches past it.
+    auto context = base;
+    context.id = "context";
+    context.stop.max_tokens = 100;
+    EngineOptions small = SpecOptions(k);
+    small.max_model_len = 20;
+    auto want = RunPlain({context}, small);
+    ASSERT_EQ(want["context"].reason, FinishReason::kContext);
+    auto core = TreeEngine({{"context", reference["base"]}}, Shape::kSecond, small);
+    auto got = Run(*core, {context});
+    EXPECT_EQ(got["context"].tokens, want["context"].tokens);
+    EXPECT_EQ(got["context"].reason, FinishReason::kContext);
+  }
+}
+
+TEST_F(TreeSpeculationTest, PrefixCacheHoldsOnlyFinalTokensAfterTreeRollback) {
+  // Turn one is decoded with trees whose accepted path is never the first
+  // child (KV copied into place) and which break at depth 2; turn two's prompt
+  // is turn one's prompt + output and reuses the blocks turn one registered.
+  // Stale (rejected or uncopied) KV there would change turn two's output.
+  std::mt19937 rng(4);
+  auto first = MakeRequest("t1", RandomPrompt(rng, 10), 20);
+  auto first_want = RunAlone({first});
+  auto second = first;
+  second.id = "t2";
+  second.prompt.insert(second.prompt.end(), first_want["t1"].tokens.begin(), first_want["t1"].tokens.end());
+  second.stop.max_tokens = 8;
+  auto second_want = RunAlone({second});
+  for (Shape shape : {Shape::kSecond, Shape::kBroken}) {
+    auto core = TreeEngine({{"t1", first_want["t1"]}, {"t2", second_want["t2"]}}, shape, SpecOptions(7));
+    EXPECT_EQ(Run(*core, {first})["t1"].tokens, first_want["t1"].tokens);
+    EXPECT_GT(Only(*core).accepted_tokens, 0);
+    auto got = Run(*core, {second})["t2"];
+    EXPECT_EQ(got.tokens, second_want["t2"].tokens);
+    EXPECT_GE(got.cached_prompt_tokens, 24);
+  }
+}
+
+TEST_F(TreeSpeculationTest, SuffixTreeDraftsAreLosslessAndDraftFromEarlierResponses) {
+  std::mt19937 rng(9);
+  auto a = MakeRequest("a", RandomPrompt(rng, 12), 24);
+  auto want = RunAlone({a});
+  SuffixProposerOptions options;
+  options.params.use_tree_spec = true;
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<SuffixProposer>(options));
+  auto core = MakeEngine(SpecOptions(6), std::move(p));
+  EXPECT_EQ(Run(*core, {a})["a"].tokens, want["a"].tokens);
+  auto c = a;
+  c.id = "c";  // the global tree knows the whole response now
+  const int64_t before = Only(*core).accepted_tokens;
+  EXPECT_EQ(Run(*core, {c})["c"].tokens, want["a"].tokens);
+  EXPECT_GE(Only(*core).accepted_tokens - before, 12);
+}
+
+}  // namespace
+}  // namespace floe
