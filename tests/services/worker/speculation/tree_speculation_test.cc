@@ -94,6 +94,7 @@ class TreeSpeculationTest : public EngineHarness {
     options.num_blocks = 512;
     options.num_speculative_tokens = k;
     options.speculative_token_threshold = 1 << 20;
+    options.speculative_step_overhead_tokens = -1;  // the trees' shapes stay as built
     return options;
   }
   static std::map<std::string, Result> RunPlain(const std::vector<EngineRequest>& requests, EngineOptions options) {
