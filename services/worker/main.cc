@@ -39,7 +39,7 @@ struct WorkerFlags {
   std::string speculative = "off";
   int num_speculative_tokens = 4;
   int speculative_token_threshold = 32;
-  double speculative_step_overhead_tokens = 3.0;
+  double speculative_step_overhead_tokens = 1.0;
   std::string suffix_cache;
   bool benchmark_forced_decoding = false;
   bool speculative_tree = false;
@@ -76,7 +76,7 @@ int Run(int argc, char** argv) {
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
   parser.AddDouble("speculative-step-overhead-tokens", &f.speculative_step_overhead_tokens,
-                   "draft cost model: a step's fixed cost in tokens' worth of compute (CPU ~3); a draft "
+                   "draft cost model: a step's fixed cost in tokens' worth of compute (CPU ~1-3); a draft "
                    "position is verified only if its measured acceptance beats its cost; < 0: threshold only");
   parser.AddString("suffix-cache", &f.suffix_cache, "--speculative suffix: floe-suffix-cache HOST:PORT,... for the global tree");
   parser.AddBool("benchmark-forced-decoding", &f.benchmark_forced_decoding,

@@ -25,7 +25,7 @@ struct DraftCostModel {
   // being its tokens without drafts.
   int threshold = 32;
   // R above; < 0 turns the cost model off (only the threshold applies).
-  double step_overhead_tokens = 3.0;
+  double step_overhead_tokens = 1.0;
 };
 
 // Per-position acceptance of past drafts (all proposers pooled), windowed:

@@ -33,13 +33,13 @@ struct EngineOptions {
   // within that only draft positions whose measured acceptance beats their
   // cost: P_j > E / (speculative_step_overhead_tokens + N) (E: tokens the step
   // emits, N: tokens it runs). Defaults fit the CPU backend, where a verified
-  // token costs about a prefill token and a step's fixed cost is ~3 tokens'
+  // token costs about a prefill token and a step's fixed cost is 1-3 tokens'
   // worth (bench_verify_cost, llama-3.2-1b shape; docs/speculative-decoding.md).
   // A memory-bound GPU step would take a threshold in the hundreds and an
   // overhead of tens to hundreds of tokens.
   int speculative_token_threshold = 32;
   // < 0: threshold only (no acceptance-aware trimming).
-  double speculative_step_overhead_tokens = 3.0;
+  double speculative_step_overhead_tokens = 1.0;
 };
 
 }  // namespace floe
