@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "services/suffix_cache/client/suffix_cache_client.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
@@ -107,7 +108,8 @@ class RemoteSuffixSource final : public GlobalDraftSource {
   suffix_cache::DraftParams params_;
   RemoteSuffixOptions options_;
   ReplicaBackoff backoff_;
-  absl::flat_hash_map<std::string, Remote> live_;  // engine thread
+  // Node map: Query keeps Remote pointers across Track inserts (a flat map rehashes).
+  absl::node_hash_map<std::string, Remote> live_;  // engine thread
   Counters counters_;                              // engine thread
 
   absl::Mutex mu_;
