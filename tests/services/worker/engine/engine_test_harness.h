@@ -126,15 +126,51 @@ class EngineHarness : public testing::Test {
     std::vector<EngineRequest> requests;
     for (int i = 0; i < count; ++i) {
       auto r = MakeRequest("r" + std::to_string(i), RandomPrompt(rng, 3 + static_cast<int>(rng() % 40)), 12 + i % 7);
-      if (seeded) {
-        r.sampling.temperature = 0.9f;
-        r.sampling.top_p = 0.95f;
-        r.sampling.seed = 1000 + i;
-        r.seeded = true;
-      }
+      if (seeded) MakeSeeded(r, 1000 + i);
       requests.push_back(std::move(r));
     }
     return requests;
+  }
+
+  // Nucleus sampling with a fixed seed: the counter RNG must give the same
+  // tokens however the request is scheduled.
+  static void MakeSeeded(EngineRequest& r, uint64_t seed) {
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.seed = seed;
+    r.seeded = true;
+  }
+
+  // Engine options for speculation tests: k draft tokens, never turned off by load.
+  static EngineOptions SpeculationOptions(int k) {
+    EngineOptions options;
+    options.block_size = 4;
+    options.num_blocks = 512;
+    options.num_speculative_tokens = k;
+    options.speculative_token_threshold = 1 << 20;
+    return options;
+  }
+
+  // The reference for speculation: same requests, same options, no drafts.
+  static std::map<std::string, Result> RunWithoutSpeculation(const std::vector<EngineRequest>& requests,
+                                                             EngineOptions options) {
+    options.num_speculative_tokens = 0;
+    auto core = MakeEngine(options);
+    return Run(*core, requests);
+  }
+
+  // `base` stopped by each stop rule: a stop token (`stop_token`), the same
+  // stop token delayed by min_tokens 6, and max_tokens 5.
+  static std::vector<EngineRequest> StopRuleVariants(const EngineRequest& base, int32_t stop_token) {
+    auto stopped = base;
+    stopped.stop.stop_token_ids = {stop_token};
+    auto delayed = stopped;
+    delayed.id = "delayed";
+    delayed.stop.min_tokens = 6;
+    auto shortened = base;
+    shortened.id = "short";
+    shortened.stop.max_tokens = 5;
+    return {stopped, delayed, shortened};
   }
 
   static void ExpectSameTokens(const std::map<std::string, Result>& got, const std::map<std::string, Result>& want) {

@@ -52,12 +52,7 @@ class SpeculativeDecodingTest : public EngineHarness {
     std::vector<int32_t> prompt;
     for (int rep = 0; rep < 4; ++rep) prompt.insert(prompt.end(), motif.begin(), motif.end());
     auto r = MakeRequest("r" + std::to_string(i), prompt, 14 + i % 5);
-    if (seeded) {
-      r.sampling.temperature = 0.9f;
-      r.sampling.top_p = 0.95f;
-      r.sampling.seed = 500 + i;
-      r.seeded = true;
-    }
+    if (seeded) MakeSeeded(r, 500 + i);
     if (i == 1) {
       r.logprobs = true;
       r.top_logprobs = 2;
@@ -67,21 +62,7 @@ class SpeculativeDecodingTest : public EngineHarness {
   return requests;
 }
 
-  static EngineOptions SpecOptions(int k) {
-    EngineOptions options;
-    options.block_size = 4;
-    options.num_blocks = 512;
-    options.num_speculative_tokens = k;
-    options.speculative_token_threshold = 1 << 20;
-    return options;
-  }
-  // The reference: same requests, same engine options, no speculation.
-  static std::map<std::string, Result> RunPlain(const std::vector<EngineRequest>& requests,
-                                                EngineOptions options) {
-    options.num_speculative_tokens = 0;
-    auto core = MakeEngine(options);
-    return Run(*core, requests);
-  }
+  static EngineOptions SpecOptions(int k) { return SpeculationOptions(k); }
   static std::unique_ptr<Proposer> MakeProposer(const std::string& kind, const std::map<std::string, Result>& want,
                                                 int k) {
     if (kind == "ngram") return std::make_unique<NgramProposer>(NgramOptions{1, 3, k});
@@ -97,7 +78,7 @@ TEST_F(SpeculativeDecodingTest, EveryProposerMatchesPlainDecodingBatchedAndAlone
   for (bool seeded : {false, true}) {
     auto requests = RepetitiveBatch(5, seeded);
     const int k = 4;
-    auto want = RunPlain(requests, SpecOptions(k));
+    auto want = RunWithoutSpeculation(requests, SpecOptions(k));
     for (const std::string kind : {"ngram", "suffix", "accept", "reject", "middle"}) {
       SCOPED_TRACE(kind + (seeded ? " seeded" : " greedy"));
       std::vector<std::unique_ptr<Proposer>> p;
@@ -137,26 +118,19 @@ TEST_F(SpeculativeDecodingTest, EveryProposerMatchesPlainDecodingBatchedAndAlone
 TEST_F(SpeculativeDecodingTest, DraftsCrossingStopTokenMinTokensMaxTokensAndContext) {
   std::mt19937 rng(8);
   auto base = MakeRequest("base", RandomPrompt(rng, 9), 16);
-  auto reference = RunPlain({base}, SpecOptions(0));
+  auto reference = RunWithoutSpeculation({base}, SpecOptions(0));
   ASSERT_EQ(reference["base"].tokens.size(), 16u);
   const std::vector<int32_t>& ref = reference["base"].tokens;
 
-  auto stopped = base;
-  stopped.stop.stop_token_ids = {ref[3]};
-  auto delayed = stopped;
-  delayed.id = "delayed";
-  delayed.stop.min_tokens = 6;
-  auto shortened = base;
-  shortened.id = "short";
-  shortened.stop.max_tokens = 5;
+  const std::vector<EngineRequest> stop_variants = StopRuleVariants(base, ref[3]);
   auto context = base;
   context.id = "context";
   context.stop.max_tokens = 100;
 
   for (int k : {3, 8}) {
     SCOPED_TRACE(k);
-    for (const EngineRequest& r : {stopped, delayed, shortened}) {
-      auto want = RunPlain({r}, SpecOptions(k));
+    for (const EngineRequest& r : stop_variants) {
+      auto want = RunWithoutSpeculation({r}, SpecOptions(k));
       // The oracle drafts the unstopped continuation, so every draft runs
       // straight through the stop token / max_tokens.
       std::map<std::string, Result> oracle = {{r.id, reference["base"]}};
@@ -171,7 +145,7 @@ TEST_F(SpeculativeDecodingTest, DraftsCrossingStopTokenMinTokensMaxTokensAndCont
     // Context: 9 prompt tokens in a 20-token model; drafts never reach past it.
     EngineOptions small = SpecOptions(k);
     small.max_model_len = 20;
-    auto want = RunPlain({context}, small);
+    auto want = RunWithoutSpeculation({context}, small);
     ASSERT_EQ(want["context"].reason, FinishReason::kContext);
     ASSERT_EQ(want["context"].tokens.size(), 11u);
     std::map<std::string, Result> oracle = {{"context", reference["base"]}};
@@ -182,7 +156,7 @@ TEST_F(SpeculativeDecodingTest, DraftsCrossingStopTokenMinTokensMaxTokensAndCont
     EXPECT_EQ(got["context"].tokens, want["context"].tokens);
     EXPECT_EQ(got["context"].reason, FinishReason::kContext);
   }
-  auto stop_want = RunPlain({stopped}, SpecOptions(0));
+  auto stop_want = RunWithoutSpeculation({stop_variants[0]}, SpecOptions(0));
   EXPECT_EQ(stop_want["base"].reason, FinishReason::kStop);
 }
 
@@ -214,7 +188,7 @@ TEST_F(SpeculativeDecodingTest, BlockPressureDropsDraftsAndPreemptsLosslessly) {
   EngineOptions options = SpecOptions(8);
   options.num_blocks = 28;
   options.enable_prefix_caching = false;
-  auto want = RunPlain(requests, SpecOptions(8));
+  auto want = RunWithoutSpeculation(requests, SpecOptions(8));
   std::vector<std::unique_ptr<Proposer>> p;
   p.push_back(std::make_unique<OracleProposer>(want, 5));
   auto core = MakeEngine(options, std::move(p));
@@ -225,7 +199,7 @@ TEST_F(SpeculativeDecodingTest, BlockPressureDropsDraftsAndPreemptsLosslessly) {
 
 TEST_F(SpeculativeDecodingTest, DraftBudgetShrinksWithLoadAndRequestsMayOptOut) {
   auto requests = RepetitiveBatch(4, /*seeded=*/false);
-  auto want = RunPlain(requests, SpecOptions(4));
+  auto want = RunWithoutSpeculation(requests, SpecOptions(4));
   auto run_with = [&](int threshold, bool opt_out) {
     EngineOptions options = SpecOptions(4);
     options.speculative_token_threshold = threshold;

@@ -74,12 +74,7 @@ class TreeSpeculationTest : public EngineHarness {
     std::vector<EngineRequest> requests;
     for (int i = 0; i < count; ++i) {
       auto r = MakeRequest("r" + std::to_string(i), RandomPrompt(rng, 3 + i * 5), 13 + i % 5);
-      if (seeded) {
-        r.sampling.temperature = 0.9f;
-        r.sampling.top_p = 0.95f;
-        r.sampling.seed = 700 + i;
-        r.seeded = true;
-      }
+      if (seeded) MakeSeeded(r, 700 + i);
       if (i == 1) {
         r.logprobs = true;
         r.top_logprobs = 2;
@@ -89,18 +84,9 @@ class TreeSpeculationTest : public EngineHarness {
     return requests;
   }
   static EngineOptions SpecOptions(int k) {
-    EngineOptions options;
-    options.block_size = 4;
-    options.num_blocks = 512;
-    options.num_speculative_tokens = k;
-    options.speculative_token_threshold = 1 << 20;
+    EngineOptions options = SpeculationOptions(k);
     options.speculative_step_overhead_tokens = -1;  // the trees' shapes stay as built
     return options;
-  }
-  static std::map<std::string, Result> RunPlain(const std::vector<EngineRequest>& requests, EngineOptions options) {
-    options.num_speculative_tokens = 0;
-    auto core = MakeEngine(options);
-    return Run(*core, requests);
   }
   static std::unique_ptr<EngineCore> TreeEngine(const std::map<std::string, Result>& want, Shape shape,
                                                 EngineOptions options) {
@@ -115,7 +101,7 @@ TEST_F(TreeSpeculationTest, EveryShapeMatchesPlainDecodingBatchedAndAlone) {
   const int k = 9;
   for (bool seeded : {false, true}) {
     auto requests = Batch(5, seeded);
-    auto want = RunPlain(requests, SpecOptions(k));
+    auto want = RunWithoutSpeculation(requests, SpecOptions(k));
     for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
       SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
       auto core = TreeEngine(want, shape, SpecOptions(k));
@@ -150,21 +136,13 @@ TEST_F(TreeSpeculationTest, EveryShapeMatchesPlainDecodingBatchedAndAlone) {
 TEST_F(TreeSpeculationTest, TreesCrossingStopTokenMinTokensMaxTokensAndContext) {
   std::mt19937 rng(8);
   auto base = MakeRequest("base", RandomPrompt(rng, 9), 16);
-  auto reference = RunPlain({base}, SpecOptions(0));
+  auto reference = RunWithoutSpeculation({base}, SpecOptions(0));
   ASSERT_EQ(reference["base"].tokens.size(), 16u);
   const std::vector<int32_t>& ref = reference["base"].tokens;
-  auto stopped = base;
-  stopped.stop.stop_token_ids = {ref[3]};
-  auto delayed = stopped;
-  delayed.id = "delayed";
-  delayed.stop.min_tokens = 6;
-  auto shortened = base;
-  shortened.id = "short";
-  shortened.stop.max_tokens = 5;
   for (int k : {5, 12}) {
     SCOPED_TRACE(k);
-    for (const EngineRequest& r : {stopped, delayed, shortened}) {
-      auto want = RunPlain({r}, SpecOptions(k));
+    for (const EngineRequest& r : StopRuleVariants(base, ref[3])) {
+      auto want = RunWithoutSpeculation({r}, SpecOptions(k));
       // The trees carry the unstopped continuation through the stop token / max_tokens.
       auto core = TreeEngine({{r.id, reference["base"]}}, Shape::kSecond, SpecOptions(k));
       auto got = Run(*core, {r});
@@ -178,7 +156,7 @@ TEST_F(TreeSpeculationTest, TreesCrossingStopTokenMinTokensMaxTokensAndContext) 
     context.stop.max_tokens = 100;
     EngineOptions small = SpecOptions(k);
     small.max_model_len = 20;
-    auto want = RunPlain({context}, small);
+    auto want = RunWithoutSpeculation({context}, small);
     ASSERT_EQ(want["context"].reason, FinishReason::kContext);
     auto core = TreeEngine({{"context", reference["base"]}}, Shape::kSecond, small);
     auto got = Run(*core, {context});
