@@ -4,6 +4,8 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include "common/metrics/metric_family.h"
+
 namespace floe {
 
 class RouterMetrics::PoolCollector final : public prometheus::Collectable {
@@ -12,13 +14,7 @@ class RouterMetrics::PoolCollector final : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     using prometheus::MetricType;
-    auto family = [](const char* name, const char* help, MetricType type) {
-      prometheus::MetricFamily f;
-      f.name = name;
-      f.help = help;
-      f.type = type;
-      return f;
-    };
+    auto family = MakeFamily;
     auto healthy = family("floe_router_worker_healthy", "1 while the worker receives requests.", MetricType::Gauge);
     auto outstanding = family("floe_router_worker_outstanding", "Router requests on the worker.", MetricType::Gauge);
     auto ejections = family("floe_router_worker_ejections_total", "Times the worker was ejected.", MetricType::Counter);

@@ -7,6 +7,8 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include "common/metrics/metric_family.h"
+
 namespace floe::suffix_cache {
 
 class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable {
@@ -18,10 +20,7 @@ class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable 
     using prometheus::MetricType;
     const StoreStats stats = store_->Stats();
     auto one = [](const char* name, const char* help, MetricType type, double value) {
-      prometheus::MetricFamily f;
-      f.name = name;
-      f.help = help;
-      f.type = type;
+      prometheus::MetricFamily f = MakeFamily(name, help, type);
       prometheus::ClientMetric m;
       if (type == MetricType::Counter) {
         m.counter.value = value;

@@ -6,6 +6,8 @@
 
 #include <limits>
 
+#include "common/metrics/metric_family.h"
+
 namespace floe {
 namespace {
 
@@ -46,11 +48,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
   void AppendSpeculation(const EngineCounters& c, std::vector<prometheus::MetricFamily>& out) const {
     if (c.speculation.empty()) return;
     auto family = [](const char* name, const char* help) {
-      prometheus::MetricFamily f;
-      f.name = name;
-      f.help = help;
-      f.type = prometheus::MetricType::Counter;
-      return f;
+      return MakeFamily(name, help, prometheus::MetricType::Counter);
     };
     auto drafts = family("floe_spec_decode_drafts_total", "Drafts verified.");
     auto draft_tokens = family("floe_spec_decode_draft_tokens_total", "Draft tokens verified.");
@@ -82,10 +80,9 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
   // drafts accept a prefix, so those accepting at most n tokens are the
   // drafts minus those whose token n was accepted.
   prometheus::MetricFamily AcceptedLength(const EngineCounters& c) const {
-    prometheus::MetricFamily f;
-    f.name = "floe_spec_decode_accepted_length";
-    f.help = "Draft tokens accepted per verified draft.";
-    f.type = prometheus::MetricType::Histogram;
+    prometheus::MetricFamily f = MakeFamily("floe_spec_decode_accepted_length",
+                                            "Draft tokens accepted per verified draft.",
+                                            prometheus::MetricType::Histogram);
     for (const SpeculationCounters& s : c.speculation) {
       prometheus::ClientMetric m;
       m.label = {{"model", model_}, {"proposer", s.proposer}};
@@ -106,13 +103,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     if (!stats) return;
     using prometheus::MetricType;
     const RemoteSuffixStats::Snapshot s = stats->Read();
-    auto family = [](const char* name, const char* help, MetricType type) {
-      prometheus::MetricFamily f;
-      f.name = name;
-      f.help = help;
-      f.type = type;
-      return f;
-    };
+    auto family = MakeFamily;
     auto latency = family("floe_suffix_cache_client_rpc_latency_seconds",
                           "Worker-side latency of suffix-cache calls (step: one batched Step per engine step).",
                           MetricType::Histogram);
