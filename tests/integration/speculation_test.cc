@@ -193,10 +193,13 @@ TEST(SpeculationTest, SuffixWithSuffixCacheIsLosslessAndUsesTheService) {
   const auto samples = Scrape(MetricsUrl(cluster.worker(0), "worker"));
   const double steps = Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""});
   EXPECT_GT(steps, 0);
-  // Every request was registered (or skipped while a loaded machine made
-  // Steps late enough to mark the replica down); none was refused.
-  EXPECT_EQ(Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"start\""}) +
-                Sample(samples, "floe_suffix_cache_client_skipped_calls_total", {"call=\"start\""}),
+  // A request registers with the service when it is first asked for a draft
+  // (or is skipped while a loaded machine made Steps late enough to mark the
+  // replica down); the draft budget may never ask a request that its
+  // measured acceptance does not pay for, so some requests never register.
+  const double starts = Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"start\""});
+  EXPECT_GT(starts, 0);
+  EXPECT_LE(starts + Sample(samples, "floe_suffix_cache_client_skipped_calls_total", {"call=\"start\""}),
             Workload().size());
   EXPECT_EQ(Sample(samples, "floe_suffix_cache_client_rpc_failures_total", {"reason=\"unavailable\""}), 0);
 }
