@@ -1,6 +1,7 @@
 #include "services/suffix_cache/client/suffix_cache_client.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -41,6 +42,36 @@ struct StepLatch {
   std::vector<bool> done;
 };
 
+// gRPC 1.51 (Debian 12) serves the C++ callback API, which Step uses, from one
+// process-wide completion queue reference-counted by the channels that used
+// it: when the last such channel is destroyed, gRPC shuts the queue down and
+// deletes it while its own polling threads may still touch it, and the
+// process aborts ("ref_counted.h: assertion failed: prior > 0"; seen in
+// tests that create and destroy clients). One channel that made a callback
+// call and lives as long as the process keeps the count above zero, so the
+// teardown never runs. Intentionally leaked: it must outlive every client.
+void PinCallbackQueue() {
+  static const bool pinned = [] {
+    auto* channel = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()));
+    auto stub = floe::v1::SuffixCache::NewStub(*channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now());  // fails at once; the reference is what matters
+    floe::v1::SuffixStepRequest request;
+    floe::v1::SuffixStepResponse response;
+    absl::Mutex mu;
+    bool done = false;
+    stub->async()->Step(&ctx, &request, &response, [&](grpc::Status) {
+      absl::MutexLock lock(&mu);
+      done = true;
+    });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    return true;
+  }();
+  (void)pinned;
+}
+
 }  // namespace
 
 NamespaceRing::NamespaceRing(const std::vector<std::string>& replicas, int virtual_nodes) {
@@ -61,6 +92,7 @@ int NamespaceRing::ReplicaFor(absl::string_view ns) const {
 absl::StatusOr<std::unique_ptr<SuffixCacheClient>> SuffixCacheClient::Create(const ClientOptions& options) {
   if (options.addresses.empty()) return absl::InvalidArgumentError("addresses is empty: need at least one replica");
   if (options.virtual_nodes < 1) return absl::InvalidArgumentError("virtual_nodes must be >= 1");
+  PinCallbackQueue();
   return std::unique_ptr<SuffixCacheClient>(
       new SuffixCacheClient(options, NamespaceRing(options.addresses, options.virtual_nodes)));
 }

@@ -42,14 +42,24 @@ TEST(SuffixCacheClientTest, LateAnswerIsDroppedAtTheDeadline) {
   options.step_deadline = std::chrono::milliseconds(5);
   auto client = SuffixCacheClient::Create(options);
   ASSERT_TRUE(client.ok());
-  for (int i = 0; i < 3; ++i) {  // the first call also connects
+  // Connecting can take longer than the 5 ms deadline on a loaded machine
+  // (the call then fails UNAVAILABLE while the channel backs off): wait until
+  // the channel is up, i.e. a call reaches the server and runs out of time.
+  const auto connect_deadline = Clock::now() + std::chrono::seconds(10);
+  while ((*client)->Step(OneEntry("", "r")).results(0).code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    ASSERT_LT(Clock::now(), connect_deadline) << "the channel never connected";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int i = 0; i < 3; ++i) {
     const auto t0 = Clock::now();
     floe::v1::SuffixStepResponse resp = (*client)->Step(OneEntry("", "r"));
     const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     ASSERT_EQ(resp.results_size(), 1);
     EXPECT_EQ(resp.results(0).code(), grpc::StatusCode::DEADLINE_EXCEEDED);
     EXPECT_EQ(resp.results(0).token_ids_size(), 0);
-    EXPECT_LT(ms, 5 + 45) << "call " << i;
+    // Far below the server's 300 ms: the late answer was not waited for
+    // (the margin over 5 ms is scheduling on a busy 2-core machine).
+    EXPECT_LT(ms, 150) << "call " << i;
   }
   (*runner)->Shutdown(std::chrono::milliseconds(0));
 }
@@ -72,13 +82,15 @@ TEST(SuffixCacheClientTest, StoppedServerFailsFastWithinTheDeadline) {
     const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const int code = resp.results(0).code();
     EXPECT_TRUE(code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) << code;
-    EXPECT_LT(ms, 5 + 45) << "call " << i;
+    // Fails fast (not gRPC's seconds-long connect timeout); the margin over
+    // the deadline is scheduling on a busy 2-core machine.
+    EXPECT_LT(ms, 150) << "call " << i;
   }
   const auto t0 = Clock::now();
   absl::Status s = (*client)->StartRequest("", "r", {1, 2});
   EXPECT_FALSE(s.ok());
   const double start_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  EXPECT_LT(start_ms, 20 + 45);
+  EXPECT_LT(start_ms, 20 + 130);
 }
 
 TEST(SuffixCacheClientTest, NamespacesRouteToTheirReplica) {
