@@ -31,7 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/engine/dummy_model.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/engine/engine_core.h"
@@ -102,13 +104,13 @@ struct Options {
   std::vector<int> drafts = {0, 4, 8, 16, 32};
 };
 
-std::vector<int> ParseList(const std::string& text) {
+// "1,4,16" -> {1, 4, 16}; empty when an item is not a number >= minimum.
+std::vector<int> ParseList(const std::string& text, int minimum) {
   std::vector<int> out;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    out.push_back(std::atoi(text.substr(pos, comma - pos).c_str()));
-    pos = comma + 1;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value < minimum) return {};
+    out.push_back(value);
   }
   return out;
 }
@@ -293,12 +295,16 @@ int Main(int argc, char** argv) {
     else if (flag == "--steps") opt.steps = std::atoi(argv[i + 1]);
     else if (flag == "--k") opt.k = std::atoi(argv[i + 1]);
     else if (flag == "--only") opt.only = argv[i + 1];
-    else if (flag == "--batches") opt.batches = ParseList(argv[i + 1]);
-    else if (flag == "--drafts") opt.drafts = ParseList(argv[i + 1]);
+    else if (flag == "--batches") opt.batches = ParseList(argv[i + 1], 1);
+    else if (flag == "--drafts") opt.drafts = ParseList(argv[i + 1], 0);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
+  }
+  if (opt.batches.empty() || opt.drafts.empty()) {
+    std::fprintf(stderr, "--batches takes numbers >= 1 and --drafts numbers >= 0, comma-separated\n");
+    return 2;
   }
   std::vector<std::string> parts;
   if (opt.only.empty() || opt.only == "benefit") parts.push_back(Benefit(opt));

@@ -105,9 +105,16 @@ int Run(int argc, char** argv) {
     auto bytes = ReadWholeFile(path);
     read_s.push_back(SecondsSince(t0));
     t0 = Clock::now();
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "reading %s: %s\n", path.c_str(), bytes.status().ToString().c_str());
+      return 1;
+    }
     auto decoded = DecodeSnapshot(*bytes);
     decode_s.push_back(SecondsSince(t0));
-    if (!decoded.ok()) return 1;
+    if (!decoded.ok()) {
+      std::fprintf(stderr, "decoding %s: %s\n", path.c_str(), decoded.status().ToString().c_str());
+      return 1;
+    }
     t0 = Clock::now();
     store.ImportSnapshot(std::move(*decoded));
     import_s.push_back(SecondsSince(t0));

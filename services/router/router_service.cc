@@ -68,7 +68,8 @@ absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& re
     }
   }
   if (ids.empty()) return absl::InvalidArgumentError("prompt is empty: set text or token_ids");
-  // Forced decoding (benchmarks) is relayed as is; the worker decides whether it allows it.
+  // Forced decoding (benchmarks): ids are checked here like prompt ids; whether
+  // the mode is allowed at all is the worker's call (--benchmark-forced-decoding).
   for (int i = 0; i < request.forced_output_ids_size(); ++i) {
     if (request.forced_output_ids(i) < 0 || request.forced_output_ids(i) >= vocab)
       return absl::InvalidArgumentError(absl::StrCat("forced_output_ids[", i, "] = ", request.forced_output_ids(i),

@@ -13,10 +13,7 @@ namespace {
 
 prometheus::MetricFamily Family(const std::string& name, const std::string& help, prometheus::MetricType type,
                                 const std::string& model, double value) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
+  prometheus::MetricFamily family = MakeFamily(name, help, type);
   prometheus::ClientMetric metric;
   metric.label = {{"model", model}};
   if (type == prometheus::MetricType::Counter) {

@@ -8,7 +8,8 @@
 //    out in FIFO order. O(1) amortised per operation.
 // Neither kind ever picks the `protect`ed id (the response just added).
 //
-// Intended use (SuffixSpeculator, and the service store the same way):
+// Intended use (SuffixSpeculator; the service store still runs its own FIFO
+// and would use it the same way):
 //  * Add(id) when a response enters the cache, Remove(id) when it leaves for
 //    any other reason (replaced, aborted, namespace cleared);
 //  * a draft names the cached response it was read from (Draft::source_seq);

@@ -259,9 +259,9 @@ absl::Status CpuBackend::CopyKvSlots(std::span<const KvSlotCopy> copies) {
     }
   }
   const size_t head_bytes = config_.head_dim * sizeof(float);
-  for (const KvSlotCopy& c : copies) {
-    for (int li = 0; li < config_.num_layers; ++li) {
-      const cpu::KvLayer kv = LayerKv(li);
+  for (int li = 0; li < config_.num_layers; ++li) {
+    const cpu::KvLayer kv = LayerKv(li);
+    for (const KvSlotCopy& c : copies) {  // in order: a copy may read an earlier one's destination
       for (int h = 0; h < kv.kv_heads; ++h) {
         std::memmove(kv.k + kv.Offset(c.dst_block, h, c.dst_slot), kv.k + kv.Offset(c.src_block, h, c.src_slot),
                      head_bytes);
