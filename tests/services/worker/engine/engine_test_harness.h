@@ -49,13 +49,20 @@ class EngineHarness : public testing::Test {
     delete dir_;
   }
 
-  static std::unique_ptr<EngineCore> MakeEngine(EngineOptions options,
-                                                std::vector<std::unique_ptr<Proposer>> proposers = {}) {
-    options.eos_token_ids = {128001, 128009};
-    if (options.max_model_len == 0) options.max_model_len = 2048;
+  static std::unique_ptr<Backend> MakeCpuBackend() {
     auto backend = CpuBackend::Create(checkpoint_->config(), checkpoint_->weights(), {2});
     EXPECT_TRUE(backend.ok()) << backend.status();
-    auto core = EngineCore::Create(std::move(backend).value(), options, std::move(proposers));
+    return std::move(backend).value();
+  }
+
+  // On `backend` (a CPU backend over the suite's checkpoint when null).
+  static std::unique_ptr<EngineCore> MakeEngine(EngineOptions options,
+                                                std::vector<std::unique_ptr<Proposer>> proposers = {},
+                                                std::unique_ptr<Backend> backend = nullptr) {
+    options.eos_token_ids = {128001, 128009};
+    if (options.max_model_len == 0) options.max_model_len = 2048;
+    if (!backend) backend = MakeCpuBackend();
+    auto core = EngineCore::Create(std::move(backend), options, std::move(proposers));
     EXPECT_TRUE(core.ok()) << core.status();
     return std::move(core).value();
   }

@@ -67,6 +67,34 @@ class TreeOracleProposer final : public Proposer {
   Shape shape_;
 };
 
+// A CPU backend without CopyKvSlots (like the CUDA backend): it keeps the
+// default UNIMPLEMENTED, counts the trees it is sent and the most logits one
+// sequence asked for (1 + the longest draft verified).
+class NoKvCopyBackend final : public Backend {
+ public:
+  struct Seen {
+    int trees = 0;
+    int32_t max_logits = 0;
+  };
+  NoKvCopyBackend(std::unique_ptr<Backend> inner, Seen* seen) : inner_(std::move(inner)), seen_(seen) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  size_t KvBytesPerBlock(int block_size) const override { return inner_->KvBytesPerBlock(block_size); }
+  absl::Status AllocateKvCache(int num_blocks, int block_size) override {
+    return inner_->AllocateKvCache(num_blocks, block_size);
+  }
+  absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override {
+    for (const ForwardSequence& seq : batch) {
+      seen_->trees += seq.parents.empty() ? 0 : 1;
+      seen_->max_logits = std::max(seen_->max_logits, seq.num_logits);
+    }
+    return inner_->Forward(batch, logits);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  Seen* seen_;
+};
+
 class TreeSpeculationTest : public EngineHarness {
  protected:
   static std::vector<EngineRequest> Batch(int count, bool seeded) {
@@ -129,6 +157,36 @@ TEST_F(TreeSpeculationTest, EveryShapeMatchesPlainDecodingBatchedAndAlone) {
       EXPECT_EQ(got[r.id].tokens, want[r.id].tokens);
       EXPECT_EQ(got[r.id].logprobs, want[r.id].logprobs);
       EXPECT_EQ(got[r.id].reason, want[r.id].reason);
+    }
+  }
+}
+
+TEST_F(TreeSpeculationTest, WithoutKvCopyTheFirstRootPathIsVerifiedAsAChain) {
+  // kFirst's first root path is the true continuation (5 of its 9 nodes);
+  // kSecond's and kBroken's is a decoy and the true token under it (nothing
+  // accepted); kReject's a decoy pair.
+  const int k = 9;
+  for (bool seeded : {false, true}) {
+    auto requests = Batch(5, seeded);
+    auto want = RunWithoutSpeculation(requests, SpecOptions(k));
+    for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
+      SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
+      NoKvCopyBackend::Seen seen;
+      std::vector<std::unique_ptr<Proposer>> p;
+      p.push_back(std::make_unique<TreeOracleProposer>(want, shape));
+      auto core = MakeEngine(SpecOptions(k), std::move(p), std::make_unique<NoKvCopyBackend>(MakeCpuBackend(), &seen));
+      ExpectSameTokens(Run(*core, requests), want);
+      EXPECT_EQ(seen.trees, 0);
+      const SpeculationCounters& c = Only(*core);
+      EXPECT_GT(c.drafts, 0);
+      if (shape == Shape::kFirst) {
+        EXPECT_EQ(seen.max_logits, 1 + 5);
+        EXPECT_GT(c.accepted_tokens, c.drafts);
+        EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
+      } else {
+        EXPECT_EQ(seen.max_logits, 1 + 2);
+        EXPECT_EQ(c.accepted_tokens, 0);
+      }
     }
   }
 }
