@@ -16,24 +16,30 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 
-// One query over ctx keys of one kv head: scores, softmax, weighted V.
-// Key j is at position j below `split` and at tail[j - split] from there on
-// (a tree path; split == ctx for a causal query).
+// One query over the keys of one kv head at cache positions 0..split-1 and
+// then tail[0..tail_len) (a tree token's root path; tail_len == 0 for a causal
+// query): scores, softmax, weighted V. The two runs of keys are separate
+// loops, so the causal run pays nothing for trees.
 // Everything per query, so a token's output does not depend on its batch.
 void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table,
-               int kv_head, int32_t ctx, int32_t split, const int32_t* tail, float scale,
+               int kv_head, int32_t split, const int32_t* tail, int32_t tail_len, float scale,
                float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
-  auto offset = [&](int32_t j) {
-    const int32_t p = j < split ? j : tail[j - split];
+  const auto offset = [&](int32_t p) {
     return kv.Offset(block_table[p / kv.block_size], kv_head, p % kv.block_size);
   };
+  // Calls fn(j, cache offset of key j) for every key j in order.
+  const auto for_keys = [&](const auto& fn) {
+    for (int32_t j = 0; j < split; ++j) fn(j, offset(j));
+    for (int32_t t = 0; t < tail_len; ++t) fn(split + t, offset(tail[t]));
+  };
+  const int32_t ctx = split + tail_len;
   const DF df;
   const int64_t lanes = hn::Lanes(df);
   const int hd = kv.head_dim;
   const int64_t vec_end = hd / lanes * lanes;
   float max = -std::numeric_limits<float>::infinity();
-  for (int32_t j = 0; j < ctx; ++j) {
-    const float* k = kv.k + offset(j);
+  for_keys([&](int32_t j, int64_t key) {
+    const float* k = kv.k + key;
     auto a0 = hn::Zero(df), a1 = hn::Zero(df);
     int64_t d = 0;
     for (; d + 2 * lanes <= vec_end; d += 2 * lanes) {
@@ -45,7 +51,7 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
     for (; d < hd; ++d) dot += qh[d] * k[d];
     scores[j] = dot * scale;
     max = std::max(max, scores[j]);
-  }
+  });
   const auto vmax = hn::Set(df, max);
   auto vsum = hn::Zero(df);
   int32_t j = 0;
@@ -66,8 +72,8 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
     const int nvec = static_cast<int>(std::min<int64_t>(kChunk, (vec_end - d0) / lanes));
     hn::Vec<DF> acc[kChunk];
     for (int c = 0; c < kChunk; ++c) acc[c] = hn::Zero(df);
-    for (int32_t jj = 0; jj < ctx; ++jj) {
-      const float* v = kv.v + offset(jj) + d0;
+    for_keys([&](int32_t jj, int64_t key) {
+      const float* v = kv.v + key + d0;
       const auto p = hn::Set(df, scores[jj]);
       if (nvec == kChunk) {
 #pragma GCC unroll 8
@@ -75,15 +81,13 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
       } else {
         for (int c = 0; c < nvec; ++c) acc[c] = hn::MulAdd(p, hn::LoadU(df, v + c * lanes), acc[c]);
       }
-    }
+    });
     const auto vinv = hn::Set(df, inv);
     for (int c = 0; c < nvec; ++c) hn::StoreU(hn::Mul(acc[c], vinv), df, out + d0 + c * lanes);
   }
   for (int64_t d = vec_end; d < hd; ++d) {
     float acc = 0.0f;
-    for (int32_t jj = 0; jj < ctx; ++jj) {
-      acc += scores[jj] * kv.v[offset(jj) + d];
-    }
+    for_keys([&](int32_t jj, int64_t key) { acc += scores[jj] * kv.v[key + d]; });
     out[d] = acc * inv;
   }
 }
@@ -117,6 +121,25 @@ void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float*
   }
 }
 
+void AppendTreePaths(std::span<const int32_t> parents, int32_t start_pos, std::vector<int32_t>& begin,
+                     std::vector<int32_t>& paths) {
+  // A token's path is its parent's path (built earlier: parents precede
+  // children) and then itself.
+  const size_t first = begin.size();
+  for (size_t i = 0; i < parents.size(); ++i) {
+    begin.push_back(static_cast<int32_t>(paths.size()));
+    if (parents[i] >= 0) {
+      const int32_t from = begin[first + parents[i]], to = begin[first + parents[i] + 1];
+      for (int32_t p = from; p < to; ++p) {
+        const int32_t ancestor = paths[p];  // a copy: push_back may reallocate
+        paths.push_back(ancestor);
+      }
+    }
+    paths.push_back(start_pos + static_cast<int32_t>(i));
+  }
+  begin.push_back(static_cast<int32_t>(paths.size()));
+}
+
 void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionSeq> seqs,
                     const KvLayer& kv, int num_heads, float scale, float* out,
                     int64_t out_stride, float* scratch, int64_t scratch_per_thread,
@@ -144,21 +167,18 @@ void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionS
     float* scores = scratch + thread * scratch_per_thread;
     const int32_t first = chunk * kTokensPerTask;
     const int32_t last = std::min(seq.num_tokens, first + kTokensPerTask);
-    int32_t path[kMaxTreeTokens];  // a tree token's root path, as slots
     for (int32_t i = first; i < last; ++i) {
       const int64_t row = seq.first_row + i;
       const float* qh = q + row * q_stride + head * hd;
-      int32_t ctx = seq.start_pos + i + 1, split = ctx;
-      if (seq.tree_parents) {
-        int32_t depth = 0;
-        for (int32_t a = i; a > 0; a = seq.tree_parents[a]) ++depth;
-        for (int32_t a = i, d = depth; d >= 0; a = seq.tree_parents[a], --d) path[d] = seq.start_pos + a;
-        split = seq.start_pos;
-        ctx = seq.start_pos + depth + 1;
+      float* o = out + row * out_stride + head * hd;
+      if (seq.tree_paths) {
+        const int32_t begin = seq.tree_path_begin[i];
+        HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, seq.start_pos, seq.tree_paths + begin,
+                                        seq.tree_path_begin[i + 1] - begin, scale, scores, o);
+      } else {
+        HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, seq.start_pos + i + 1, nullptr, 0,
+                                        scale, scores, o);
       }
-      HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, ctx, split,
-                                      seq.tree_parents ? path : nullptr, scale, scores,
-                                      out + row * out_stride + head * hd);
     }
   });
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 
@@ -33,17 +34,27 @@ struct AttentionSeq {
   int32_t num_tokens = 0;
   int32_t start_pos = 0;
   const int32_t* block_table = nullptr;
-  // Tree mask (null: causal). tree_parents[i] < i is the parent of new token
-  // i, -1 for token 0 (the only root). Token i then attends to positions
-  // [0, start_pos) and to the slots of its ancestors and itself, root first,
-  // so its keys are exactly those a causal chain along its root path would
-  // see, in the same order (results are bit-identical to that chain's).
-  const int32_t* tree_parents = nullptr;
+  // Tree mask (null: causal), from AppendTreePaths: new token i attends to
+  // positions [0, start_pos) and then to the cache positions
+  // tree_paths[tree_path_begin[i] .. tree_path_begin[i + 1]) (its ancestors
+  // and itself, root first), so its keys are exactly those a causal chain
+  // along its root path would see, in the same order (results are
+  // bit-identical to that chain's).
+  const int32_t* tree_path_begin = nullptr;
+  const int32_t* tree_paths = nullptr;
 };
 
-// The most new tokens a tree-masked sequence may have (its root paths are
-// built on the stack).
+// The most new tokens a tree-masked sequence may have (its root paths take up
+// to n(n+1)/2 positions).
 inline constexpr int32_t kMaxTreeTokens = 1024;
+
+// Appends the root path of every token of a tree to `paths` (cache positions,
+// root first) and where each starts to `begin` (parents.size() + 1 entries,
+// indices into `paths`, the last one its end). parents[i] < i is the parent of
+// new token i, -1 for token 0 (the only root); token i sits at start_pos + i.
+// Built once per forward step: every layer reads the same paths.
+void AppendTreePaths(std::span<const int32_t> parents, int32_t start_pos, std::vector<int32_t>& begin,
+                     std::vector<int32_t>& paths);
 
 // Stores the K and V rows (kv_heads * head_dim each; row r at k + r * stride)
 // of every new token into the cache.

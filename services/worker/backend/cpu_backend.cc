@@ -292,6 +292,8 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
   tokens_.clear();
   positions_.clear();
   logit_rows_.clear();
+  tree_path_begin_.clear();
+  tree_paths_.clear();
   int64_t max_context = 0;
   for (const ForwardSequence& seq : batch) {
     cpu::AttentionSeq a;
@@ -299,7 +301,7 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
     a.num_tokens = static_cast<int32_t>(seq.tokens.size());
     a.start_pos = seq.start_pos;
     a.block_table = seq.block_table.data();
-    if (!seq.parents.empty()) a.tree_parents = seq.parents.data();
+    if (!seq.parents.empty()) cpu::AppendTreePaths(seq.parents, seq.start_pos, tree_path_begin_, tree_paths_);
     seqs_.push_back(a);
     const size_t first_position = positions_.size();
     for (int32_t i = 0; i < a.num_tokens; ++i) {
@@ -312,6 +314,14 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
       logit_rows_.push_back(a.first_row + i);
     }
     max_context = std::max<int64_t>(max_context, seq.start_pos + a.num_tokens);
+  }
+  // The root paths of every tree token, built once for all layers; pointed
+  // to once complete (appending may move them).
+  for (size_t s = 0, next = 0; s < batch.size(); ++s) {
+    if (batch[s].parents.empty()) continue;
+    seqs_[s].tree_path_begin = tree_path_begin_.data() + next;
+    seqs_[s].tree_paths = tree_paths_.data();
+    next += batch[s].parents.size() + 1;
   }
   const int64_t m = static_cast<int64_t>(tokens_.size());
   EnsureWorkspace(m, static_cast<int64_t>(logit_rows_.size()), max_context);

@@ -70,6 +70,7 @@ class CpuBackend final : public Backend {
   std::vector<float> x_, xn_, qkv_, attn_, gate_up_, cos_, sin_, scratch_, final_rows_;
   std::vector<cpu::AttentionSeq> seqs_;
   std::vector<int32_t> tokens_, positions_;
+  std::vector<int32_t> tree_path_begin_, tree_paths_;  // cpu::AppendTreePaths of the step's trees
   std::vector<int64_t> logit_rows_;
 };
 

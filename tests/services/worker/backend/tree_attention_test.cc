@@ -1,9 +1,9 @@
 // Tree-masked verification (ForwardSequence::parents) against a brute-force
-// oracle: every node's logits must equal, bit for bit, those of the last row
-// when its root-to-node path runs as a plain causal chain on its own copy of
-// the context; and after CopyKvSlots compacts a path into its chain slots, the
-// next decode must match the chain's next decode bit for bit (the copied KV is
-// exactly the chain's KV).
+// oracle: every node's logits (two trees in one batch) must equal, bit for
+// bit, those of the last row when its root-to-node path runs as a plain causal
+// chain on its own copy of the context; and after CopyKvSlots compacts a path
+// into its chain slots, the next decode must match the chain's next decode bit
+// for bit (the copied KV is exactly the chain's KV).
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -66,27 +66,39 @@ TEST_P(TreeAttentionTest, EveryNodeMatchesItsRootPathRunAsAChain) {
   const int32_t start = static_cast<int32_t>(prompt.size());
   const std::vector<int32_t> tree_table = {30, 12, 5, 40, 7, 22, 9};  // physical order differs
 
-  // Prefill the context, then the tree in a batch between two other sequences
-  // (a prefill and a chain verify), so the mask is per sequence.
-  ASSERT_EQ(Forward(b, {{prompt, 0, tree_table, 0}}).size(), 0u);
+  // A second tree of another shape over the same context, last in the batch,
+  // so each tree's mask is its own.
+  const std::vector<int32_t> parents2 = {-1, 0, 1, 1, 0, 4, 3};
+  const std::vector<int32_t> tree2 = Tokens(static_cast<int>(parents2.size()), 6, vocab);
+  const std::vector<int32_t> tree2_table = {50, 54, 51, 53, 52};
+
+  // Prefill the contexts, then the tree in a batch between two other sequences
+  // (a prefill and a chain verify) and before the second tree.
+  ASSERT_EQ(Forward(b, {{prompt, 0, tree_table, 0}, {prompt, 0, tree2_table, 0}}).size(), 0u);
   const std::vector<int32_t> other_prompt = Tokens(6, 3, vocab), other_table = {60, 61};
   const std::vector<int32_t> chain_ctx = Tokens(5, 4, vocab), chain_table = {70, 71, 72};
   ASSERT_EQ(Forward(b, {{chain_ctx, 0, chain_table, 0}}).size(), 0u);
   const std::vector<int32_t> chain_verify = Tokens(4, 5, vocab);
   ForwardSequence tree_seq{tree, start, tree_table, static_cast<int32_t>(tree.size()), parents};
-  auto rows = Forward(b, {{other_prompt, 0, other_table, 1}, tree_seq, {chain_verify, 5, chain_table, 4}});
-  ASSERT_EQ(rows.size(), 1 + tree.size() + 4);
+  ForwardSequence tree2_seq{tree2, start, tree2_table, static_cast<int32_t>(tree2.size()), parents2};
+  auto rows = Forward(b, {{other_prompt, 0, other_table, 1}, tree_seq, {chain_verify, 5, chain_table, 4}, tree2_seq});
+  ASSERT_EQ(rows.size(), 1 + tree.size() + 4 + tree2.size());
 
   // Oracle: each node's path as a chain over a fresh copy of the context.
   const std::vector<int32_t> table = {90, 85, 88, 80, 93, 82, 95};
-  for (size_t node = 0; node < tree.size(); ++node) {
-    const std::vector<int32_t> path = PathTo(parents, static_cast<int>(node));
-    std::vector<int32_t> chain;
-    for (int32_t a : path) chain.push_back(tree[a]);
-    ASSERT_EQ(Forward(b, {{prompt, 0, table, 0}}).size(), 0u);
-    auto chain_rows = Forward(b, {{chain, start, table, static_cast<int32_t>(chain.size())}});
-    ASSERT_EQ(chain_rows.back(), rows[1 + node]) << "node " << node << " depth " << path.size() - 1;
-  }
+  auto expect_chains = [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& tree_parents,
+                           size_t first_row) {
+    for (size_t node = 0; node < tokens.size(); ++node) {
+      const std::vector<int32_t> path = PathTo(tree_parents, static_cast<int>(node));
+      std::vector<int32_t> chain;
+      for (int32_t a : path) chain.push_back(tokens[a]);
+      ASSERT_EQ(Forward(b, {{prompt, 0, table, 0}}).size(), 0u);
+      auto chain_rows = Forward(b, {{chain, start, table, static_cast<int32_t>(chain.size())}});
+      ASSERT_EQ(chain_rows.back(), rows[first_row + node]) << "node " << node << " depth " << path.size() - 1;
+    }
+  };
+  expect_chains(tree, parents, 1);
+  expect_chains(tree2, parents2, 1 + tree.size() + 4);
 }
 
 TEST_P(TreeAttentionTest, CompactedPathContinuesExactlyLikeTheChain) {
