@@ -8,6 +8,11 @@
 // weights in the shape of --model: "llama-3.2-1b", or "mid" (8 layers,
 // hidden 1024, 16/4 heads, MLP 2816, vocab 32000: about 0.13B parameters)
 // when the 1B shape is too slow for the machine.
+// With --tree-branching B (>= 2) every draft length k > 0 is also run as a
+// tree of k nodes (see BestFirstTree), chain and tree alternating --repeats
+// times in the same run, and the time to copy a tree's deepest path into its
+// chain slots (Backend::CopyKvSlots, what accepting it costs on top) is
+// measured as well.
 // Part 2 (benefit): the tiny random checkpoint (f32) on repetitive prompts,
 // greedy, batch of 8 and alone: tokens per step and wall-clock speedup of the
 // ngram and suffix proposers over plain decoding, plus a second suffix pass
@@ -17,6 +22,7 @@
 //
 // Usage: bench_verify_cost [--model mid|llama-3.2-1b] [--threads N] [--steps N] [--k N]
 //                          [--only cost|benefit] [--batches 1,4,16] [--drafts 0,4,8,16,32]
+//                          [--tree-branching B] [--repeats N]
 // The grid can be split over several runs (one batch size each) on a busy
 // machine; rows carry batch and draft length, so the JSON files concatenate.
 #include <unistd.h>
@@ -27,6 +33,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <queue>
 #include <random>
 #include <string>
 #include <vector>
@@ -70,18 +77,69 @@ class BorrowedBackend final : public Backend {
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override {
     return inner_.Forward(batch, logits);
   }
+  absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override { return inner_.CopyKvSlots(copies); }
 
  private:
   Backend& inner_;
 };
 
-// Always drafts max_draft copies of one token.
+// The parents of a tree draft of k nodes shaped as the suffix tree's
+// (SuffixTree::TreeDraft): the k nodes of highest path probability, best
+// first, where every node has `branching` continuations taking 1/2, 1/4, ...
+// of its probability (the last two the same), so one likely path and rarer
+// alternatives at every node. No min_token_prob cut, so there are always k
+// nodes (as many tokens as the chain it is compared with).
+std::vector<int32_t> BestFirstTree(int k, int branching) {
+  struct Item {
+    double prob;
+    int64_t order;  // ties: the earlier pushed (a parent before its children)
+    int32_t parent;
+    bool operator<(const Item& o) const { return prob != o.prob ? prob < o.prob : order > o.order; }
+  };
+  std::priority_queue<Item> heap;
+  int64_t pushed = 0;
+  auto push_children = [&](double prob, int32_t parent) {
+    double share = 0.5;
+    for (int c = 0; c < branching; ++c, share /= 2) {
+      heap.push({prob * (c + 1 < branching ? share : 2 * share), pushed++, parent});
+    }
+  };
+  std::vector<int32_t> parents;
+  push_children(1.0, -1);
+  while (static_cast<int>(parents.size()) < k) {
+    const Item item = heap.top();
+    heap.pop();
+    parents.push_back(item.parent);
+    push_children(item.prob, static_cast<int32_t>(parents.size()) - 1);
+  }
+  return parents;
+}
+
+int TreeDepth(const std::vector<int32_t>& parents) {
+  std::vector<int> depth(parents.size());
+  int deepest = 0;
+  for (size_t i = 0; i < parents.size(); ++i) {
+    depth[i] = parents[i] < 0 ? 1 : depth[parents[i]] + 1;
+    deepest = std::max(deepest, depth[i]);
+  }
+  return deepest;
+}
+
+// Always drafts max_draft copies of one token: a chain, or a tree shaped by
+// BestFirstTree (tree_branching >= 2).
 class FixedDraftProposer final : public Proposer {
  public:
+  explicit FixedDraftProposer(int tree_branching = 0) : tree_branching_(tree_branching) {}
   std::string_view name() const override { return "fixed"; }
   void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
-    for (size_t i = 0; i < batch.size(); ++i) out[i].tokens.assign(batch[i].max_draft, 13);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      out[i].tokens.assign(batch[i].max_draft, 13);
+      if (tree_branching_ >= 2) out[i].parents = BestFirstTree(batch[i].max_draft, tree_branching_);
+    }
   }
+
+ private:
+  int tree_branching_;
 };
 
 EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
@@ -102,6 +160,8 @@ struct Options {
   std::string only;
   std::vector<int> batches = {1, 4, 16};
   std::vector<int> drafts = {0, 4, 8, 16, 32};
+  int tree_branching = 0;  // >= 2: a tree of the same token count beside every chain
+  int repeats = 1;         // chain and tree measured alternately this many times
 };
 
 // "1,4,16" -> {1, 4, 16}; empty when an item is not a number >= minimum.
@@ -129,6 +189,36 @@ ModelConfig MidConfig() {
   return *c;
 }
 
+// What accepting a tree path costs beyond a chain: its rows copied into
+// their chain slots, every layer (the deepest path of each draft length, each
+// row moved; rows as JSON).
+std::string KvCopyCost(Backend& backend, const Options& opt) {
+  constexpr int kBlockSize = 16, kRepeats = 50;
+  int longest = 1;
+  for (int k : opt.drafts) longest = std::max(longest, k);
+  if (auto s = backend.AllocateKvCache(2 * ((longest + kBlockSize) / kBlockSize + 1), kBlockSize); !s.ok()) Die(s);
+  std::string rows;
+  for (int k : opt.drafts) {
+    if (k == 0) continue;
+    const int depth = TreeDepth(BestFirstTree(k, opt.tree_branching));
+    std::vector<KvSlotCopy> copies;
+    for (int d = 0; d < depth; ++d) {
+      const int from = 1 + k - depth + d, to = 1 + d;  // the worst case: every row moves
+      copies.push_back({from / kBlockSize, from % kBlockSize, to / kBlockSize, to % kBlockSize});
+    }
+    std::vector<double> ms;
+    for (int rep = 0; rep < kRepeats; ++rep) {
+      const double t0 = Now();
+      if (auto s = backend.CopyKvSlots(copies); !s.ok()) Die(s);
+      ms.push_back((Now() - t0) * 1e3);
+    }
+    std::fprintf(stderr, "  kv copy of a %d-row path (k %d): median %.3f ms\n", depth, k, Median(ms));
+    absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"kv_copy_rows\": ", depth, ", \"draft_tokens\": ", k,
+                    ", \"tree_branching\": ", opt.tree_branching, ", \"median_copy_ms\": ", Median(ms), "}");
+  }
+  return rows;
+}
+
 std::string StepCost(const Options& opt) {
   const double t0 = Now();
   auto model = opt.model == "mid" ? BuildModel(MidConfig()) : BuildModel(opt.model);
@@ -137,45 +227,73 @@ std::string StepCost(const Options& opt) {
   if (!backend.ok()) Die(backend.status());
   std::fprintf(stderr, "%s: built and packed in %.1f s\n", opt.model.c_str(), Now() - t0);
   const int vocab = model->config.vocab_size;
+  // One engine with its requests prefilled and one decode step behind it;
+  // then `steps` timed steps, appended to `ms`.
+  struct Shape {
+    const char* name;
+    int tree_branching;
+    std::vector<double> ms;
+  };
+  auto measure = [&](int batch, int k, Shape& shape) {
+    EngineOptions eo;
+    eo.block_size = 16;
+    eo.num_blocks = batch * ((64 + (opt.steps + 2) * (k + 1) + 16) / 16 + 2);
+    eo.max_num_batched_tokens = 8192;
+    eo.num_speculative_tokens = k;
+    eo.speculative_token_threshold = 1 << 20;
+    eo.speculative_step_overhead_tokens = -1;  // always verify k (a random model rejects them all)
+    std::vector<std::unique_ptr<Proposer>> proposers;
+    proposers.push_back(std::make_unique<FixedDraftProposer>(shape.tree_branching));
+    auto core = EngineCore::Create(std::make_unique<BorrowedBackend>(**backend), eo, std::move(proposers));
+    if (!core.ok()) Die(core.status());
+    for (int s = 0; s < batch; ++s) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 64; ++i) prompt.push_back((s * 7919 + i * 131) % vocab);
+      EngineRequest r = Request(absl::StrCat("b", s), prompt, opt.steps + 64);  // drafts never capped by max_tokens
+      if (auto v = (*core)->Validate(r); !v.ok()) Die(v);
+      (*core)->Add(std::move(r));
+    }
+    if (auto s = (*core)->Step(); !s.ok()) Die(s);  // prefill
+    if (auto s = (*core)->Step(); !s.ok()) Die(s);  // warm-up decode
+    for (int step = 0; step < opt.steps; ++step) {
+      const double ts = Now();
+      if (auto s = (*core)->Step(); !s.ok()) Die(s);
+      shape.ms.push_back((Now() - ts) * 1e3);
+    }
+  };
   std::string rows;
   for (int batch : opt.batches) {
     for (int k : opt.drafts) {
-      EngineOptions eo;
-      eo.block_size = 16;
-      eo.num_blocks = batch * ((64 + (opt.steps + 2) * (k + 1) + 16) / 16 + 2);
-      eo.max_num_batched_tokens = 8192;
-      eo.num_speculative_tokens = k;
-      eo.speculative_token_threshold = 1 << 20;
-      eo.speculative_step_overhead_tokens = -1;  // always verify k (a random model rejects them all)
-      std::vector<std::unique_ptr<Proposer>> proposers;
-      proposers.push_back(std::make_unique<FixedDraftProposer>());
-      auto core = EngineCore::Create(std::make_unique<BorrowedBackend>(**backend), eo, std::move(proposers));
-      if (!core.ok()) Die(core.status());
-      for (int s = 0; s < batch; ++s) {
-        std::vector<int32_t> prompt;
-        for (int i = 0; i < 64; ++i) prompt.push_back((s * 7919 + i * 131) % vocab);
-        EngineRequest r = Request(absl::StrCat("b", s), prompt, opt.steps + 64);  // drafts never capped by max_tokens
-        if (auto v = (*core)->Validate(r); !v.ok()) Die(v);
-        (*core)->Add(std::move(r));
+      std::vector<Shape> shapes = {{"chain", 0, {}}};
+      if (opt.tree_branching >= 2 && k > 0) shapes.push_back({"tree", opt.tree_branching, {}});
+      for (int rep = 0; rep < opt.repeats; ++rep) {
+        for (Shape& shape : shapes) measure(batch, k, shape);
       }
-      if (auto s = (*core)->Step(); !s.ok()) Die(s);  // prefill
-      if (auto s = (*core)->Step(); !s.ok()) Die(s);  // warm-up decode
-      std::vector<double> ms;
-      for (int step = 0; step < opt.steps; ++step) {
-        const double ts = Now();
-        if (auto s = (*core)->Step(); !s.ok()) Die(s);
-        ms.push_back((Now() - ts) * 1e3);
+      double chain_median = 0;
+      for (const Shape& shape : shapes) {
+        // The machine is shared: the minimum is the least disturbed estimate.
+        const double med = Median(shape.ms), best = *std::min_element(shape.ms.begin(), shape.ms.end());
+        std::fprintf(stderr, "  batch %2d k %2d %-5s: median %.1f min %.1f ms/step\n", batch, k, shape.name, med,
+                     best);
+        std::string tree_fields;
+        if (shape.tree_branching > 0) {
+          const std::vector<int32_t> parents = BestFirstTree(k, shape.tree_branching);
+          absl::StrAppend(&tree_fields, ", \"tree_branching\": ", shape.tree_branching, ", \"tree_depth\": ",
+                          TreeDepth(parents), ", \"tree_over_chain\": ", med / chain_median);
+        } else {
+          chain_median = med;
+        }
+        absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"batch\": ", batch, ", \"draft_tokens\": ", k,
+                        ", \"shape\": \"", shape.name, "\", \"tokens_per_step\": ", batch * (k + 1),
+                        ", \"median_step_ms\": ", med, ", \"min_step_ms\": ", best, ", \"samples\": ",
+                        shape.ms.size(), tree_fields, "}");
       }
-      // The machine is shared: the minimum is the least disturbed estimate.
-      const double med = Median(ms), best = *std::min_element(ms.begin(), ms.end());
-      std::fprintf(stderr, "  batch %2d k %2d: median %.1f min %.1f ms/step\n", batch, k, med, best);
-      absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"batch\": ", batch, ", \"draft_tokens\": ", k,
-                      ", \"tokens_per_step\": ", batch * (k + 1), ", \"median_step_ms\": ", med,
-                      ", \"min_step_ms\": ", best, "}");
     }
   }
+  if (opt.tree_branching >= 2) absl::StrAppend(&rows, ",\n", KvCopyCost(**backend, opt));
   return absl::StrCat("  \"step_cost\": {\"model\": \"", opt.model, "\", \"threads\": ", opt.threads,
-                      ", \"prompt_tokens\": 64, \"rows\": [\n", rows, "\n  ]}");
+                      ", \"prompt_tokens\": 64, \"steps\": ", opt.steps, ", \"repeats\": ", opt.repeats,
+                      ", \"rows\": [\n", rows, "\n  ]}");
 }
 
 struct RunStats {
@@ -297,6 +415,14 @@ int Main(int argc, char** argv) {
     else if (flag == "--only") opt.only = argv[i + 1];
     else if (flag == "--batches") opt.batches = ParseList(argv[i + 1], 1);
     else if (flag == "--drafts") opt.drafts = ParseList(argv[i + 1], 0);
+    else if (flag == "--tree-branching" || flag == "--repeats") {
+      const std::vector<int> value = ParseList(argv[i + 1], flag == "--repeats" ? 1 : 2);
+      if (value.size() != 1) {
+        std::fprintf(stderr, "%s takes one number >= %d\n", flag.c_str(), flag == "--repeats" ? 1 : 2);
+        return 2;
+      }
+      (flag == "--repeats" ? opt.repeats : opt.tree_branching) = value[0];
+    }
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
