@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/suffix_cache/suffix_tree/draft_feedback.h"
 #include "services/suffix_cache/suffix_tree/invariant.h"
 
 namespace floe::suffix_cache {
@@ -26,8 +27,7 @@ struct SuffixCacheStore::Request {
   SuffixTree local;
   std::vector<int32_t> context;  // tail of prompt + response
   int64_t response_len = 0;
-  std::vector<int32_t> last_draft;
-  bool last_accepted = false;  // the previous draft was accepted in full
+  DraftFeedback feedback;      // the request's record: adjusts its drafts
   bool done = false;           // ended or aborted while a Step held it
 };
 
@@ -283,9 +283,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       return;
     }
     req.local.Extend(kLocalSeq, item.appended);
-    req.last_accepted = !req.last_draft.empty() && item.appended.size() > req.last_draft.size() &&
-                        std::equal(req.last_draft.begin(), req.last_draft.end(), item.appended.begin());
-    req.last_draft.clear();
+    req.feedback.Observe(item.appended);
     req.response_len += static_cast<int64_t>(item.appended.size());
     req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
     if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
@@ -339,9 +337,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     if (static_cast<int>(context.size()) > options_.max_depth) {
       context = context.subspan(context.size() - options_.max_depth);
     }
-    DraftParams local_params = item.params;
-    if (!req.last_accepted) local_params.confident_prob = 0.0f;
-    Draft best = req.local.Speculate(context, local_params, kLocalSeq);
+    Draft best = req.local.Speculate(context, req.feedback.Adjust(item.params, /*local=*/true), kLocalSeq);
     // A draft's score is at most its token count, which the global tree's
     // budget bounds (no confident extension there); ties go to the local
     // draft. So a local draft at that bound cannot lose: skip the global
@@ -351,8 +347,6 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
                     static_cast<int>((static_cast<int>(context.size()) - 1) * item.params.max_spec_factor +
                                      item.params.max_spec_offset + 1e-6)));
     if (options_.max_cached_responses != 0 && best.score < static_cast<float>(global_bound)) {
-      DraftParams global_params = item.params;
-      global_params.confident_prob = 0.0f;  // as SuffixSpeculator: only the local tree extends
       std::shared_lock<std::shared_mutex> t(ns.tree_mu);
       auto c = ns.cached.find(item.request_id);
       // The hint needs the sequence's tail to be the context's tail (with
@@ -360,10 +354,10 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       const bool current = c != ns.cached.end() &&
                            static_cast<int64_t>(c->second.tokens.size()) == req.response_len;
       const int32_t hint = current ? c->second.seq_id : -1;
-      Draft global = ns.global.Speculate(context, global_params, hint);
+      Draft global = ns.global.Speculate(context, req.feedback.Adjust(item.params, /*local=*/false), hint);
       if (global.score > best.score) best = std::move(global);
     }
-    req.last_draft = best.token_ids;
+    req.feedback.Proposed(best);
     (*out)[i].draft = std::move(best);
   });
   for (auto& [req, i] : live) req->mu.unlock();

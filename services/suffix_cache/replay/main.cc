@@ -33,7 +33,8 @@ suffix-replay.md) and prints acceptance, latency and memory figures.
   --max-spec-tokens N        draft budget (arctic 16, vllm 24, arctic-spec32 32)
   --max-spec-factor F        budget per matched token (1.0)
   --max-spec-offset F        budget offset (0.0)
-  --min-token-prob P         stop drafting below this path probability (0.1)
+  --min-token-prob P         stop drafting below this path probability (0.13;
+                             0.1 with --reference-compatible)
   --max-cached-requests N    global tree size in responses; -1 unlimited, 0 off
   --eviction fifo|usage      which cached response goes first over the budget
                              (fifo; usage: responses whose drafts were accepted
@@ -42,6 +43,10 @@ suffix-replay.md) and prints acceptance, latency and memory figures.
                              drafting while the path probability is >= P (0.99;
                              0 turns it off) ...
   --confident-min-match N    ... from matches of >= N tokens (max-spec-tokens/3)
+  --confident-min-acceptance A  ... for requests whose recent acceptance rate is
+                             >= A (0.5; 0: any; see draft_feedback.h)
+  --score-exponent G         (default mode) a drafted token adds prob^G to the
+                             score that picks the draft (1.5; 1: prob)
   --tree-spec                tree drafts (best-first) instead of path drafts
   --ngram                    n-gram prompt-lookup baseline (n=3, k=10) instead
   --limit N                  replay only the first N requests
@@ -79,14 +84,15 @@ absl::Status ApplyPreset(const std::string& name, ReplayOptions* o) {
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  // The preset applies first, so explicit flags override it wherever they are.
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--preset") f.preset = argv[i + 1];
+  // The preset and the mode apply first, so explicit flags override them
+  // wherever they are.
+  bool reference_compatible = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--preset" && i + 1 < argc) f.preset = argv[i + 1];
+    if (std::string(argv[i]) == "--reference-compatible") reference_compatible = true;
   }
   if (absl::Status st = ApplyPreset(f.preset, &f.options); !st.ok()) return st;
-  f.options.draft.extend_past_depth = true;
-  f.options.draft.discount_own_suffix = true;
-  f.options.draft.confident_prob = 0.99f;
+  if (!reference_compatible) ApplyDefaultMode(&f.options.draft);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> absl::StatusOr<std::string> {
@@ -126,9 +132,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (arg == "--preset") {
       ++i;  // applied above
     } else if (arg == "--reference-compatible") {
-      f.options.draft.extend_past_depth = false;
-      f.options.draft.discount_own_suffix = false;
-      f.options.draft.confident_prob = 0.0f;
+      // applied above
     } else if (arg == "--max-depth") {
       FLOE_FLAG_VALUE(f.options.speculator.max_depth, int_value(1, 4096));
     } else if (arg == "--max-spec-tokens") {
@@ -147,6 +151,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       FLOE_FLAG_VALUE(f.options.speculator.eviction, ParseEvictionKind(name));
     } else if (arg == "--confident-prob") {
       FLOE_FLAG_VALUE(f.options.draft.confident_prob, float_value(0.0f, 1.0f));
+    } else if (arg == "--confident-min-acceptance") {
+      FLOE_FLAG_VALUE(f.options.draft.confident_min_acceptance, float_value(0.0f, 1.0f));
+    } else if (arg == "--score-exponent") {
+      FLOE_FLAG_VALUE(f.options.draft.score_exponent, float_value(0.01f, 100.0f));
     } else if (arg == "--confident-min-match") {
       FLOE_FLAG_VALUE(f.options.draft.confident_min_match, int_value(0, 4096));
     } else if (arg == "--tree-spec") {
@@ -198,7 +206,9 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
                    {"eviction", EvictionKindName(o.speculator.eviction)},
                    {"tree_spec", o.draft.use_tree_spec},
                    {"confident_prob", o.draft.confident_prob},
-                   {"discount_own_suffix", o.draft.discount_own_suffix}};
+                   {"discount_own_suffix", o.draft.discount_own_suffix},
+                   {"confident_min_acceptance", o.draft.confident_min_acceptance},
+                   {"score_exponent", o.draft.score_exponent}};
   }
   j["requests"] = r.requests;
   j["prompt_tokens"] = r.prompt_tokens;

@@ -23,7 +23,7 @@ absl::Status SuffixSpeculator::StartRequest(absl::string_view request_id,
   }
   auto local = std::make_unique<SuffixTree>(config_.max_depth);
   local->Extend(kLocalSeq, prompt);
-  active_.emplace(id, Active{std::move(local), {}, -1, false});
+  active_.emplace(id, Active{std::move(local), DraftFeedback(), -1});
   if (config_.max_cached_requests != 0) {
     if (cached_.contains(id)) {
       absl::Status st = Evict(id);
@@ -91,15 +91,8 @@ absl::Status SuffixSpeculator::AppendTokens(absl::string_view request_id,
   }
   Active& a = it->second;
   a.local->Extend(kLocalSeq, tokens);
-  size_t accepted = 0;
-  while (accepted < a.last_draft.size() && accepted < tokens.size() &&
-         a.last_draft[accepted] == tokens[accepted]) {
-    ++accepted;
-  }
-  a.last_accepted = !a.last_draft.empty() && tokens.size() > a.last_draft.size() &&
-                    accepted == a.last_draft.size();
-  if (a.last_source >= 0) eviction_.Credit(a.last_source, static_cast<int64_t>(accepted));
-  a.last_draft.clear();
+  const int64_t accepted = a.feedback.Observe(tokens);
+  if (a.last_source >= 0) eviction_.Credit(a.last_source, accepted);
   a.last_source = -1;
   if (auto c = cached_.find(request_id); c != cached_.end()) {
     global_.Extend(c->second.seq_id, tokens);
@@ -130,23 +123,17 @@ absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
     context = context.subspan(context.size() - config_.max_depth);
   }
   Active& a = it->second;
-  DraftParams local_params = params;
-  if (!a.last_accepted) local_params.confident_prob = 0.0f;
-  Draft best = a.local->Speculate(context, local_params, kLocalSeq);
+  Draft best = a.local->Speculate(context, a.feedback.Adjust(params, /*local=*/true), kLocalSeq);
   best.source_seq = -1;  // the local tree is no cached response
   if (config_.max_cached_requests != 0) {
     int32_t hint = -1;
     if (auto c = cached_.find(request_id); c != cached_.end()) hint = c->second.seq_id;
-    // Confident extension pays off for copies of the request's own prompt;
-    // from other responses it mostly over-drafts.
-    DraftParams global_params = params;
-    global_params.confident_prob = 0.0f;
-    Draft global = global_.Speculate(context, global_params, hint);
+    Draft global = global_.Speculate(context, a.feedback.Adjust(params, /*local=*/false), hint);
     // A draft read from the request's own response credits nothing.
     if (global.source_seq == hint) global.source_seq = -1;
     if (global.score > best.score) best = std::move(global);
   }
-  a.last_draft = best.token_ids;
+  a.feedback.Proposed(best);
   a.last_source = best.source_seq;
   return best;
 }

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "services/suffix_cache/suffix_tree/draft_feedback.h"
 #include "services/suffix_cache/suffix_tree/eviction_policy.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
@@ -54,9 +55,10 @@ class SuffixSpeculator {
 
   // Draft for `context` (normally prompt + response so far; only its last
   // max_depth tokens are used). NotFound if the request is not active.
-  // DraftParams::confident_prob applies only to the local tree and only
-  // while the request's previous draft was accepted in full (as seen by the
-  // next AppendTokens).
+  // The request's DraftFeedback adjusts `params` per tree: confident_prob
+  // applies only to the local tree and only while the request's previous
+  // draft was accepted in full (as seen by the next AppendTokens), see
+  // draft_feedback.h.
   absl::StatusOr<Draft> Speculate(absl::string_view request_id,
                                   absl::Span<const int32_t> context,
                                   const DraftParams& params);
@@ -81,9 +83,8 @@ class SuffixSpeculator {
   SuffixTree global_;
   struct Active {
     std::unique_ptr<SuffixTree> local;
-    std::vector<int32_t> last_draft;
+    DraftFeedback feedback;
     int32_t last_source = -1;  // global sequence the last draft came from
-    bool last_accepted = false;  // the previous draft was accepted in full
   };
   absl::flat_hash_map<std::string, Active> active_;
   absl::flat_hash_map<std::string, Cached> cached_;

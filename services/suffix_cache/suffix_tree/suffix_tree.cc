@@ -1,6 +1,7 @@
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 #include <string>
 #include <utility>
@@ -493,6 +494,13 @@ absl::Status SuffixTree::Remove(int32_t seq_id) {
 // Matching and drafting.
 // ---------------------------------------------------------------------------
 
+namespace {
+// A drafted token's share of the score (see DraftParams::score_exponent).
+float ScoreOf(float prob, const DraftParams& params) {
+  return params.score_exponent == 1.0f ? prob : std::pow(prob, params.score_exponent);
+}
+}  // namespace
+
 bool SuffixTree::MatchFromRoot(absl::Span<const int32_t> pattern, Locus* out) const {
   int32_t node = kRoot;
   int32_t idx = 0;
@@ -540,7 +548,7 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
   if (extend) window->assign(matched.begin(), matched.end());
   auto emit = [&](int32_t token) {
     sink(token, prob);
-    score += prob;
+    score += ScoreOf(prob, params);
     ++emitted;
     if (extend) window->push_back(token);
   };
@@ -610,7 +618,7 @@ void SuffixTree::TreeDraft(Locus at, int budget, const DraftParams& params,
       out->token_ids.push_back(Token(item.node, item.idx));
       out->parents.push_back(item.parent);
       out->probs.push_back(item.prob);
-      out->score += item.prob;
+      out->score += ScoreOf(item.prob, params);
       heap.push(Item{item.prob, item.node, item.idx + 1,
                      static_cast<int32_t>(out->token_ids.size()) - 1});
     } else {

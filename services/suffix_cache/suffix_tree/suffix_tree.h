@@ -57,6 +57,18 @@ struct DraftParams {
   // dev trace at budgets 16 and 32).
   float confident_prob = 0.0f;
   int confident_min_match = -1;
+  // Not reference-compatible: a drafted token adds prob^score_exponent to
+  // the score that picks the match length (and the tree: local or global),
+  // instead of prob. Above 1, uncertain tokens count for less than their
+  // path probability: a continuation seen once out of two is accepted far
+  // less often than half the time (0.11 on dev-chat), and a draft with
+  // fewer, surer tokens wins.
+  float score_exponent = 1.0f;
+  // Not reference-compatible, read by SuffixSpeculator through the
+  // request's DraftFeedback (the tree ignores it; see draft_feedback.h):
+  // the confident extension only for requests whose recent acceptance rate
+  // is at least this (0: any).
+  float confident_min_acceptance = 0.0f;
 };
 
 struct Draft {
@@ -65,7 +77,9 @@ struct Draft {
   // (a path draft is the chain -1, 0, 1, ...).
   std::vector<int32_t> parents;
   std::vector<float> probs;
-  float score = 0.0f;  // sum of probs: expected accepted tokens
+  // Sum of probs: expected accepted tokens (with
+  // DraftParams::score_exponent != 1, of probs^score_exponent).
+  float score = 0.0f;
   int32_t match_len = 0;
   // Path drafts: the sequence whose storage the draft's last node refers to
   // (the newest live sequence through it, where it can tell), the

@@ -127,5 +127,59 @@ TEST(SuffixSpeculatorTest, LocalWinsTies) {
   EXPECT_EQ(d->token_ids, (Str{7}));
 }
 
+// The confident extension (past the match-length budget) follows the
+// request's own record: a request whose drafts are accepted extends, one
+// whose drafts were mostly rejected keeps to the budget, though its last
+// draft was accepted in full.
+TEST(SuffixSpeculatorTest, ConfidentExtensionNeedsTheRequestsAcceptance) {
+  Str prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(100 + i);
+  prompt.push_back(7);
+  DraftParams p;
+  p.max_spec_tokens = 8;
+  p.extend_past_depth = true;
+  p.discount_own_suffix = true;
+  p.confident_prob = 0.99f;
+  p.confident_min_match = 2;
+  // "7 100 .." is not in the prompt: the longest match is "100 101 102"
+  // (budget 3), then "100 .. 103" (budget 4), each a single occurrence
+  // (probability 1.0).
+  const Str three = {7, 100, 101, 102};
+  const Str four = {7, 100, 101, 102, 103};
+  const Str extended = {104, 105, 106, 107, 108, 109, 110, 111};
+  for (const float min_acceptance : {0.0f, 0.5f}) {
+    p.confident_min_acceptance = min_acceptance;
+    SuffixSpeculator spec({.max_depth = 64, .max_cached_requests = 0});
+    // "good": its one draft was accepted in full.
+    ASSERT_TRUE(spec.StartRequest("good", prompt).ok());
+    absl::StatusOr<Draft> d = spec.Speculate("good", three, p);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->token_ids, (Str{103, 104, 105}));
+    ASSERT_TRUE(spec.AppendTokens("good", {103, 104, 105, 106}).ok());
+    d = spec.Speculate("good", four, p);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->token_ids, extended) << "must extend, min acceptance " << min_acceptance;
+    // "bad": six drafts rejected, then one accepted in full (recent
+    // acceptance about 0.46 with the prior).
+    ASSERT_TRUE(spec.StartRequest("bad", prompt).ok());
+    for (int i = 0; i < 6; ++i) {
+      d = spec.Speculate("bad", three, p);
+      ASSERT_TRUE(d.ok());
+      ASSERT_EQ(d->token_ids.size(), 3u);
+      ASSERT_TRUE(spec.AppendTokens("bad", {1}).ok());
+    }
+    d = spec.Speculate("bad", three, p);
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE(spec.AppendTokens("bad", {103, 104, 105, 106}).ok());
+    d = spec.Speculate("bad", four, p);
+    ASSERT_TRUE(d.ok());
+    if (min_acceptance > 0.0f) {
+      EXPECT_EQ(d->token_ids, (Str{104, 105, 106, 107})) << "must keep to the budget (4)";
+    } else {
+      EXPECT_EQ(d->token_ids, extended) << "no acceptance rule: extends";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace floe::suffix_cache

@@ -1,6 +1,7 @@
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <vector>
@@ -124,6 +125,34 @@ TEST(SuffixTreeTest, ExtendPastDepthKeepsCopying) {
   Draft lifted = tree.Speculate(context, p);
   ASSERT_EQ(lifted.token_ids.size(), 3u);  // budget = match length 3
   EXPECT_EQ(lifted.token_ids, (Str{106, 107, 108}));
+}
+
+// score_exponent 1.5: a draft of surer tokens beats a longer match whose
+// continuation was seen once each way.
+TEST(SuffixTreeTest, ScoreExponentPrefersSurerTokens) {
+  constexpr int32_t a = 1, b = 2, c = 3, x = 4, d = 5, g = 6, y = 7, e = 8, h = 9, q = 10,
+                    r = 11, z = 12;
+  SuffixTree tree(64);
+  tree.Extend(0, {a, b, c, x, d, g});
+  tree.Extend(1, {a, b, c, y, e, h});
+  for (int s = 2; s < 8; ++s) tree.Extend(s, {q, b, c, x, d});
+  for (int s = 8; s < 10; ++s) tree.Extend(s, {r, b, c, y, e});
+  DraftParams p;
+  p.max_spec_tokens = 8;
+  const Str context = {z, a, b, c};
+  // "a b c" (budget 3): x or y at 1/2, three tokens, score 1.5. "b c"
+  // (budget 2): x at 7/10 then d, score 1.4.
+  Draft plain = tree.Speculate(context, p);
+  EXPECT_EQ(plain.match_len, 3);
+  EXPECT_EQ(plain.token_ids.size(), 3u);
+  EXPECT_FLOAT_EQ(plain.score, 1.5f);
+  // Exponent 1.5: 3 * 0.5^1.5 = 1.06 against 2 * 0.7^1.5 = 1.17.
+  p.score_exponent = 1.5f;
+  Draft sure = tree.Speculate(context, p);
+  EXPECT_EQ(sure.match_len, 2);
+  EXPECT_EQ(sure.token_ids, (Str{x, d}));
+  EXPECT_NEAR(sure.score, 2.0 * std::pow(0.7, 1.5), 1e-5);
+  EXPECT_FLOAT_EQ(sure.probs[0], 0.7f);  // probabilities stay path probabilities
 }
 
 // Random appends (with copied spans, to make repeats), removals and
