@@ -4,8 +4,10 @@
 // model's batch-1 decode. Medians over repetitions after a warm-up; each
 // repetition is preceded by a memory-bandwidth canary (2-thread read of a 1 GiB
 // buffer), since the machine is shared and noisy. The roofs are measured in the
-// same run: an f32 FMA peak probe (per SIMD width the CPU has) and the
-// bandwidth canary; the JSON states each case's roof and the fraction reached.
+// same run: a peak probe of the instruction the bf16 matmuls use (vdpbf16ps
+// where the kernels use it, else f32 FMA at the SIMD width the CPU has) and
+// the bandwidth canary; the JSON states each case's roof and the fraction
+// reached.
 // JSON on stdout.
 //
 // Usage: bench_cpu_forward [--threads N] [--reps N] [--steps N] [--only NAME]
@@ -27,7 +29,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cli/arg_parser.h"
 #include "hwy/targets.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/model/checkpoint_writer.h"
@@ -97,21 +101,44 @@ __attribute__((target("avx2,fma"))) double FmaLoop256(int64_t iters) {
 __attribute__((target("avx512f"))) double FmaLoop512(int64_t iters) {
   FLOE_FMA_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_cvtss_f32)
 }
+// vdpbf16ps: 16 lanes x 2 products, 4 FLOPs per lane.
+__attribute__((target("avx512f,avx512bf16"))) double DotLoop512(int64_t iters) {
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(0.999f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-7f), _mm512_set1_ps(1e-7f));
+  __m512 acc[12];
+  _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  for (int64_t it = 0; it < iters; ++it) {
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) {
+      acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+      asm volatile("" : "+v"(acc[i]));
+    }
+  }
+  float sink = 0;
+  _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) sink += _mm512_cvtss_f32(acc[i]);
+  return sink;
+}
 #undef FLOE_FMA_LOOP
 
-// f32 GFLOP/s of `threads` threads each running FMA chains `lanes` wide.
-double FmaPeak(int threads, int lanes) {
+enum class PeakKind { kFma256, kFma512, kBf16Dot512 };
+
+// GFLOP/s of `threads` threads each running 12 independent chains of `kind`.
+double Peak(int threads, PeakKind kind) {
   constexpr int64_t kIters = 20'000'000;
   std::vector<double> sinks(threads);
   const double t0 = Now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] { sinks[t] = lanes == 16 ? FmaLoop512(kIters) : FmaLoop256(kIters); });
+    pool.emplace_back([&, t] {
+      sinks[t] = kind == PeakKind::kFma256   ? FmaLoop256(kIters)
+                 : kind == PeakKind::kFma512 ? FmaLoop512(kIters)
+                                             : DotLoop512(kIters);
+    });
   }
   for (auto& th : pool) th.join();
   const double dt = Now() - t0;
   if (sinks[0] == 42) std::fprintf(stderr, " ");
-  return static_cast<double>(threads) * kIters * 12 * lanes * 2 / dt / 1e9;
+  const double flops_per_op = kind == PeakKind::kFma256 ? 16 : kind == PeakKind::kFma512 ? 32 : 64;
+  return static_cast<double>(threads) * kIters * 12 * flops_per_op / dt / 1e9;
 }
 
 struct Options {
@@ -183,13 +210,16 @@ std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt_len, i
 struct Result {
   std::string name;
   std::vector<double> rates, canaries;
-  double compute_roof = 0, bandwidth_roof = 0;  // tok/s at the measured FMA peak / median canary
+  double compute_roof = 0, bandwidth_roof = 0;  // tok/s at the matmuls' measured peak / median canary
 };
 
 struct Peaks {
   std::string simd_target;
   int lanes = 8;
   double fma_gflops_1t = 0, fma_gflops = 0;  // median of 3 probes, 1 thread and opt.threads
+  bool bf16_dot = false;                     // the bf16 matmuls use vdpbf16ps
+  double dot_gflops = 0;                     // its peak on opt.threads (bf16_dot only)
+  double matmul_gflops() const { return bf16_dot ? dot_gflops : fma_gflops; }
 };
 
 std::string Json(const std::vector<Result>& results, const Options& opt, double load,
@@ -199,7 +229,9 @@ std::string Json(const std::vector<Result>& results, const Options& opt, double 
       opt.steps, ",\n  \"loadavg_1m_at_start\": ", load, ",\n  \"simd_target\": \"",
       peaks.simd_target, "\",\n  \"fma_probe_lanes\": ", peaks.lanes,
       ",\n  \"fma_peak_gflops_1_thread\": ", peaks.fma_gflops_1t, ",\n  \"fma_peak_gflops\": ",
-      peaks.fma_gflops, ",\n  \"results\": [\n");
+      peaks.fma_gflops, ",\n  \"bf16_matmul_kernels\": \"",
+      peaks.bf16_dot ? "avx512-bf16 dot products" : "f32 fma", "\",\n  \"bf16_dot_peak_gflops\": ",
+      peaks.dot_gflops, ",\n  \"results\": [\n");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     const double roof = std::min(r.compute_roof, r.bandwidth_roof);
@@ -219,18 +251,14 @@ std::string Json(const std::vector<Result>& results, const Options& opt, double 
 
 int Main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--threads") opt.threads = std::atoi(argv[i + 1]);
-    else if (flag == "--reps") opt.reps = std::atoi(argv[i + 1]);
-    else if (flag == "--steps") opt.steps = std::atoi(argv[i + 1]);
-    else if (flag == "--only") opt.only = argv[i + 1];
-    else if (flag == "--simd") opt.simd = argv[i + 1];
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  ArgParser parser("bench_cpu_forward [options]",
+                   "CPU backend prefill/decode throughput at llama-3.2-1b and tiny shapes; JSON on stdout.");
+  parser.AddInt("threads", &opt.threads, "backend threads");
+  parser.AddInt("reps", &opt.reps, "timed repetitions per case (medians reported)");
+  parser.AddInt("steps", &opt.steps, "decode steps per repetition");
+  parser.AddString("only", &opt.only, "one case: prefill | decode1 | decode4 | decode16 | tiny");
+  parser.AddString("simd", &opt.simd, "avx2: run the AVX2 code path on an AVX-512 machine");
+  if (auto code = parser.ParseOrExitCode(argc, argv, "bench_cpu_forward")) return *code;
   double load = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf", &load) != 1) load = -1;
@@ -247,15 +275,23 @@ int Main(int argc, char** argv) {
   peaks.lanes = peaks.simd_target.rfind("AVX3", 0) == 0 ? 16 : 8;
   {
     std::vector<double> one, all;
+    const PeakKind fma = peaks.lanes == 16 ? PeakKind::kFma512 : PeakKind::kFma256;
+    peaks.bf16_dot = cpu::Bf16DotProductKernels();
+    std::vector<double> dot;
     for (int i = 0; i < 3; ++i) {
-      one.push_back(FmaPeak(1, peaks.lanes));
-      all.push_back(FmaPeak(opt.threads, peaks.lanes));
+      one.push_back(Peak(1, fma));
+      all.push_back(Peak(opt.threads, fma));
+      if (peaks.bf16_dot) dot.push_back(Peak(opt.threads, PeakKind::kBf16Dot512));
     }
     peaks.fma_gflops_1t = Median(one);
     peaks.fma_gflops = Median(all);
+    peaks.dot_gflops = Median(dot);
   }
-  std::fprintf(stderr, "kernels: %s; f32 FMA peak %.0f GFLOP/s (1 thread %.0f)\n",
-               peaks.simd_target.c_str(), peaks.fma_gflops, peaks.fma_gflops_1t);
+  std::fprintf(stderr, "kernels: %s; f32 FMA peak %.0f GFLOP/s (1 thread %.0f); bf16 matmuls: %s",
+               peaks.simd_target.c_str(), peaks.fma_gflops, peaks.fma_gflops_1t,
+               peaks.bf16_dot ? "vdpbf16ps" : "f32 FMA");
+  if (peaks.bf16_dot) std::fprintf(stderr, " (peak %.0f GFLOP/s)", peaks.dot_gflops);
+  std::fputc('\n', stderr);
   std::vector<Result> results;
   const int block_size = 16;
   auto want = [&](const std::string& name) { return opt.only.empty() || opt.only == name; };
@@ -290,7 +326,7 @@ int Main(int argc, char** argv) {
       const double tokens = c.steps == 0 ? c.prompt : 1;
       const double flops_per_token = cost.matmul_flops + cost.lm_head_flops / tokens +
                                      cost.attn_flops_per_ctx * ctx;
-      r.compute_roof = peaks.fma_gflops * 1e9 / flops_per_token;
+      r.compute_roof = peaks.matmul_gflops() * 1e9 / flops_per_token;
       const double bytes_per_step = cost.weight_bytes + c.batch * ctx * cost.kv_bytes_per_pos;
       RunOnce(**backend, c.batch, c.prompt, std::min(c.steps, 8), block_size, blocks_per_seq);  // warm-up
       for (int rep = 0; rep < opt.reps; ++rep) {

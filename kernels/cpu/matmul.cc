@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/tensor/dtype.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_bf16_dot.h"
+#include "kernels/cpu/matmul_tiles.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul.cc"
@@ -39,8 +42,8 @@ constexpr int PanelsFor(int rows) { return rows == 1 ? 2 : 1; }
 constexpr int kMaxRows = 2;
 constexpr int PanelsFor(int) { return 1; }
 #endif
-constexpr int kTaskPanels = kPanelGroup;  // panels per task; multiple of every PanelsFor()
-static_assert(kTaskPanels % PanelsFor(1) == 0 && kTaskPanels % PanelsFor(kMaxRows) == 0);
+static_assert(kPanelGroup % PanelsFor(1) == 0 && kPanelGroup % PanelsFor(kMaxRows) == 0);
+static_assert(kMaxRows * PanelsFor(kMaxRows) <= 12 * kPanelGroup);  // RunTiles' tile buffer
 
 // C[MR, NP*16] = X[MR, k] . panels^T. Each output: fma over k in order, from 0.
 template <int MR, int NP, bool kBF16>
@@ -127,13 +130,13 @@ HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT x, int64_t ldx, int64_t 
   }
 }
 
-using KernelFn = void (*)(const float*, int64_t, int64_t, const uint8_t*, int64_t, float*, int64_t);
-
 template <bool kBF16, int... kRows>
 constexpr auto MakeKernelTable(std::integer_sequence<int, kRows...>) {
-  return std::array<KernelFn, sizeof...(kRows)>{
+  return std::array<internal::MicroKernelFn<float>, sizeof...(kRows)>{
       &MicroKernel<kRows + 1, PanelsFor(kRows + 1), kBF16>...};
 }
+
+int PanelsForRows(int rows) { return PanelsFor(rows); }
 
 void MatmulImpl(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
                 ThreadPool& pool) {
@@ -141,54 +144,10 @@ void MatmulImpl(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, f
       MakeKernelTable<true>(std::make_integer_sequence<int, kMaxRows>());
   static constexpr auto kF32Kernels =
       MakeKernelTable<false>(std::make_integer_sequence<int, kMaxRows>());
-  const auto& kernels = w.dtype() == DType::kBF16 ? kBf16Kernels : kF32Kernels;
-  const int64_t n = w.n(), k = w.k();
-  const int64_t panel_bytes = w.panel_elems() * DTypeSize(w.dtype());
-  // Packing pads the panels to a multiple of kTaskPanels.
-  const int64_t groups = (w.num_panels() + kTaskPanels - 1) / kTaskPanels;
-  // Row chunks bound the X rows a task streams; a multiple of kMaxRows.
-  const int64_t chunk_rows = kMaxRows * std::max<int64_t>(1, 96 / kMaxRows);
-  const int64_t chunks = (m + chunk_rows - 1) / chunk_rows;
-  const uint8_t* base = static_cast<const uint8_t*>(w.panel(0));
-  // Several column groups per task when groups are small (lm_head of a
-  // narrow model: 8 KiB each): a task then streams a long contiguous run of
-  // weights (the hardware prefetcher follows it) and the shared task counter
-  // is bumped far less often. Enough tasks remain for load balance.
-  const int64_t group_bytes = kTaskPanels * panel_bytes;
-  const int64_t min_tasks = int64_t{8} * pool.num_threads();
-  const int64_t groups_per_task = std::max<int64_t>(
-      1, std::min((int64_t{128} << 10) / group_bytes, groups / min_tasks));
-  const int64_t group_tasks = (groups + groups_per_task - 1) / groups_per_task;
-  pool.ParallelFor(group_tasks * chunks, m * n * k, [&](int64_t task, int) {
-    const int64_t chunk = task / group_tasks;
-    const int64_t group_begin = task % group_tasks * groups_per_task;
-    const int64_t group_end = std::min(groups, group_begin + groups_per_task);
-    const int64_t row_end = std::min(m, (chunk + 1) * chunk_rows);
-    HWY_ALIGN float tmp[kMaxRows * kTaskPanels * kPanelWidth];
-    for (int64_t group = group_begin; group < group_end; ++group) {
-      const int64_t col0 = group * kTaskPanels * kPanelWidth;
-      const bool partial = col0 + kTaskPanels * kPanelWidth > n;
-      for (int64_t row = chunk * chunk_rows; row < row_end; row += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, row_end - row));
-        const int step = PanelsFor(rows);
-        for (int p = 0; p < kTaskPanels; p += step) {
-          const int64_t col = col0 + p * kPanelWidth;
-          if (col >= n) break;
-          const uint8_t* panels = base + (group * kTaskPanels + p) * panel_bytes;
-          if (!partial) {
-            kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, y + row * n + col, n);
-          } else {
-            const int64_t ldc = step * kPanelWidth;
-            kernels[rows - 1](x + row * ldx, ldx, k, panels, panel_bytes, tmp, ldc);
-            const int64_t cols = std::min<int64_t>(ldc, n - col);
-            for (int r = 0; r < rows; ++r) {
-              std::memcpy(y + (row + r) * n + col, tmp + r * ldc, cols * sizeof(float));
-            }
-          }
-        }
-      }
-    }
-  });
+  const internal::KernelSet<float> set{
+      w.dtype() == DType::kBF16 ? kBf16Kernels.data() : kF32Kernels.data(), kMaxRows,
+      &PanelsForRows};
+  internal::RunTiles(set, x, ldx, m, w, y, pool);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -200,10 +159,31 @@ namespace floe::cpu {
 
 HWY_EXPORT(MatmulImpl);
 
+bool Bf16DotProductKernels() {
+  return (hwy::SupportedTargets() & HWY_AVX3) != 0 && internal::CpuHasBf16Dot();
+}
+
 void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPool& pool,
-            int64_t ldx) {
+            int64_t ldx, MatmulScratch* scratch) {
   if (m <= 0 || w.n() == 0) return;
-  HWY_DYNAMIC_DISPATCH(MatmulImpl)(x, ldx < 0 ? w.k() : ldx, m, w, y, pool);
+  const int64_t k = w.k();
+  if (ldx < 0) ldx = k;
+  MatmulScratch local_scratch;
+  MatmulScratch& s = scratch != nullptr ? *scratch : local_scratch;
+  if (w.dtype() == DType::kBF16) {
+    if (Bf16DotProductKernels()) {
+      internal::MatmulBf16Dot(x, ldx, m, w, y, pool, s);
+      return;
+    }
+    // The same bf16-rounded activations as the dot-product path, through f32 FMAs.
+    float* rounded = s.F32(m * k);
+    pool.ParallelFor(m, m * k, [&](int64_t row, int) {
+      for (int64_t i = 0; i < k; ++i) rounded[row * k + i] = Bf16ToF32(F32ToBf16(x[row * ldx + i]));
+    });
+    x = rounded;
+    ldx = k;
+  }
+  HWY_DYNAMIC_DISPATCH(MatmulImpl)(x, ldx, m, w, y, pool);
 }
 
 PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {

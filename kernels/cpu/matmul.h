@@ -3,15 +3,25 @@
 //
 // W is repacked once (at backend construction) into panels of kPanelWidth
 // output rows: panel p holds rows [16p, 16p+16) as
-//   bf16: [ceil(k/2)][16][2]  (pairs of consecutive k per output row, so one
-//         vector load widens to two f32 vectors with a shift and a mask)
+//   bf16: [ceil(k/2)][16][2]  (pairs of consecutive k per output row: one
+//         512-bit load is one vdpbf16ps operand, or widens to two f32 vectors)
 //   f32:  [k][16]
-// zero-padded to a multiple of 16 rows and an even k. Every kernel (decode
-// GEMV for small m, register-blocked GEMM for larger m) computes each output
-// as the same sequence of f32 FMAs over k = 0, 1, ..., k-1, starting from 0,
-// so a row's result is bit-identical whatever m, the row's position in X, the
-// thread count or the kernel chosen: batch invariance by construction.
-// Activations stay f32 (no bf16 rounding of X).
+// zero-padded to a multiple of 16 rows and an even k.
+//
+// Precision contract. f32 weights: activations stay f32. bf16 weights: each
+// activation is rounded to bf16 (to nearest even) on entry, as llama.cpp and
+// HF bf16 inference do, and products are summed in f32. A product of two bf16
+// is exact in f32, so a result depends only on its summation order. On CPUs
+// with AVX512_BF16 one vdpbf16ps sums a pair of k per instruction (twice the
+// f32 FMA rate: prefill and verification are compute-bound on CPU);
+// elsewhere the rounded activations go through f32 FMAs.
+//
+// Batch invariance by construction: every kernel (decode GEMV for small m,
+// register-blocked GEMM for larger m) computes each output as the same
+// sequence of accumulations over k = 0, 1, ..., k-1 from 0, so a row's result
+// is bit-identical whatever m, the row's position in X, the thread count or
+// the kernel chosen. (Not across machines: the AVX512_BF16 path and the FMA
+// path differ in the last bits.)
 #pragma once
 
 #include <cstdint>
@@ -54,9 +64,31 @@ class PackedMatrix {
 // projections (q|k|v, gate|up) run as one matmul. Callers validate shapes.
 PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool);
 
+// The activations' rounded copy for bf16 weights, kept by the caller (the
+// backend) so that repeated calls do not allocate.
+class MatmulScratch {
+ public:
+  // Buffers of at least `elems` elements; contents are not kept.
+  uint16_t* Bf16(int64_t elems) { return Grow(bf16_, elems); }
+  float* F32(int64_t elems) { return Grow(f32_, elems); }
+
+ private:
+  template <typename T>
+  static T* Grow(std::vector<T>& v, int64_t elems) {
+    if (static_cast<int64_t>(v.size()) < elems) v.resize(elems);
+    return v.data();
+  }
+  std::vector<uint16_t> bf16_;
+  std::vector<float> f32_;
+};
+
 // Y = X . W^T; x is [m, w.k()] with rows ldx floats apart (ldx < 0: w.k()),
-// y is [m, w.n()] contiguous.
+// y is [m, w.n()] contiguous. scratch may be null (a call then allocates).
 void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPool& pool,
-            int64_t ldx = -1);
+            int64_t ldx = -1, MatmulScratch* scratch = nullptr);
+
+// True when bf16 matmuls use the AVX512_BF16 dot-product kernels (the CPU has
+// them and Highway's chosen target is AVX-512). For benchmarks' reports.
+bool Bf16DotProductKernels();
 
 }  // namespace floe::cpu

@@ -40,7 +40,9 @@ std::vector<GenerateRequest> Workload() {
   };
   const char* topics[] = {"the weather in Lisbon", "sorting a list in C++", "why the sky is blue",
                           "a haiku about gRPC", "prime numbers below fifty", "how a suffix tree works"};
-  for (int i = 0; i < 6; ++i) add(absl::StrCat("Tell me about ", topics[i], "."), 20, "");
+  // 64 tokens: a random-weight model's greedy text only repeats itself (what
+  // prompt lookup drafts from) once it falls into a loop, which takes a while.
+  for (int i = 0; i < 6; ++i) add(absl::StrCat("Tell me about ", topics[i], "."), 64, "");
   for (int session = 0; session < 3; ++session) {
     const std::string prompt = absl::StrCat("Agent step ", session, ": read file main.cc, then list the tests. ",
                                             "Tool output: ok ok ok. Next action?");

@@ -338,7 +338,7 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
     ForRows(m, [&](int64_t r) {
       cpu::RmsNorm(&x_[r * h], layer.input_norm.data(), eps, h, &xn_[r * h]);
     });
-    cpu::Matmul(xn_.data(), m, layer.qkv, qkv_.data(), pool_);
+    Matmul(xn_.data(), m, layer.qkv, qkv_.data());
     ForRows(m, [&](int64_t r) {
       float* row = &qkv_[r * qkv_dim];
       if (!layer.qkv_bias.empty()) cpu::AddInPlace(row, layer.qkv_bias.data(), qkv_dim);
@@ -358,17 +358,17 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
     cpu::WriteKv(kv, seqs_, qkv_.data() + q_dim_, qkv_.data() + q_dim_ + kv_dim_, qkv_dim);
     cpu::PagedAttention(qkv_.data(), qkv_dim, seqs_, kv, config_.num_heads, scale, attn_.data(),
                         q_dim_, scratch_.data(), max_context, pool_);
-    cpu::Matmul(attn_.data(), m, layer.o, xn_.data(), pool_);
+    Matmul(attn_.data(), m, layer.o, xn_.data());
     ForRows(m, [&](int64_t r) {
       cpu::AddInPlace(&x_[r * h], &xn_[r * h], h);
       cpu::RmsNorm(&x_[r * h], layer.post_norm.data(), eps, h, &xn_[r * h]);
     });
-    cpu::Matmul(xn_.data(), m, layer.gate_up, gate_up_.data(), pool_);
+    Matmul(xn_.data(), m, layer.gate_up, gate_up_.data());
     ForRows(m, [&](int64_t r) {
       float* row = &gate_up_[r * 2 * inter];
       cpu::SiluMul(row, row + inter, inter, row);
     });
-    cpu::Matmul(gate_up_.data(), m, layer.down, xn_.data(), pool_, /*ldx=*/2 * inter);
+    Matmul(gate_up_.data(), m, layer.down, xn_.data(), /*ldx=*/2 * inter);
     ForRows(m, [&](int64_t r) { cpu::AddInPlace(&x_[r * h], &xn_[r * h], h); });
   }
 
@@ -377,7 +377,7 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
   ForRows(num_logit_rows, [&](int64_t i) {
     cpu::RmsNorm(&x_[logit_rows_[i] * h], final_norm_.data(), eps, h, &final_rows_[i * h]);
   });
-  cpu::Matmul(final_rows_.data(), num_logit_rows, lm_head_, logits, pool_);
+  Matmul(final_rows_.data(), num_logit_rows, lm_head_, logits);
   return absl::OkStatus();
 }
 

@@ -53,6 +53,11 @@ class CpuBackend final : public Backend {
   void EnsureWorkspace(int64_t rows, int64_t logit_rows, int64_t max_context);
   template <class Fn>
   void ForRows(int64_t rows, const Fn& fn);
+  // cpu::Matmul on the backend's pool and scratch.
+  void Matmul(const float* x, int64_t rows, const cpu::PackedMatrix& w, float* y,
+              int64_t ldx = -1) {
+    cpu::Matmul(x, rows, w, y, pool_, ldx, &matmul_scratch_);
+  }
 
   ModelConfig config_;
   const ModelWeights& weights_;
@@ -68,6 +73,7 @@ class CpuBackend final : public Backend {
 
   // Activations, grown on demand and reused across steps.
   std::vector<float> x_, xn_, qkv_, attn_, gate_up_, cos_, sin_, scratch_, final_rows_;
+  cpu::MatmulScratch matmul_scratch_;
   std::vector<cpu::AttentionSeq> seqs_;
   std::vector<int32_t> tokens_, positions_;
   std::vector<int32_t> tree_path_begin_, tree_paths_;  // cpu::AppendTreePaths of the step's trees

@@ -1,12 +1,16 @@
 // Each CPU kernel against a naive double-precision reference, at odd sizes,
-// with bf16 and f32 weights and several thread counts.
+// with bf16 and f32 weights and several thread counts; bf16 matmuls on both
+// of their code paths (AVX512_BF16 dot products where the CPU has them, and
+// f32 FMAs, forced by restricting Highway to AVX2).
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "common/tensor/dtype.h"
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -44,11 +48,27 @@ struct MatmulCase {
   int64_t m, n, k;
 };
 
-class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+// Restricts Highway (and so the bf16 path) to AVX2 for the test's lifetime.
+class ScopedAvx2Only {
+ public:
+  ScopedAvx2Only() { hwy::SetSupportedTargetsForTest(HWY_AVX2 | HWY_EMU128); }
+  ~ScopedAvx2Only() { hwy::SetSupportedTargetsForTest(0); }
+};
+
+enum class Path { kBest, kAvx2 };
+
+class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int, Path>> {};
 
 TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
-  const auto [dtype, threads] = GetParam();
+  const auto [dtype, threads, path] = GetParam();
+  std::optional<ScopedAvx2Only> avx2_only;
+  if (path == Path::kAvx2) {
+    if ((hwy::SupportedTargets() & HWY_AVX2) == 0) GTEST_SKIP() << "no AVX2 on this CPU";
+    avx2_only.emplace();
+    ASSERT_FALSE(Bf16DotProductKernels());
+  }
   ThreadPool pool(threads);
+  MatmulScratch scratch;
   for (int64_t k : {1, 2, 3, 17, 64, 257}) {
     for (int64_t n : {1, 3, 17, 64, 257}) {
       std::vector<float> wf = Random(n * k, 7 + n * 31 + k);
@@ -70,14 +90,19 @@ TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
       for (int64_t m : {1, 2, 3, 4, 5, 13, 17, 64}) {
         const int64_t ldx = k + 3;
         std::vector<float> x = Random(m * ldx, 100 + m);
+        // The contract: with bf16 weights the activations enter rounded to bf16.
+        std::vector<float> x_in = x;
+        if (dtype == DType::kBF16) {
+          for (float& v : x_in) v = Bf16ToF32(F32ToBf16(v));
+        }
         std::vector<float> y(m * n, -1.0f);
-        Matmul(x.data(), m, packed, y.data(), pool, ldx);
+        Matmul(x.data(), m, packed, y.data(), pool, ldx, &scratch);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
             double ref = 0, mag = 0;
             for (int64_t kk = 0; kk < k; ++kk) {
-              ref += static_cast<double>(x[i * ldx + kk]) * wf[j * k + kk];
-              mag += std::abs(static_cast<double>(x[i * ldx + kk]) * wf[j * k + kk]);
+              ref += static_cast<double>(x_in[i * ldx + kk]) * wf[j * k + kk];
+              mag += std::abs(static_cast<double>(x_in[i * ldx + kk]) * wf[j * k + kk]);
             }
             ASSERT_NEAR(y[i * n + j], ref, 1e-6 * mag + 1e-30)
                 << "m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
@@ -95,7 +120,16 @@ TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(DTypesAndThreads, MatmulTest,
                          ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
-                                            ::testing::Values(1, 2, 3)));
+                                            ::testing::Values(1, 2, 3),
+                                            ::testing::Values(Path::kBest, Path::kAvx2)));
+
+// Where the CPU has AVX512_BF16 the best path must be the dot-product kernels
+// (a silent fallback would cost half the prefill speed).
+TEST(MatmulPathTest, UsesDotProductsWhereTheCpuHasThem) {
+  const bool cpu_has = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                       (hwy::SupportedTargets() & HWY_AVX3) != 0;
+  EXPECT_EQ(Bf16DotProductKernels(), cpu_has);
+}
 
 TEST(OpsTest, RowOpsMatchNaive) {
   for (int64_t n : {1, 3, 17, 64, 257}) {

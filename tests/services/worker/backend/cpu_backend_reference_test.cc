@@ -1,11 +1,18 @@
 // The CPU backend against reference_llama.py, an independent PyTorch (f32)
 // implementation of the HF forward pass, on tiny random models.
-// Tolerance: prompt logits (|logit| up to ~4) max |diff| <= 2e-5, for f32 and
-// bf16 weights alike: both sides compute in f32 on identical weight values
-// (bf16 widened exactly), so only the accumulation order differs (measured
-// ~2e-6). The 64-token greedy
-// continuation (prefill, then decode one token at a time through the paged
-// cache with block size 4) must match exactly.
+// Tolerances on the prompt logits (|logit| up to ~4):
+// - f32 weights: max |diff| <= 2e-5. Both sides compute in f32, so only the
+//   accumulation order differs (measured ~2e-6).
+// - bf16 weights: both sides round every linear layer's input to bf16 (the
+//   precision contract in kernels/cpu/matmul.h) and widen the weights
+//   exactly, so most logits again differ only by accumulation order: the
+//   median |diff| <= 2e-5 (measured ~5e-7). Where an input lies within that
+//   noise of a bf16 rounding boundary the two sides round it apart, one bf16
+//   ulp (2^-8 relative) on one element, which moves later values a little:
+//   max |diff| <= 4e-3 x max |logit| (measured up to 1.8e-3 at max 4).
+// The greedy continuation (prefill, then decode one token at a time through
+// the paged cache with block size 4) must match exactly.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -38,7 +45,7 @@ std::vector<char> ReadFile(const std::string& path) {
 
 // Runs reference_llama.py on `dir` (config.txt and weights already there)
 // and checks the backend's prompt logits and greedy continuation against it.
-void CompareWithReference(Backend& backend, const std::string& dir, int steps) {
+void CompareWithReference(Backend& backend, const std::string& dir, int steps, DType weights) {
   const char* src = std::getenv("FLOE_SOURCE_DIR");
   ASSERT_NE(src, nullptr) << "FLOE_SOURCE_DIR unset (run through ctest)";
   const int vocab = backend.config().vocab_size;
@@ -61,15 +68,25 @@ void CompareWithReference(Backend& backend, const std::string& dir, int steps) {
   std::vector<char> ref_logits = ReadFile(dir + "/prompt_logits.bin");
   ASSERT_EQ(ref_logits.size(), prompt.size() * vocab * sizeof(float));
   const float* ref = reinterpret_cast<const float*>(ref_logits.data());
-  double max_diff = 0, max_abs = 0;
+  double max_abs = 0;
+  std::vector<double> diffs;
   for (size_t i = 0; i < prompt.size(); ++i) {
     for (int v = 0; v < vocab; ++v) {
-      max_diff = std::max<double>(max_diff, std::abs(gen.prompt_logits[i][v] - ref[i * vocab + v]));
+      diffs.push_back(std::abs(gen.prompt_logits[i][v] - ref[i * vocab + v]));
       max_abs = std::max<double>(max_abs, std::abs(ref[i * vocab + v]));
     }
   }
-  EXPECT_LE(max_diff, 2e-5) << "max |logit| " << max_abs;
-  std::cout << "max |diff| of prompt logits: " << max_diff << " (max |logit| " << max_abs << ")\n";
+  std::sort(diffs.begin(), diffs.end());
+  const double max_diff = diffs.back(), median_diff = diffs[diffs.size() / 2];
+  const double p99_diff = diffs[diffs.size() * 99 / 100];
+  if (weights == DType::kBF16) {
+    EXPECT_LE(median_diff, 2e-5);
+    EXPECT_LE(max_diff, 4e-3 * max_abs) << "max |logit| " << max_abs;
+  } else {
+    EXPECT_LE(max_diff, 2e-5) << "max |logit| " << max_abs;
+  }
+  std::cout << "|diff| of prompt logits: median " << median_diff << ", p99 " << p99_diff << ", max "
+            << max_diff << " (max |logit| " << max_abs << ")\n";
 
   std::vector<char> ref_greedy = ReadFile(dir + "/greedy.bin");
   ASSERT_EQ(ref_greedy.size(), steps * sizeof(int32_t));
@@ -96,7 +113,7 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
   model.WriteReferenceFiles(dir, kSteps);
   auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
   ASSERT_TRUE(backend.ok()) << backend.status();
-  CompareWithReference(**backend, dir, kSteps);
+  CompareWithReference(**backend, dir, kSteps, dtype);
   std::filesystem::remove_all(dir);
 }
 
@@ -119,10 +136,10 @@ TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
   auto checkpoint = Checkpoint::Load(dir, LoadOptions{});
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   constexpr int kCheckpointSteps = 16;
-  testing_model::WriteReferenceConfig((*checkpoint)->config(), kCheckpointSteps, dir);
+  testing_model::WriteReferenceConfig((*checkpoint)->config(), dtype, kCheckpointSteps, dir);
   auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(), {.num_threads = 2});
   ASSERT_TRUE(backend.ok()) << backend.status();
-  CompareWithReference(**backend, dir, kCheckpointSteps);
+  CompareWithReference(**backend, dir, kCheckpointSteps, dtype);
   std::filesystem::remove_all(dir);
 }
 

@@ -4,7 +4,10 @@ pass written from scratch in PyTorch (f32), from raw little-endian f32 weight
 files. Usage: reference_llama.py DIR. DIR holds config.txt ("key value" lines),
 <hf tensor name>.bin for each weight (or a model.safetensors, f32/bf16), prompt.bin (int32). Writes
 prompt_logits.bin ([len(prompt), vocab] f32) and greedy.bin (int32, `steps`
-greedy tokens, each from a full recompute over prompt + previous tokens)."""
+greedy tokens, each from a full recompute over prompt + previous tokens).
+With "bf16_linear_inputs 1" every linear layer's input is rounded to bf16 (to
+nearest even) first, as HF bf16 inference and the backend's kernels do; the
+rest stays f32."""
 import json
 import math
 import os
@@ -25,6 +28,12 @@ def main(d):
     inter = int(cfg["intermediate_size"]); eps = float(cfg["rms_norm_eps"]); theta = float(cfg["rope_theta"])
     bias = cfg["attention_bias"] == "1"; qk_norm = cfg["qk_norm"] == "1"; steps = int(cfg["steps"])
     tied = cfg["tie_word_embeddings"] == "1"
+    bf16_inputs = cfg.get("bf16_linear_inputs", "0") == "1"
+
+    def lin(x, weight):
+        if bf16_inputs:
+            x = x.to(torch.bfloat16).to(torch.float32)
+        return x @ weight.T
 
     st_path = os.path.join(d, "model.safetensors")
     if os.path.exists(st_path):  # a checkpoint folder (single file): read it directly
@@ -105,7 +114,7 @@ def main(d):
         mask = torch.full((T, T), float("-inf")).triu(1)
         for lw in L:
             h = rms(x, lw["in"])
-            q = h @ lw["q"].T; k = h @ lw["k"].T; v = h @ lw["v"].T
+            q = lin(h, lw["q"]); k = lin(h, lw["k"]); v = lin(h, lw["v"])
             if bias:
                 q = q + lw["qb"]; k = k + lw["kb"]; v = v + lw["vb"]
             q = q.view(T, heads, hd).transpose(0, 1)
@@ -120,10 +129,10 @@ def main(d):
             att = (q @ k.transpose(1, 2)) * (hd ** -0.5) + mask
             att = torch.softmax(att, dim=-1, dtype=torch.float32)
             o = (att @ v).transpose(0, 1).reshape(T, heads * hd)
-            x = x + o @ lw["o"].T
+            x = x + lin(o, lw["o"])
             h = rms(x, lw["post"])
-            x = x + (torch.nn.functional.silu(h @ lw["gate"].T) * (h @ lw["up"].T)) @ lw["down"].T
-        return rms(x, final_norm) @ lm_head.T
+            x = x + lin(torch.nn.functional.silu(lin(h, lw["gate"])) * lin(h, lw["up"]), lw["down"])
+        return lin(rms(x, final_norm), lm_head)
 
     prompt = np.fromfile(os.path.join(d, "prompt.bin"), dtype="<i4").tolist()
     with torch.no_grad():

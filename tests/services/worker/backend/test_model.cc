@@ -102,7 +102,8 @@ TensorView TestModel::Add(const std::string& name, std::vector<int64_t> shape, f
   return view;
 }
 
-void WriteReferenceConfig(const ModelConfig& c, int steps, const std::string& dir) {
+void WriteReferenceConfig(const ModelConfig& c, DType weight_dtype, int steps,
+                          const std::string& dir) {
   std::ofstream cfg(dir + "/config.txt");
   cfg << "hidden_size " << c.hidden_size << "\nnum_heads " << c.num_heads << "\nnum_kv_heads "
       << c.num_kv_heads << "\nhead_dim " << c.head_dim << "\nnum_layers " << c.num_layers
@@ -116,11 +117,12 @@ void WriteReferenceConfig(const ModelConfig& c, int steps, const std::string& di
         << "\noriginal_max_position_embeddings " << c.rope_scaling.original_max_position_embeddings
         << "\n";
   }
+  cfg << "bf16_linear_inputs " << (weight_dtype == DType::kBF16) << "\n";
   cfg << "steps " << steps << "\n";
 }
 
 void TestModel::WriteReferenceFiles(const std::string& dir, int steps) const {
-  WriteReferenceConfig(config_, steps, dir);
+  WriteReferenceConfig(config_, dtype_, steps, dir);
   for (const auto& [name, v] : values_) {
     std::ofstream f(dir + "/" + name + ".bin", std::ios::binary);
     f.write(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));

@@ -53,7 +53,10 @@ Generation Generate(Backend& backend, const std::vector<int32_t>& prompt, int st
 
 int32_t Argmax(const std::vector<float>& v);
 
-// Writes config.txt for reference_llama.py (plus "steps N").
-void WriteReferenceConfig(const ModelConfig& config, int steps, const std::string& dir);
+// Writes config.txt for reference_llama.py (plus "steps N"). With bf16 weights
+// the reference rounds every linear layer's input to bf16, the backend's
+// precision contract (kernels/cpu/matmul.h).
+void WriteReferenceConfig(const ModelConfig& config, DType weight_dtype, int steps,
+                          const std::string& dir);
 
 }  // namespace floe::testing_model
