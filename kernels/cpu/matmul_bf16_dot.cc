@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -49,10 +50,11 @@ FLOE_BF16_TARGET void DotKernel(const uint16_t* __restrict x, int64_t ldx, int64
       wv[p] = reinterpret_cast<__m512bh>(
           _mm512_loadu_si512(panels + p * panel_bytes + kp * kPanelWidth * 4));
     }
+    const uint16_t* x_kp = x + 2 * kp * MR;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       int32_t pair;
-      std::memcpy(&pair, x + r * ldx + 2 * kp, sizeof(pair));
+      std::memcpy(&pair, x_kp + 2 * r, sizeof(pair));
       const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
 #pragma GCC unroll 4
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], xb, wv[p]);
@@ -96,9 +98,26 @@ void MatmulBf16Dot(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w
   static constexpr auto kKernels = MakeKernelTable(std::make_integer_sequence<int, kMaxRows>());
   const int64_t k = w.k();
   const int64_t padded = (k + kRowAlign - 1) / kRowAlign * kRowAlign;
-  uint16_t* xb = scratch.Bf16(m * padded);
-  pool.ParallelFor(m, m * k, [&](int64_t row, int) {
-    ConvertRow(x + row * ldx, k, padded, xb + row * padded);
+  uint16_t* xb = scratch.Bf16(m * padded + padded);
+  // Row blocks of kMaxRows (RunTiles' row tiles) interleaved by pairs of k:
+  // block b holds rows [b * kMaxRows, ...) as [pairs][rows][2], so a
+  // micro-kernel reads its rows' pairs from one contiguous stream.
+  const int64_t blocks = (m + kMaxRows - 1) / kMaxRows;
+  pool.ParallelFor(blocks, m * k, [&](int64_t b, int) {
+    const int64_t row0 = b * kMaxRows;
+    const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - row0));
+    uint16_t* block = xb + row0 * padded;
+    alignas(64) uint16_t tmp[kMaxRows][4096];
+    for (int64_t k0 = 0; k0 < padded; k0 += 4096) {
+      const int64_t width = std::min<int64_t>(4096, padded - k0);
+      for (int r = 0; r < rows; ++r) {
+        ConvertRow(x + (row0 + r) * ldx + k0, std::max<int64_t>(0, std::min(width, k - k0)), width, tmp[r]);
+      }
+      uint32_t* dst = reinterpret_cast<uint32_t*>(block) + k0 / 2 * rows;
+      for (int64_t kp = 0; kp < width / 2; ++kp) {
+        for (int r = 0; r < rows; ++r) std::memcpy(&dst[kp * rows + r], &tmp[r][2 * kp], 4);
+      }
+    }
   });
   const KernelSet<uint16_t> set{kKernels.data(), kMaxRows, &PanelsForRows};
   RunTiles(set, xb, padded, m, w, y, pool);
