@@ -334,6 +334,22 @@ void SuffixTree::Decrement(int32_t x) {
 // each of them by one; the cases keep the tree path-compressed.
 // ---------------------------------------------------------------------------
 
+void SuffixTree::CloseLeaf(int32_t n) {
+  Node& x = nodes_[n];
+  if (!x.open) return;
+  Seq& s = seqs_[x.ref_seq];
+  const int32_t len = static_cast<int32_t>(s.tokens.size());
+  // length = max_depth - parent depth and ref_idx = start + parent depth.
+  const int32_t start = x.ref_idx + x.length - max_depth_;
+  x.length = static_cast<uint16_t>(std::min<int32_t>(x.length, len - x.ref_idx));
+  x.open = 0;
+  const int32_t depth = len - start;
+  if (!s.finished && !s.removed && depth <= s.active_size) {
+    const int32_t index = s.active_size - depth;
+    s.leaf_count = std::min(s.leaf_count, index);
+  }
+}
+
 void SuffixTree::Append(int32_t seq_id, int32_t token) {
   const int32_t slot = SlotFor(seq_id);
   {
@@ -342,37 +358,54 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
     if (s.active_size == max_depth_) {  // the oldest suffix reached max_depth
       s.active_begin = s.active_begin + 1 == max_depth_ ? 0 : s.active_begin + 1;
       --s.active_size;
+      if (s.leaf_count > 0) --s.leaf_count;
+    }
+    // Active suffixes that became leaves when another sequence was removed
+    // (count 1, label possibly in that sequence's storage) open up here.
+    const int32_t len = static_cast<int32_t>(s.tokens.size());
+    while (s.leaf_count < s.active_size) {
+      int32_t pos = s.active_begin + s.leaf_count;
+      if (pos >= max_depth_) pos -= max_depth_;
+      const int32_t n = s.active[pos];
+      if (n == kRoot || nodes_[n].count != 1) break;
+      const int32_t depth = s.active_size - s.leaf_count;
+      const int32_t length = nodes_[n].length;
+      SetRef(n, slot, len - length);
+      nodes_[n].length = static_cast<uint16_t>(max_depth_ - (depth - length));
+      nodes_[n].open = 1;
+      ++s.leaf_count;
     }
     int32_t back = s.active_begin + s.active_size;
     if (back >= max_depth_) back -= max_depth_;
     s.active[back] = kRoot;
     ++s.active_size;
-    s.tokens.push_back(token);
+    s.tokens.push_back(token);  // open leaves grow by this token
   }
   ++nodes_[kRoot].count;
   const int32_t seq_len = static_cast<int32_t>(seqs_[slot].tokens.size());
   const int32_t size = seqs_[slot].active_size;
-  int32_t pos = seqs_[slot].active_begin;
-  for (int32_t i = 0; i < size; ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
+  int32_t pos = seqs_[slot].active_begin + seqs_[slot].leaf_count;
+  if (pos >= max_depth_) pos -= max_depth_;
+  for (int32_t i = seqs_[slot].leaf_count; i < size;
+       ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
     const int32_t n = seqs_[slot].active[pos];
-    if (n != kRoot && nodes_[n].count == 1) {
-      // Only this suffix reaches n, so n is a leaf: grow its label. (Its
-      // label may still point into a removed sequence's storage.)
-      const int32_t length = ++nodes_[n].length;  // < max_depth before
-      if (nodes_[n].ref_seq != slot) SetRef(n, slot, seq_len - length);
-      continue;
-    }
     const int32_t c = FindChild(n, token);
     if (c < 0) {
-      // Branch off a new leaf.
-      const int32_t leaf = NewNode(1, n, slot, seq_len - 1, 1);
+      // Branch off a new open leaf. Only longer suffixes branch before
+      // this one, so the leaves stay in front.
+      const int32_t parent_depth = size - 1 - i;
+      const int32_t leaf = NewNode(1, n, slot, seq_len - 1, max_depth_ - parent_depth);
+      nodes_[leaf].open = 1;
       InsertAtTail(leaf);
       OnChildAdded(n, leaf);
       seqs_[slot].active[pos] = leaf;
+      FLOE_SUFFIX_INVARIANT(seqs_[slot].leaf_count == i, "leaves first");
+      seqs_[slot].leaf_count = i + 1;
     } else if (n != kRoot && nodes_[n].count == nodes_[c].count + 1) {
       // Every other suffix through n continues into c: n ends only this one.
-      if (nodes_[c].length == 1) {
+      if (Length(c) == 1) {
         // n + token is exactly n + c: fuse n into c.
+        CloseLeaf(c);
         const int32_t parent = nodes_[n].parent;
         const int32_t n_token = nodes_[n].token;
         Node& cn = nodes_[c];
@@ -387,7 +420,8 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
         FreeNode(n);
         seqs_[slot].active[pos] = c;
       } else {
-        // Slide the boundary between n and c one token down.
+        // Slide the boundary between n and c one token down. (For an open
+        // c, length and ref_idx move together, so it stays correct.)
         nodes_[n].length += 1;
         SetRef(n, slot, seq_len - nodes_[n].length);
         nodes_[c].length -= 1;
@@ -395,9 +429,10 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
         const int32_t c_token = nodes_[c].token = Token(c);
         if (c_token != token) OnChildRekeyed(n, token, c);
       }
-    } else if (nodes_[c].length == 1) {
+    } else if (Length(c) == 1) {
       // Step into c. (The reference leaves c's label reference alone here;
       // pointing it at the newest occurrence keeps old storage unpinned.)
+      CloseLeaf(c);
       SetRef(c, slot, seq_len - 1);
       Increment(c);
       seqs_[slot].active[pos] = c;
@@ -431,6 +466,7 @@ void SuffixTree::Finish(int32_t seq_id) {
   Seq& s = seqs_[it->second];
   s.finished = true;
   s.active_size = 0;
+  s.leaf_count = 0;
   std::vector<int32_t>().swap(s.active);
 }
 
@@ -445,6 +481,7 @@ absl::Status SuffixTree::Remove(int32_t seq_id) {
   ++seqs_[slot].refs;
   seqs_[slot].removed = true;
   seqs_[slot].active_size = 0;
+  seqs_[slot].leaf_count = 0;
   std::vector<int32_t>().swap(seqs_[slot].active);
   const std::vector<int32_t>& seq = seqs_[slot].tokens;
   const int32_t len = static_cast<int32_t>(seq.size());
@@ -465,7 +502,7 @@ absl::Status SuffixTree::Remove(int32_t seq_id) {
         FreeNode(c);
         break;
       }
-      idx += nodes_[c].length;
+      idx += Length(c);
       node = c;
     }
     // The last node may now be a pass-through: merge it into its only child.
@@ -505,7 +542,7 @@ bool SuffixTree::MatchFromRoot(absl::Span<const int32_t> pattern, Locus* out) co
   int32_t node = kRoot;
   int32_t idx = 0;
   for (int32_t c : pattern) {
-    if (idx >= nodes_[node].length) {
+    if (idx >= Length(node)) {
       node = FindChild(node, c);
       if (node < 0) return false;
       idx = 0;
@@ -556,7 +593,7 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
          (emitted < budget || (confident_extra && emitted < params.max_spec_tokens &&
                                prob >= params.confident_prob))) {
     const Node& n = nodes_[node];
-    if (idx < n.length) {
+    if (idx < Length(node)) {
       emit(Token(node, idx));
       ++idx;
       continue;
@@ -591,7 +628,7 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
         !MatchFromRoot(absl::MakeConstSpan(*window).subspan(window->size() - keep), &again)) {
       break;
     }
-    if (again.idx >= nodes_[again.node].length && nodes_[again.node].head_child < 0) break;
+    if (again.idx >= Length(again.node) && nodes_[again.node].head_child < 0) break;
     node = again.node;
     idx = again.idx;
   }
@@ -614,7 +651,7 @@ void SuffixTree::TreeDraft(Locus at, int budget, const DraftParams& params,
     const Item item = heap.top();
     heap.pop();
     const Node& n = nodes_[item.node];
-    if (item.idx < n.length) {
+    if (item.idx < Length(item.node)) {
       out->token_ids.push_back(Token(item.node, item.idx));
       out->parents.push_back(item.parent);
       out->probs.push_back(item.prob);
@@ -654,7 +691,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     int32_t pos = hinted->active_begin + hinted->active_size - m;
     if (pos >= max_depth_) pos -= max_depth_;
     const int32_t n = hinted->active[pos];
-    return Locus{n, nodes_[n].length};
+    return Locus{n, Length(n)};
   };
   auto own = [&](int32_t m) { return params.discount_own_suffix && m <= k; };
   const int confident_min = params.confident_min_match >= 0 ? params.confident_min_match
@@ -739,7 +776,7 @@ std::vector<std::pair<std::vector<int32_t>, int64_t>> SuffixTree::AllPaths() con
     const Frame f = stack.back();
     stack.pop_back();
     path.resize(f.path_len);
-    for (int32_t i = 0; i < nodes_[f.node].length; ++i) {
+    for (int32_t i = 0, e = Length(f.node); i < e; ++i) {
       path.push_back(Token(f.node, i));
       out.emplace_back(path, nodes_[f.node].count);
     }

@@ -24,6 +24,7 @@
 // Thread-safety: none; one owner thread (the speculator or a test).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -139,12 +140,19 @@ class SuffixTree {
     int32_t parent = -1;
     int32_t ref_seq = -1;  // storage slot of the label's occurrence
     int32_t ref_idx = 0;   // label = tokens[ref_idx, ref_idx + length)
+    // Label length. For an open leaf (see Length) the length the label
+    // reaches once its sequence has grown past it: max_depth minus the
+    // parent's depth.
     uint16_t length = 0;
     // Children are found by scanning the sibling list while there are at
     // most kMaxScanned of them (num_children counts them); beyond that the
     // node is "hashed": all its child edges are in edges_ for good.
     uint8_t num_children = 0;
-    uint8_t hashed = 0;
+    uint8_t hashed : 1 = 0;
+    // An open leaf: a count-1 leaf whose label runs in its own sequence's
+    // storage to that sequence's end (capped by `length`), so it grows with
+    // the sequence at no cost per token (Ukkonen's open leaves).
+    uint8_t open : 1 = 0;
     int32_t head_child = -1;
     int32_t prev = -1;  // previous sibling; the head's prev is the tail
     int32_t next = -1;  // next sibling; -1 at the tail
@@ -166,6 +174,10 @@ class SuffixTree {
     std::vector<int32_t> active;
     int32_t active_begin = 0;
     int32_t active_size = 0;
+    // The first leaf_count active nodes (the longest suffixes) are open
+    // leaves; Append skips them. Leaves always come first: a suffix occurs
+    // at least as often as any longer one.
+    int32_t leaf_count = 0;
   };
   struct Locus {
     int32_t node;
@@ -180,6 +192,16 @@ class SuffixTree {
   void FreeNode(int32_t n);
   void SetRef(int32_t n, int32_t slot, int32_t idx);
   void DropSlotRef(int32_t slot);
+  // Label length, derived for an open leaf from its sequence's length.
+  int32_t Length(int32_t n) const {
+    const Node& x = nodes_[n];
+    if (!x.open) return x.length;
+    return std::min<int32_t>(
+        x.length, static_cast<int32_t>(seqs_[x.ref_seq].tokens.size()) - x.ref_idx);
+  }
+  // Fixes an open leaf's length (it is about to gain a second occurrence);
+  // its sequence's leaf_count drops below it when it is still active.
+  void CloseLeaf(int32_t n);
   int32_t Token(int32_t n, int32_t offset = 0) const {
     const Node& x = nodes_[n];
     return seqs_[x.ref_seq].tokens[x.ref_idx + offset];

@@ -23,12 +23,13 @@ namespace {
 absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const {
   const Node& x = nodes_[n];
   if (n != kRoot) {
-    FLOE_TREE_CHECK(x.length > 0 && x.count > 0, "node ", n);
+    const int32_t length = Length(n);
+    FLOE_TREE_CHECK(length > 0 && x.count > 0, "node ", n);
     FLOE_TREE_CHECK(x.ref_seq >= 0 && x.ref_seq < static_cast<int32_t>(seqs_.size()), "node ", n);
     const Seq& s = seqs_[x.ref_seq];
     FLOE_TREE_CHECK(s.refs > 0, "node ", n);
     FLOE_TREE_CHECK(x.ref_idx >= 0 &&
-                        x.ref_idx + x.length <= static_cast<int32_t>(s.tokens.size()),
+                        x.ref_idx + length <= static_cast<int32_t>(s.tokens.size()),
                     "node ", n);
     FLOE_TREE_CHECK(depth <= max_depth_, "node ", n, " depth ", depth);
     FLOE_TREE_CHECK(x.token == Token(n), "node ", n);
@@ -37,12 +38,19 @@ absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* s
     // rely on it).
     int32_t pos = x.ref_idx;
     for (int32_t a = x.parent; a != kRoot; a = nodes_[a].parent) {
-      for (int32_t i = nodes_[a].length - 1; i >= 0; --i) {
+      for (int32_t i = Length(a) - 1; i >= 0; --i) {
         --pos;
         FLOE_TREE_CHECK(pos >= 0 && s.tokens[pos] == Token(a, i), "node ", n, " ancestor ", a);
       }
     }
     if (x.count == 1) FLOE_TREE_CHECK(x.head_child < 0, "node ", n);
+    if (x.open) {
+      // An open leaf: one occurrence, in live storage, whose label runs to
+      // the end of its sequence or to max_depth, whichever comes first.
+      FLOE_TREE_CHECK(x.count == 1 && x.head_child < 0 && !s.removed, "open leaf ", n);
+      FLOE_TREE_CHECK(x.length == max_depth_ - (depth - length), "open leaf ", n, " cap ",
+                      x.length, " depth ", depth);
+    }
   } else {
     FLOE_TREE_CHECK(x.parent == -1 && x.length == 0 && x.count >= 0, "root");
   }
@@ -111,7 +119,7 @@ absl::Status SuffixTree::CheckIntegrity() const {
     stack.pop_back();
     ++reachable;
     if (n != kRoot) {
-      depth[n] = depth[nodes_[n].parent] + nodes_[n].length;
+      depth[n] = depth[nodes_[n].parent] + Length(n);
       ++refs[nodes_[n].ref_seq];
     }
     const size_t before = stack.size();
@@ -144,23 +152,31 @@ absl::Status SuffixTree::CheckIntegrity() const {
       while (idx < end) {
         node = FindChild(node, s.tokens[idx]);
         FLOE_TREE_CHECK(node >= 0, "seq ", seq_id, " start ", start, " idx ", idx);
-        FLOE_TREE_CHECK(idx + nodes_[node].length <= end, "seq ", seq_id, " start ", start);
-        for (int32_t i = 0; i < nodes_[node].length; ++i) {
+        FLOE_TREE_CHECK(idx + Length(node) <= end, "seq ", seq_id, " start ", start);
+        for (int32_t i = 0; i < Length(node); ++i) {
           FLOE_TREE_CHECK(Token(node, i) == s.tokens[idx + i], "seq ", seq_id, " start ", start);
         }
         ++visits[node];
-        idx += nodes_[node].length;
+        idx += Length(node);
       }
     }
     // 3. Active suffixes end at the ends of their nodes.
     if (!s.finished) {
       FLOE_TREE_CHECK(s.active_size == std::min(len, max_depth_), "seq ", seq_id);
+      FLOE_TREE_CHECK(s.leaf_count >= 0 && s.leaf_count <= s.active_size, "seq ", seq_id);
       for (int32_t i = 0; i < s.active_size; ++i) {
         const int32_t n = s.active[(s.active_begin + i) % max_depth_];
+        // Open leaves first (exactly the first leaf_count), then closed
+        // nodes; a closed leaf (count 1) only right after the open ones.
+        FLOE_TREE_CHECK(nodes_[n].open == (i < s.leaf_count), "seq ", seq_id, " active ", i);
+        if (i > 0 && nodes_[n].count == 1) {
+          FLOE_TREE_CHECK(nodes_[s.active[(s.active_begin + i - 1) % max_depth_]].count == 1,
+                          "seq ", seq_id, " active ", i);
+        }
         FLOE_TREE_CHECK(depth[n] == s.active_size - i, "seq ", seq_id, " active ", i);
         int32_t pos = len;
         for (int32_t a = n; a != kRoot; a = nodes_[a].parent) {
-          for (int32_t j = nodes_[a].length - 1; j >= 0; --j) {
+          for (int32_t j = Length(a) - 1; j >= 0; --j) {
             FLOE_TREE_CHECK(s.tokens[--pos] == Token(a, j), "seq ", seq_id, " active ", i);
           }
         }
