@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "services/suffix_cache/replay/ngram.h"
 
@@ -87,6 +88,7 @@ class Drafter {
     return {a, static_cast<int64_t>(tree_.token_ids.size())};
   }
   const SuffixSpeculator& speculator() const { return speculator_; }
+  SuffixSpeculator& speculator() { return speculator_; }
 
  private:
   const ReplayOptions& options_;
@@ -112,6 +114,18 @@ absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
   Drafter drafter(options);
   std::vector<int32_t> context;
   std::vector<int32_t> draft;
+  if (!options.ngram && !options.prefill.empty()) {
+    const auto t0 = Clock::now();
+    SuffixSpeculator& s = drafter.speculator();
+    for (size_t k = 0; k < options.prefill.size(); ++k) {
+      const std::string id = absl::StrCat("prefill-", k);
+      FLOE_RETURN_IF_ERROR(s.StartRequest(id, {}));
+      FLOE_RETURN_IF_ERROR(s.AppendTokens(id, options.prefill[k]));
+      FLOE_RETURN_IF_ERROR(s.StopRequest(id));
+      res.prefill_tokens += static_cast<int64_t>(options.prefill[k].size());
+    }
+    res.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   const auto wall0 = Clock::now();
   for (const TraceRequest& r : trace) {
     ++res.requests;

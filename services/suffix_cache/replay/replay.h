@@ -20,6 +20,10 @@ struct ReplayOptions {
   bool ngram = false;  // baseline instead of the suffix speculator
   int ngram_n = 3;
   int ngram_k = 10;
+  // Responses cached before the trace's first request (each started with an
+  // empty prompt, appended whole, stopped): a large cache for scale runs.
+  // Ignored by the n-gram baseline.
+  std::vector<std::vector<int32_t>> prefill;
 };
 
 struct ReplayResult {
@@ -38,6 +42,8 @@ struct ReplayResult {
   double start_us = 0;
   double stop_us = 0;
   double wall_s = 0;
+  double prefill_s = 0;  // caching options.prefill (not in wall_s)
+  int64_t prefill_tokens = 0;
   int64_t cached_tokens = 0;  // global tree at the end
   int64_t evictions = 0;
   size_t global_tree_bytes = 0;
