@@ -96,7 +96,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
   }
 
   void AppendSuffixCache(std::vector<prometheus::MetricFamily>& out) const {
-    std::shared_ptr<const RemoteSuffixStats> stats = std::atomic_load(&suffix_cache_);
+    const std::shared_ptr<const RemoteSuffixStats> stats = suffix_cache_.load();
     if (!stats) return;
     using prometheus::MetricType;
     const RemoteSuffixStats::Snapshot s = stats->Read();
@@ -163,7 +163,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     for (auto* f : {&latency, &failures, &skipped, &up, &went_down, &probes, &dropped}) out.push_back(std::move(*f));
   }
 
-  void AttachSuffixCache(std::shared_ptr<const RemoteSuffixStats> stats) { std::atomic_store(&suffix_cache_, std::move(stats)); }
+  void AttachSuffixCache(std::shared_ptr<const RemoteSuffixStats> stats) { suffix_cache_.store(std::move(stats)); }
 
   explicit EngineCollector(std::string model) : model_(std::move(model)) {}
   void Attach(const Engine* engine) { engine_.store(engine); }
@@ -218,7 +218,8 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
  private:
   std::string model_;
   std::atomic<const Engine*> engine_{nullptr};
-  std::shared_ptr<const RemoteSuffixStats> suffix_cache_;  // std::atomic_load/store
+  // Set once at start-up, but the metrics server may already be scraping.
+  std::atomic<std::shared_ptr<const RemoteSuffixStats>> suffix_cache_;
 };
 
 WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, int max_model_len)

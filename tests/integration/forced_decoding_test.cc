@@ -24,14 +24,10 @@ GenerateRequest ForcedRequest(const std::vector<int32_t>& prompt, const std::vec
 }
 
 TEST(ForcedDecodingClusterTest, ForcedIdsFlowThroughAndDraftsAreJudgedAgainstThem) {
-  (void)TinyModelDir();  // before any child starts: it aborts when the tokenizer is missing
-  auto cache = Subprocess::Spawn({BinaryPath("floe-suffix-cache"), "--host", "127.0.0.1", "--port", "0",
-                                  "--metrics-port", "-1"});
-  ASSERT_TRUE(cache.ok()) << cache.status();
-  auto cache_address = (*cache)->WaitForLine("suffix-cache listening on ", std::chrono::seconds(60));
-  ASSERT_TRUE(cache_address.ok()) << cache_address.status();
+  SuffixCacheProcess cache;
+  ASSERT_TRUE(cache.Start());
   LocalCluster cluster(1, {"--speculative", "suffix", "--num-speculative-tokens", "16", "--suffix-cache",
-                           *cache_address, "--benchmark-forced-decoding"});
+                           cache.address(), "--benchmark-forced-decoding"});
   ASSERT_TRUE(cluster.ok());
   auto stub = cluster.RouterStub();
 

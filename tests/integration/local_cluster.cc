@@ -1,5 +1,6 @@
 #include "tests/integration/local_cluster.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -90,6 +91,43 @@ std::unique_ptr<floe::v1::Floe::Stub> LocalCluster::RouterStub() const {
 
 std::unique_ptr<floe::v1::Worker::Stub> LocalCluster::WorkerStub(int i) const {
   return floe::v1::Worker::NewStub(grpc::CreateChannel(worker_addresses_[i], grpc::InsecureChannelCredentials()));
+}
+
+bool SuffixCacheProcess::Start(const std::string& port) {
+  // TinyModelDir aborts this process when the tokenizer is missing: before
+  // any child starts, so none is left behind.
+  (void)TinyModelDir();
+  auto spawned = Subprocess::Spawn({BinaryPath("floe-suffix-cache"), "--host", "127.0.0.1", "--port", port,
+                                    "--metrics-port", "-1"});
+  if (!spawned.ok()) return false;
+  process_ = std::move(spawned).value();
+  auto address = process_->WaitForLine("suffix-cache listening on ", std::chrono::seconds(60));
+  if (!address.ok()) return false;
+  address_ = *address;
+  return true;
+}
+
+void SuffixCacheProcess::Kill() {
+  ::kill(process_->pid(), SIGKILL);
+  process_->Terminate(std::chrono::seconds(5));  // reaps it
+}
+
+bool SuffixCacheProcess::Restart() { return Start(address_.substr(address_.rfind(':') + 1)); }
+
+std::string MetricsUrl(Subprocess& process) {
+  for (const std::string& line : process.lines()) {
+    if (line.rfind("metrics ", 0) == 0) return line.substr(line.rfind(' ') + 1);
+  }
+  return "";
+}
+
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return condition();
 }
 
 Generation Generate(floe::v1::Floe::Stub& stub, const floe::v1::GenerateRequest& request, int timeout_ms) {

@@ -1,8 +1,11 @@
-// Test helper: real floe-worker / floe-router processes on loopback, serving a
-// tiny random checkpoint written once per test binary. Everything is torn
-// down (SIGTERM, then SIGKILL) when the helper goes out of scope.
+// Test helper: real floe-worker / floe-router (and floe-suffix-cache)
+// processes on loopback, serving a tiny random checkpoint written once per
+// test binary. Everything is torn down (SIGTERM, then SIGKILL) when the
+// helper goes out of scope.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +47,29 @@ class LocalCluster {
   std::vector<std::string> worker_addresses_;
   std::string router_address_;
 };
+
+// A floe-suffix-cache on loopback (metrics off) that can be killed and
+// started again on its port.
+class SuffixCacheProcess {
+ public:
+  // Starts it on `port` ("0": any free one); false when it did not come up.
+  bool Start(const std::string& port = "0");
+  void Kill();     // SIGKILL, then reaps it
+  bool Restart();  // Start on the port it had
+  Subprocess& process() { return *process_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::unique_ptr<Subprocess> process_;
+  std::string address_;
+};
+
+// The /metrics URL a floe binary printed ("metrics <who> <url>"); "" when it
+// printed none.
+std::string MetricsUrl(Subprocess& process);
+
+// Polls `condition` every 50 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 // One Generate call, collected.
 struct Generation {

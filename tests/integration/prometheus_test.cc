@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -20,12 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string MetricsUrl(Subprocess& process) {
-  for (const std::string& line : process.lines()) {
-    if (line.rfind("metrics ", 0) == 0) return line.substr(line.rfind(' ') + 1);
-  }
-  return "";
-}
+// Prometheus scrapes every second: how long a value may take to show.
+constexpr std::chrono::seconds kScrapeWait(30);
 
 std::string HostPort(const std::string& url) {
   std::string rest = url.substr(std::string("http://").size());
@@ -72,14 +67,6 @@ class Prometheus {
     return std::stod((*result)[0]["value"][1].get<std::string>());
   }
 
-  bool WaitUntil(const std::function<bool()>& condition, int timeout_s = 30) {
-    for (int i = 0; i < timeout_s * 5; ++i) {
-      if (condition()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return false;
-  }
-
  private:
   fs::path dir_;
   int port_;
@@ -93,7 +80,7 @@ TEST(PrometheusTest, CountersEqualTheLoadAndDashboardQueriesReturnData) {
   for (int i = 0; i < 2; ++i) targets.push_back(HostPort(MetricsUrl(cluster.worker(i))));
   for (const auto& t : targets) ASSERT_FALSE(t.empty());
   Prometheus prometheus(targets);
-  ASSERT_TRUE(prometheus.WaitUntil([&] { return prometheus.Scalar("up") == 3.0; })) << "targets not up";
+  ASSERT_TRUE(WaitFor([&] { return prometheus.Scalar("up") == 3.0; }, kScrapeWait)) << "targets not up";
 
   // Known load: 10 requests of 12 tokens each, 3 rejected for bad input.
   auto stub = cluster.RouterStub();
@@ -114,12 +101,14 @@ TEST(PrometheusTest, CountersEqualTheLoadAndDashboardQueriesReturnData) {
     EXPECT_EQ(Generate(*stub, bad).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
 
-  ASSERT_TRUE(prometheus.WaitUntil([&] { return prometheus.Scalar("floe_generation_tokens_total") == 120.0; }))
+  ASSERT_TRUE(WaitFor([&] { return prometheus.Scalar("floe_generation_tokens_total") == 120.0; }, kScrapeWait))
       << "generation tokens: " << prometheus.Scalar("floe_generation_tokens_total");
-  EXPECT_TRUE(prometheus.WaitUntil([&] {
-    return prometheus.Scalar("floe_router_requests_total{code=\"OK\"}") == 10.0 &&
-           prometheus.Scalar("floe_router_requests_total{code=\"INVALID_ARGUMENT\"}") == 3.0;
-  }));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return prometheus.Scalar("floe_router_requests_total{code=\"OK\"}") == 10.0 &&
+               prometheus.Scalar("floe_router_requests_total{code=\"INVALID_ARGUMENT\"}") == 3.0;
+      },
+      kScrapeWait));
   EXPECT_EQ(prometheus.Scalar("floe_requests_finished_total{finish_reason=\"length\"}"), 10.0);
   EXPECT_EQ(prometheus.Scalar("floe_time_to_first_token_seconds_count"), 10.0);
   EXPECT_EQ(prometheus.Scalar("floe_e2e_request_latency_seconds_count"), 10.0);

@@ -8,12 +8,9 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cmath>
-#include <functional>
 #include <map>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "common/metrics/http_get.h"
@@ -86,69 +83,11 @@ const std::vector<std::vector<int32_t>>& Baseline() {
   return *baseline;
 }
 
-std::string MetricsUrl(Subprocess& process, const std::string& who) {
-  for (const std::string& line : process.lines()) {
-    if (line.rfind("metrics " + who + " ", 0) == 0) return line.substr(line.rfind(' ') + 1);
-  }
-  return "";
-}
-
-// Sum of the samples of `name` whose labels contain every one of `labels`;
-// NaN when there is none (a failed scrape never reads as 0).
-double Sample(const std::map<std::string, double>& samples, const std::string& name,
-              std::vector<std::string> labels = {}) {
-  double sum = 0;
-  bool found = false;
-  for (const auto& [key, value] : samples) {
-    if (key != name && !absl::StartsWith(key, name + "{")) continue;
-    bool match = true;
-    for (const std::string& l : labels) match = match && absl::StrContains(key, l);
-    if (match) sum += value, found = true;
-  }
-  return found ? sum : std::nan("");
-}
-
 std::map<std::string, double> Scrape(const std::string& url) {
   auto body = HttpGet(url);
   if (!body.ok()) return {};
   return ParsePrometheusText(*body);
 }
-
-// Polls `condition` every 50 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return condition();
-}
-
-// A floe-suffix-cache that can be killed and started again on its port.
-class SuffixCacheProcess {
- public:
-  bool Start(const std::string& port = "0") {
-    auto spawned = Subprocess::Spawn({BinaryPath("floe-suffix-cache"), "--host", "127.0.0.1", "--port", port,
-                                      "--metrics-port", "-1"});
-    if (!spawned.ok()) return false;
-    process_ = std::move(spawned).value();
-    auto address = process_->WaitForLine("suffix-cache listening on ", std::chrono::seconds(30));
-    if (!address.ok()) return false;
-    address_ = *address;
-    return true;
-  }
-  void Kill() {
-    ::kill(process_->pid(), SIGKILL);
-    process_->Terminate(std::chrono::seconds(5));  // reaps it
-  }
-  bool Restart() { return Start(address_.substr(address_.rfind(':') + 1)); }
-  Subprocess& process() { return *process_; }
-  const std::string& address() const { return address_; }
-
- private:
-  std::unique_ptr<Subprocess> process_;
-  std::string address_;
-};
 
 std::vector<std::string> SpeculativeArgs(const std::string& method, const std::string& suffix_cache = "") {
   std::vector<std::string> args = {"--speculative", method, "--num-speculative-tokens", "8"};
@@ -165,19 +104,19 @@ void ExpectLosslessWithAcceptedDrafts(LocalCluster& cluster, const std::string& 
     ASSERT_FALSE(want[i].empty());
     EXPECT_EQ(got[i], want[i]) << proposer << ", request " << i;
   }
-  const auto samples = Scrape(MetricsUrl(cluster.worker(0), "worker"));
+  const auto samples = Scrape(MetricsUrl(cluster.worker(0)));
   const std::string label = absl::StrCat("proposer=\"", proposer, "\"");
-  const double drafts = Sample(samples, "floe_spec_decode_drafts_total", {label});
-  const double accepted = Sample(samples, "floe_spec_decode_accepted_tokens_total", {label});
+  const double drafts = SumByLabels(samples, "floe_spec_decode_drafts_total", {label});
+  const double accepted = SumByLabels(samples, "floe_spec_decode_accepted_tokens_total", {label});
   EXPECT_GT(drafts, 0);
   EXPECT_GT(accepted, 0) << proposer << ": no draft token accepted";
   // The accepted-length histogram is the same verification seen per draft.
-  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_count", {label}), drafts);
-  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_sum", {label}), accepted);
-  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"+Inf\""}), drafts);
+  EXPECT_EQ(SumByLabels(samples, "floe_spec_decode_accepted_length_count", {label}), drafts);
+  EXPECT_EQ(SumByLabels(samples, "floe_spec_decode_accepted_length_sum", {label}), accepted);
+  EXPECT_EQ(SumByLabels(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"+Inf\""}), drafts);
   // Drafts accepting no token: all drafts minus those whose first token was.
-  EXPECT_EQ(Sample(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"0\""}),
-            drafts - Sample(samples, "floe_spec_decode_accepted_per_position_total", {label, "position=\"0\""}));
+  EXPECT_EQ(SumByLabels(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"0\""}),
+            drafts - SumByLabels(samples, "floe_spec_decode_accepted_per_position_total", {label, "position=\"0\""}));
 }
 
 TEST(SpeculationTest, NgramIsLosslessAndAcceptsDrafts) {
@@ -192,18 +131,18 @@ TEST(SpeculationTest, SuffixWithSuffixCacheIsLosslessAndUsesTheService) {
   LocalCluster cluster(1, SpeculativeArgs("suffix", cache.address()));
   ASSERT_TRUE(cluster.ok());
   ExpectLosslessWithAcceptedDrafts(cluster, "suffix");
-  const auto samples = Scrape(MetricsUrl(cluster.worker(0), "worker"));
-  const double steps = Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""});
+  const auto samples = Scrape(MetricsUrl(cluster.worker(0)));
+  const double steps = SumByLabels(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""});
   EXPECT_GT(steps, 0);
   // A request registers with the service when it is first asked for a draft
   // (or is skipped while a loaded machine made Steps late enough to mark the
   // replica down); the draft budget may never ask a request that its
   // measured acceptance does not pay for, so some requests never register.
-  const double starts = Sample(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"start\""});
+  const double starts = SumByLabels(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"start\""});
   EXPECT_GT(starts, 0);
-  EXPECT_LE(starts + Sample(samples, "floe_suffix_cache_client_skipped_calls_total", {"call=\"start\""}),
+  EXPECT_LE(starts + SumByLabels(samples, "floe_suffix_cache_client_skipped_calls_total", {"call=\"start\""}),
             Workload().size());
-  EXPECT_EQ(Sample(samples, "floe_suffix_cache_client_rpc_failures_total", {"reason=\"unavailable\""}), 0);
+  EXPECT_EQ(SumByLabels(samples, "floe_suffix_cache_client_rpc_failures_total", {"reason=\"unavailable\""}), 0);
 }
 
 // Clients loop over the workload until stopped, checking every output
@@ -243,16 +182,16 @@ TEST(SpeculationFaultTest, SuffixCacheKilledRestartedAndStoppedOnlyCostsDrafts) 
   ASSERT_TRUE(cache.Start());
   LocalCluster cluster(1, SpeculativeArgs("suffix", cache.address()));
   ASSERT_TRUE(cluster.ok());
-  const std::string url = MetricsUrl(cluster.worker(0), "worker");
+  const std::string url = MetricsUrl(cluster.worker(0));
   ASSERT_FALSE(url.empty());
-  auto metric = [&](const std::string& name, std::vector<std::string> labels = {}) {
-    return Sample(Scrape(url), name, std::move(labels));
+  auto metric = [&](const std::string& name, const std::vector<std::string>& labels = {}) {
+    return SumByLabels(Scrape(url), name, labels);
   };
   // Successful Step calls: observed minus failed.
   auto good_steps = [&] {
     const auto s = Scrape(url);
-    return Sample(s, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""}) -
-           Sample(s, "floe_suffix_cache_client_rpc_failures_total", {"call=\"step\""});
+    return SumByLabels(s, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""}) -
+           SumByLabels(s, "floe_suffix_cache_client_rpc_failures_total", {"call=\"step\""});
   };
   auto stub = cluster.RouterStub();
   Load load(*stub, 2);
@@ -291,10 +230,10 @@ TEST(SpeculationFaultTest, SuffixCacheKilledRestartedAndStoppedOnlyCostsDrafts) 
   EXPECT_EQ(load.mismatches(), 0) << "of " << load.done() << " requests";
   const auto s = Scrape(url);
   // Every Step call ended within its 5 ms deadline plus scheduling slack.
-  EXPECT_EQ(Sample(s, "floe_suffix_cache_client_rpc_latency_seconds_bucket", {"call=\"step\"", "le=\"0.1\""}),
-            Sample(s, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""}));
-  EXPECT_GT(Sample(s, "floe_suffix_cache_client_unreachable_total"), went_down);
-  EXPECT_GT(Sample(s, "floe_suffix_cache_client_skipped_calls_total"), 0);
+  EXPECT_EQ(SumByLabels(s, "floe_suffix_cache_client_rpc_latency_seconds_bucket", {"call=\"step\"", "le=\"0.1\""}),
+            SumByLabels(s, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""}));
+  EXPECT_GT(SumByLabels(s, "floe_suffix_cache_client_unreachable_total"), went_down);
+  EXPECT_GT(SumByLabels(s, "floe_suffix_cache_client_skipped_calls_total"), 0);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "common/metrics/prometheus_text.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace floe {
@@ -19,6 +21,26 @@ TEST(PrometheusTextTest, ParsesSamplesAndSumsByName) {
   EXPECT_DOUBLE_EQ(SumByName(samples, "floe_x_total"), 7.5);
   EXPECT_DOUBLE_EQ(SumByName(samples, "floe_y"), 1000.0);
   EXPECT_DOUBLE_EQ(SumByName(samples, "floe_missing"), 0.0);
+}
+
+TEST(PrometheusTextTest, SumsByWholeLabels) {
+  const char* text =
+      "floe_rpc_total{call=\"step\",reason=\"timeout\"} 2\n"
+      "floe_rpc_total{call=\"step\",reason=\"unavailable\"} 3\n"
+      "floe_rpc_total{call=\"start\",reason=\"timeout\"} 5\n"
+      "floe_rpc_total{recall=\"step\"} 100\n"
+      "floe_rpc_total_other{call=\"step\"} 1000\n"
+      "floe_up 1\n";
+  auto samples = ParsePrometheusText(text);
+  EXPECT_DOUBLE_EQ(SumByLabels(samples, "floe_rpc_total", {"call=\"step\""}), 5.0);
+  EXPECT_DOUBLE_EQ(SumByLabels(samples, "floe_rpc_total", {"reason=\"timeout\""}), 7.0);
+  EXPECT_DOUBLE_EQ(SumByLabels(samples, "floe_rpc_total", {"call=\"step\"", "reason=\"timeout\""}), 2.0);
+  EXPECT_DOUBLE_EQ(SumByLabels(samples, "floe_rpc_total", {}), 110.0);
+  EXPECT_DOUBLE_EQ(SumByLabels(samples, "floe_up", {}), 1.0);
+  // No match is NaN, not 0: a failed scrape must not pass for a zero counter.
+  EXPECT_TRUE(std::isnan(SumByLabels(samples, "floe_rpc_total", {"call=\"end\""})));
+  EXPECT_TRUE(std::isnan(SumByLabels(samples, "floe_missing", {})));
+  EXPECT_TRUE(std::isnan(SumByLabels({}, "floe_up", {})));
 }
 
 }  // namespace

@@ -36,11 +36,8 @@ class ForcedDecodingTest : public EngineHarness {
   }
 
   static std::unique_ptr<EngineCore> SuffixEngine() {
-    EngineOptions options;
+    EngineOptions options = SpeculationOptions(kDraftTokens);
     options.block_size = 16;
-    options.num_blocks = 512;
-    options.num_speculative_tokens = kDraftTokens;
-    options.speculative_token_threshold = 1 << 20;
     options.speculative_step_overhead_tokens = -1;  // the replay drafts whatever it finds
     std::vector<std::unique_ptr<Proposer>> proposers;
     proposers.push_back(std::make_unique<SuffixProposer>(SuffixProposerOptions{}));
@@ -55,10 +52,8 @@ TEST_F(ForcedDecodingTest, ForcedTokensComeOutWithAnyProposerBatchedOrAlone) {
   requests[1].seeded = true;
   for (const std::string mode : {"off", "ngram", "suffix"}) {
     for (bool together : {true, false}) {
-      EngineOptions options;
+      EngineOptions options = SpeculationOptions(mode == "off" ? 0 : kDraftTokens);
       options.block_size = 16;
-      options.num_blocks = 512;
-      options.num_speculative_tokens = mode == "off" ? 0 : kDraftTokens;
       std::vector<std::unique_ptr<Proposer>> proposers;
       if (mode == "ngram") proposers.push_back(std::make_unique<NgramProposer>(NgramOptions{1, 4, kDraftTokens}));
       if (mode == "suffix") proposers.push_back(std::make_unique<SuffixProposer>(SuffixProposerOptions{}));

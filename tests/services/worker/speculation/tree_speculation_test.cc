@@ -117,48 +117,58 @@ class TreeSpeculationTest : public EngineHarness {
     return options;
   }
   static std::unique_ptr<EngineCore> TreeEngine(const std::map<std::string, Result>& want, Shape shape,
-                                                EngineOptions options) {
+                                                EngineOptions options,
+                                                std::unique_ptr<Backend> backend = nullptr) {
     std::vector<std::unique_ptr<Proposer>> p;
     p.push_back(std::make_unique<TreeOracleProposer>(want, shape));
-    return MakeEngine(options, std::move(p));
+    return MakeEngine(options, std::move(p), std::move(backend));
+  }
+  // fn(shape, requests, their plain-decoding reference) for every shape, on
+  // a greedy and on a seeded batch of 5.
+  template <class Fn>
+  static void ForEveryShape(int k, const Fn& fn) {
+    for (bool seeded : {false, true}) {
+      auto requests = Batch(5, seeded);
+      auto want = RunWithoutSpeculation(requests, SpecOptions(k));
+      for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
+        SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
+        fn(shape, requests, want);
+      }
+    }
   }
   static const SpeculationCounters& Only(const EngineCore& core) { return core.counters().speculation.at(0); }
 };
 
 TEST_F(TreeSpeculationTest, EveryShapeMatchesPlainDecodingBatchedAndAlone) {
   const int k = 9;
-  for (bool seeded : {false, true}) {
-    auto requests = Batch(5, seeded);
-    auto want = RunWithoutSpeculation(requests, SpecOptions(k));
-    for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
-      SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
-      auto core = TreeEngine(want, shape, SpecOptions(k));
-      ExpectSameTokens(Run(*core, requests), want);
-      const SpeculationCounters& c = Only(*core);
-      EXPECT_GT(c.drafts, 0);
-      switch (shape) {
-        case Shape::kFirst:  // 5 (first) or 3 (second) path nodes of 9; fewer near max_tokens
-        case Shape::kSecond:
-          EXPECT_GT(c.accepted_tokens, c.drafts);
-          EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
-          break;
-        case Shape::kReject:
-          EXPECT_EQ(c.accepted_tokens, 0);
-          break;
-        case Shape::kBroken:
-          EXPECT_GT(c.accepted_per_position[1], 0);
-          EXPECT_EQ(c.accepted_per_position[2], 0);
-          break;
-      }
-      // Alone.
-      const EngineRequest& r = requests[static_cast<int>(shape) % requests.size()];
-      auto alone = TreeEngine(want, shape, SpecOptions(k));
-      auto got = Run(*alone, {r});
-      EXPECT_EQ(got[r.id].tokens, want[r.id].tokens);
-      EXPECT_EQ(got[r.id].logprobs, want[r.id].logprobs);
-      EXPECT_EQ(got[r.id].reason, want[r.id].reason);
+  ForEveryShape(k, [&](Shape shape, const std::vector<EngineRequest>& requests,
+                       const std::map<std::string, Result>& want) {
+    auto core = TreeEngine(want, shape, SpecOptions(k));
+    ExpectSameTokens(Run(*core, requests), want);
+    const SpeculationCounters& c = Only(*core);
+    EXPECT_GT(c.drafts, 0);
+    switch (shape) {
+      case Shape::kFirst:  // 5 (first) or 3 (second) path nodes of 9; fewer near max_tokens
+      case Shape::kSecond:
+        EXPECT_GT(c.accepted_tokens, c.drafts);
+        EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
+        break;
+      case Shape::kReject:
+        EXPECT_EQ(c.accepted_tokens, 0);
+        break;
+      case Shape::kBroken:
+        EXPECT_GT(c.accepted_per_position[1], 0);
+        EXPECT_EQ(c.accepted_per_position[2], 0);
+        break;
     }
-  }
+    // Alone.
+    const EngineRequest& r = requests[static_cast<int>(shape) % requests.size()];
+    auto alone = TreeEngine(want, shape, SpecOptions(k));
+    auto got = Run(*alone, {r});
+    EXPECT_EQ(got[r.id].tokens, want.at(r.id).tokens);
+    EXPECT_EQ(got[r.id].logprobs, want.at(r.id).logprobs);
+    EXPECT_EQ(got[r.id].reason, want.at(r.id).reason);
+  });
 }
 
 TEST_F(TreeSpeculationTest, WithoutKvCopyTheFirstRootPathIsVerifiedAsAChain) {
@@ -166,29 +176,23 @@ TEST_F(TreeSpeculationTest, WithoutKvCopyTheFirstRootPathIsVerifiedAsAChain) {
   // kSecond's and kBroken's is a decoy and the true token under it (nothing
   // accepted); kReject's a decoy pair.
   const int k = 9;
-  for (bool seeded : {false, true}) {
-    auto requests = Batch(5, seeded);
-    auto want = RunWithoutSpeculation(requests, SpecOptions(k));
-    for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
-      SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
-      NoKvCopyBackend::Seen seen;
-      std::vector<std::unique_ptr<Proposer>> p;
-      p.push_back(std::make_unique<TreeOracleProposer>(want, shape));
-      auto core = MakeEngine(SpecOptions(k), std::move(p), std::make_unique<NoKvCopyBackend>(MakeCpuBackend(), &seen));
-      ExpectSameTokens(Run(*core, requests), want);
-      EXPECT_EQ(seen.trees, 0);
-      const SpeculationCounters& c = Only(*core);
-      EXPECT_GT(c.drafts, 0);
-      if (shape == Shape::kFirst) {
-        EXPECT_EQ(seen.max_logits, 1 + 5);
-        EXPECT_GT(c.accepted_tokens, c.drafts);
-        EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
-      } else {
-        EXPECT_EQ(seen.max_logits, 1 + 2);
-        EXPECT_EQ(c.accepted_tokens, 0);
-      }
+  ForEveryShape(k, [&](Shape shape, const std::vector<EngineRequest>& requests,
+                       const std::map<std::string, Result>& want) {
+    NoKvCopyBackend::Seen seen;
+    auto core = TreeEngine(want, shape, SpecOptions(k), std::make_unique<NoKvCopyBackend>(MakeCpuBackend(), &seen));
+    ExpectSameTokens(Run(*core, requests), want);
+    EXPECT_EQ(seen.trees, 0);
+    const SpeculationCounters& c = Only(*core);
+    EXPECT_GT(c.drafts, 0);
+    if (shape == Shape::kFirst) {
+      EXPECT_EQ(seen.max_logits, 1 + 5);
+      EXPECT_GT(c.accepted_tokens, c.drafts);
+      EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
+    } else {
+      EXPECT_EQ(seen.max_logits, 1 + 2);
+      EXPECT_EQ(c.accepted_tokens, 0);
     }
-  }
+  });
 }
 
 TEST_F(TreeSpeculationTest, TreesCrossingStopTokenMinTokensMaxTokensAndContext) {
