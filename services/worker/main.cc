@@ -78,7 +78,8 @@ int Run(int argc, char** argv) {
   parser.AddDouble("speculative-step-overhead-tokens", &f.speculative_step_overhead_tokens,
                    "draft cost model: a step's fixed cost in tokens' worth of compute (CPU ~1-3); a draft "
                    "position is verified only if its measured acceptance beats its cost; < 0: threshold only");
-  parser.AddString("suffix-cache", &f.suffix_cache, "--speculative suffix: floe-suffix-cache HOST:PORT,... for the global tree");
+  parser.AddString("suffix-cache", &f.suffix_cache,
+                   "--speculative suffix only: floe-suffix-cache HOST:PORT,... for the global tree");
   parser.AddBool("benchmark-forced-decoding", &f.benchmark_forced_decoding,
                  "benchmarks only: requests may carry forced_output_ids, emitted instead of sampled tokens");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");

@@ -8,6 +8,10 @@ namespace floe {
 
 absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const SpeculationConfig& config) {
   std::vector<std::unique_ptr<Proposer>> proposers;
+  if (!config.suffix_cache_addresses.empty() && config.method != "suffix") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--suffix-cache is used by --speculative suffix only; --speculative is \"", config.method, "\""));
+  }
   if (config.method == "off") return proposers;
   if (config.num_tokens < 1 || config.num_tokens > 64)
     return absl::InvalidArgumentError(

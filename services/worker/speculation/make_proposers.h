@@ -24,7 +24,9 @@ struct SpeculationConfig {
   bool tree = false;  // suffix only: tree drafts (k = tree nodes) instead of paths
 };
 
-// INVALID_ARGUMENT naming the method when unknown. "off" gives no proposers.
+// INVALID_ARGUMENT naming the method when unknown, and naming --suffix-cache
+// when addresses are given to a method other than suffix. "off" gives no
+// proposers.
 absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const SpeculationConfig& config);
 
 }  // namespace floe

@@ -1,6 +1,8 @@
 #include "services/worker/speculation/remote_suffix_source.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 #include "common/log/log.h"
 
@@ -68,7 +70,15 @@ bool RemoteSuffixSource::Enqueue(Lifecycle call) {
   absl::MutexLock l(&mu_);
   if (static_cast<int>(queue_.size()) >= options_.max_pending_lifecycle) {
     if (options_.stats) options_.stats->RecordDroppedLifecycle();
-    return false;
+    // A dropped Start only costs its request global drafts; a dropped End
+    // leaves the request open on the service until its TTL. So an End takes
+    // the place of the newest queued Start (whose request then never
+    // registers, and whose own End is never queued), if there is one.
+    // The order stays FIFO: an End still runs after its own Start.
+    auto start = std::find_if(queue_.rbegin(), queue_.rend(), [](const Lifecycle& c) { return c.start; });
+    if (call.start || start == queue_.rend()) return false;
+    start->state->store(State::kGone);
+    queue_.erase(std::next(start).base());
   }
   queue_.push_back(std::move(call));
   return true;
@@ -201,12 +211,12 @@ void RemoteSuffixSource::Absorb(Remote& r, const floe::v1::SuffixDraft& result, 
 void RemoteSuffixSource::Query(std::span<const SpecSequence> batch, int max_spec_tokens,
                                std::span<DraftProposal> out) {
   floe::v1::SuffixStepRequest step;
-  auto* p = step.mutable_params();
-  p->set_max_spec_tokens(std::max(1, max_spec_tokens));
-  p->set_max_spec_factor(params_.max_spec_factor);
-  p->set_max_spec_offset(params_.max_spec_offset);
-  p->set_min_token_prob(params_.min_token_prob);
-  p->set_use_tree_spec(false);
+  // Every entry carries its own params (its draft cap); the step's are unset.
+  floe::v1::SpeculateParams params;
+  params.set_max_spec_factor(params_.max_spec_factor);
+  params.set_max_spec_offset(params_.max_spec_offset);
+  params.set_min_token_prob(params_.min_token_prob);
+  params.set_use_tree_spec(false);
   // Per replica: -1 not asked yet, 0 skipped (down), 1 admitted.
   std::vector<int> admitted(client_->addresses().size(), -1);
   std::vector<std::pair<size_t, Remote*>> sent;
@@ -217,8 +227,9 @@ void RemoteSuffixSource::Query(std::span<const SpecSequence> batch, int max_spec
     if (gate < 0) gate = Admit(r->replica, RemoteSuffixStats::kStep) ? 1 : 0;
     if (gate == 0) continue;
     AddEntry(step, std::string(batch[i].request_id), *r, batch[i].tokens.subspan(batch[i].prompt_len), true);
-    step.mutable_entries(step.entries_size() - 1)->mutable_params()->CopyFrom(*p);
-    step.mutable_entries(step.entries_size() - 1)->mutable_params()->set_max_spec_tokens(batch[i].max_draft);
+    // The proposer's cap (max_spec_tokens) and the engine's for this request.
+    params.set_max_spec_tokens(std::max(1, std::min(batch[i].max_draft, max_spec_tokens)));
+    *step.mutable_entries(step.entries_size() - 1)->mutable_params() = params;
     sent.emplace_back(i, r);
   }
   if (sent.empty()) return;

@@ -11,8 +11,10 @@
 // (StartRequest) on a lifecycle thread the first time it is asked about, and
 // joins the Step batches once that call succeeded; when it leaves the engine
 // its last tokens (an append-only Step) and EndRequest go the same way, so its
-// response joins the shared tree. The lifecycle queue is bounded (a full
-// queue drops the call: the request simply gets no global drafts).
+// response joins the shared tree. The lifecycle queue is bounded: a full
+// queue drops a Start (the request simply gets no global drafts); an End takes
+// the place of the newest queued Start instead, and is dropped (the request
+// stays open on the service until its TTL) only when no Start is queued.
 //
 // Faults: a ReplicaBackoff per replica stops all calls to a replica after a
 // few transport failures in a row (down, SIGKILLed, SIGSTOPped) except a
@@ -42,7 +44,7 @@ namespace floe {
 
 struct RemoteSuffixOptions {
   BackoffOptions backoff;
-  int max_pending_lifecycle = 1024;  // queued Start/End calls beyond are dropped
+  int max_pending_lifecycle = 1024;  // queued Start/End calls beyond are dropped (Starts first)
   std::shared_ptr<RemoteSuffixStats> stats;  // optional; one replica per client address
 };
 

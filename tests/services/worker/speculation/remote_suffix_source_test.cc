@@ -4,6 +4,7 @@
 // drafts, never tokens.
 #include "services/worker/speculation/remote_suffix_source.h"
 
+#include "absl/synchronization/notification.h"
 #include "services/worker/speculation/make_proposers.h"
 
 #include "tests/services/suffix_cache/service/test_server.h"
@@ -127,6 +128,149 @@ TEST_F(RemoteSuffixSourceTest, UnreachableServiceOnlyCostsDrafts) {
   EXPECT_EQ(source->counters().steps, 0);  // no request ever started, so no Step went out
 }
 
+// A suffix-cache that records the calls it gets (Steps in full) and holds
+// every StartRequest until `release` is notified.
+class GatedSuffixCache final : public floe::v1::SuffixCache::Service {
+ public:
+  grpc::Status StartRequest(grpc::ServerContext*, const floe::v1::SuffixStartRequest* req,
+                            floe::v1::SuffixStartResponse*) override {
+    Record("start " + req->request_id());
+    release.WaitForNotificationWithTimeout(absl::Seconds(60));
+    return grpc::Status::OK;
+  }
+  grpc::Status Step(grpc::ServerContext*, const floe::v1::SuffixStepRequest* req,
+                    floe::v1::SuffixStepResponse* resp) override {
+    {
+      absl::MutexLock l(&mu_);
+      steps_.push_back(*req);
+    }
+    Record("step");
+    for (int i = 0; i < req->entries_size(); ++i) resp->add_results();  // answered, no draft
+    return grpc::Status::OK;
+  }
+  grpc::Status EndRequest(grpc::ServerContext*, const floe::v1::SuffixEndRequest* req,
+                          floe::v1::SuffixEndResponse*) override {
+    Record("end " + req->request_id());
+    return grpc::Status::OK;
+  }
+
+  bool WaitForCall(const std::string& call, absl::Duration timeout) {
+    absl::MutexLock l(&mu_);
+    auto seen = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::find(calls_.begin(), calls_.end(), call) != calls_.end();
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&seen), timeout);
+  }
+  std::vector<std::string> calls() {
+    absl::MutexLock l(&mu_);
+    return calls_;
+  }
+  std::vector<floe::v1::SuffixStepRequest> steps() {
+    absl::MutexLock l(&mu_);
+    return steps_;
+  }
+
+  absl::Notification release;
+
+ private:
+  void Record(const std::string& call) {
+    absl::MutexLock l(&mu_);
+    calls_.push_back(call);
+  }
+  absl::Mutex mu_;
+  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<floe::v1::SuffixStepRequest> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+// A RemoteSuffixSource on a GatedSuffixCache, driven as the engine thread
+// drives it: every request has prompt {1, 2, 3} and output {4, 5}.
+class RemoteSuffixLifecycleTest : public testing::Test {
+ protected:
+  RemoteSuffixLifecycleTest() {
+    auto runner = ServerRunner::Start({"127.0.0.1:0"}, {&service_});
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    runner_ = std::move(runner).value();
+    ClientOptions options;
+    options.addresses = {runner_->address()};
+    options.step_deadline = std::chrono::seconds(5);  // nothing here is about deadlines
+    options.call_deadline = std::chrono::seconds(30);
+    auto client = SuffixCacheClient::Create(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    client_ = std::move(client).value();
+    stats_ = std::make_shared<RemoteSuffixStats>(options.addresses);
+  }
+  ~RemoteSuffixLifecycleTest() override {
+    if (!service_.release.HasBeenNotified()) service_.release.Notify();  // a failed test may leave a Start held
+    source_.reset();
+    runner_->Shutdown(std::chrono::milliseconds(100));
+  }
+
+  RemoteSuffixSource& Source(int max_pending_lifecycle) {
+    RemoteSuffixOptions remote;
+    remote.max_pending_lifecycle = max_pending_lifecycle;
+    remote.stats = stats_;
+    source_ = std::make_unique<RemoteSuffixSource>(client_.get(), suffix_cache::DraftParams{}, remote);
+    return *source_;
+  }
+  // One Query (an engine step) over `ids` with their draft caps.
+  void Query(const std::vector<std::pair<std::string, int32_t>>& ids, int max_spec_tokens) {
+    std::vector<SpecSequence> batch;
+    for (const auto& [id, max_draft] : ids) {
+      SpecSequence s;
+      s.request_id = id;
+      s.tokens = tokens_;
+      s.prompt_len = 3;
+      s.max_draft = max_draft;
+      batch.push_back(s);
+    }
+    std::vector<DraftProposal> out(batch.size());
+    source_->Query(batch, max_spec_tokens, out);
+  }
+  void Finish(const std::string& id) { source_->Finish(id, "", tokens_, 3); }
+
+  GatedSuffixCache service_;
+  std::unique_ptr<ServerRunner> runner_;
+  std::unique_ptr<SuffixCacheClient> client_;
+  std::shared_ptr<RemoteSuffixStats> stats_;
+  std::unique_ptr<RemoteSuffixSource> source_;
+  const std::vector<int32_t> tokens_ = {1, 2, 3, 4, 5};
+};
+
+TEST_F(RemoteSuffixLifecycleTest, AFullQueueDropsStartsNotEnds) {
+  RemoteSuffixSource& source = Source(/*max_pending_lifecycle=*/2);
+  Query({{"r0", 4}}, 4);  // its Start goes out and is held by the service
+  ASSERT_TRUE(service_.WaitForCall("start r0", absl::Seconds(30)));
+  Query({{"r1", 4}, {"r2", 4}}, 4);  // queued: the queue is full
+  Finish("r0");                      // its End takes the place of r2's Start
+  Finish("r2");                      // r2 never registers: no End is queued
+  Query({{"r3", 4}}, 4);             // [Start r1, End r0] is full: dropped
+  service_.release.Notify();
+  ASSERT_TRUE(source.WaitIdle(absl::Seconds(30)));
+  // r0 is ended (after its last tokens), not left open until the TTL.
+  EXPECT_EQ(service_.calls(), (std::vector<std::string>{"start r0", "start r1", "step", "end r0"}));
+  EXPECT_EQ(stats_->Read().dropped_lifecycle, 2);
+}
+
+TEST_F(RemoteSuffixLifecycleTest, EachEntryCarriesItsOwnDraftCapAndTheStepNone) {
+  service_.release.Notify();
+  RemoteSuffixSource& source = Source(16);
+  Query({{"a", 3}, {"b", 8}}, 5);  // registers both
+  ASSERT_TRUE(source.WaitIdle(absl::Seconds(30)));
+  Query({{"a", 3}, {"b", 8}}, 5);
+  const std::vector<floe::v1::SuffixStepRequest> steps = service_.steps();
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_FALSE(steps[0].has_params());
+  ASSERT_EQ(steps[0].entries_size(), 2);
+  // min(the engine's cap for the request, the proposer's cap).
+  EXPECT_EQ(steps[0].entries(0).params().max_spec_tokens(), 3);
+  EXPECT_EQ(steps[0].entries(1).params().max_spec_tokens(), 5);
+  for (const auto& e : steps[0].entries()) {
+    EXPECT_TRUE(e.speculate());
+    EXPECT_FLOAT_EQ(e.params().min_token_prob(), suffix_cache::DraftParams{}.min_token_prob);
+    EXPECT_EQ(std::vector<int32_t>(e.appended().begin(), e.appended().end()), (std::vector<int32_t>{4, 5}));
+  }
+}
+
 TEST(ReplicaBackoffTest, DownAfterFailuresInARowThenProbesWithDoublingBackoff) {
   BackoffOptions options;
   options.failures_to_down = 2;
@@ -171,6 +315,13 @@ TEST(MakeProposersTest, FlagsToProposers) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("medusa"), absl::string_view::npos);
   EXPECT_EQ(MakeProposers({"ngram", 0, {}, 5}).status().code(), absl::StatusCode::kInvalidArgument);
+  // --suffix-cache only feeds suffix drafts: with any other method it is an error, not ignored.
+  for (const char* method : {"ngram", "off"}) {
+    auto ignored = MakeProposers({method, 4, {"127.0.0.1:1"}, 5});
+    EXPECT_EQ(ignored.status().code(), absl::StatusCode::kInvalidArgument) << method;
+    EXPECT_NE(ignored.status().message().find("--suffix-cache"), absl::string_view::npos) << ignored.status();
+    EXPECT_NE(ignored.status().message().find(method), absl::string_view::npos) << ignored.status();
+  }
 }
 
 }  // namespace
