@@ -20,9 +20,7 @@
 // global tree. Output is checked to be identical to plain decoding.
 // JSON on stdout; progress on stderr.
 //
-// Usage: bench_verify_cost [--model mid|llama-3.2-1b] [--threads N] [--steps N] [--k N]
-//                          [--only cost|benefit] [--batches 1,4,16] [--drafts 0,4,8,16,32]
-//                          [--tree-branching B] [--repeats N]
+// Usage: bench_verify_cost --help.
 // The grid can be split over several runs (one batch size each) on a busy
 // machine; rows carry batch and draft length, so the JSON files concatenate.
 #include <unistd.h>
@@ -404,8 +402,25 @@ std::string Benefit(const Options& opt) {
                       rows, "\n  ]}");
 }
 
+constexpr char kUsage[] =
+    "Usage: bench_verify_cost [--model mid|llama-3.2-1b] [--threads N] [--steps N] [--k N]\n"
+    "                         [--only cost|benefit] [--batches 1,4,16] [--drafts 0,4,8,16,32]\n"
+    "                         [--tree-branching B] [--repeats N]\n"
+    "Step cost of verifying draft tokens (per batch size and draft length; with --tree-branching also as\n"
+    "trees of the same token count) and the benefit of the proposers on the tiny model. JSON on stdout.\n";
+
 int Main(int argc, char** argv) {
   Options opt;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "every flag takes a value\n%s", kUsage);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--model") opt.model = argv[i + 1];
