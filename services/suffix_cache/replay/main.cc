@@ -45,6 +45,9 @@ suffix-replay.md) and prints acceptance, latency and memory figures.
   --confident-min-match N    ... from matches of >= N tokens (max-spec-tokens/3)
   --confident-min-acceptance A  ... for requests whose recent acceptance rate is
                              >= A (0.5; 0: any; see draft_feedback.h)
+  --confident-min-support K  (default mode) past the match-length budget, keep
+                             drafting from the local tree while the path is
+                             unanimous and >= K occurrences back it (3; 0 off)
   --score-exponent G         (default mode) a drafted token adds prob^G to the
                              score that picks the draft (1.5; 1: prob)
   --tree-spec                tree drafts (best-first) instead of path drafts
@@ -153,6 +156,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       FLOE_FLAG_VALUE(f.options.draft.confident_prob, float_value(0.0f, 1.0f));
     } else if (arg == "--confident-min-acceptance") {
       FLOE_FLAG_VALUE(f.options.draft.confident_min_acceptance, float_value(0.0f, 1.0f));
+    } else if (arg == "--confident-min-support") {
+      FLOE_FLAG_VALUE(f.options.draft.confident_min_support, int_value(0, 1 << 30));
     } else if (arg == "--score-exponent") {
       FLOE_FLAG_VALUE(f.options.draft.score_exponent, float_value(0.01f, 100.0f));
     } else if (arg == "--confident-min-match") {
@@ -208,6 +213,7 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
                    {"confident_prob", o.draft.confident_prob},
                    {"discount_own_suffix", o.draft.discount_own_suffix},
                    {"confident_min_acceptance", o.draft.confident_min_acceptance},
+                   {"confident_min_support", o.draft.confident_min_support},
                    {"score_exponent", o.draft.score_exponent}};
   }
   j["requests"] = r.requests;

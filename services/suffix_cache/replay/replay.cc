@@ -104,6 +104,7 @@ void ApplyDefaultMode(DraftParams* draft) {
   draft->discount_own_suffix = true;
   draft->confident_prob = 0.99f;
   draft->confident_min_acceptance = 0.5f;
+  draft->confident_min_support = 3;
   draft->score_exponent = 1.5f;
   draft->min_token_prob = 0.13f;
 }

@@ -25,6 +25,7 @@ DraftParams DraftFeedback::Adjust(const DraftParams& params, bool local) const {
   if (!local || !last_accepted_in_full_ || acceptance() < params.confident_min_acceptance) {
     p.confident_prob = 0.0f;
   }
+  if (!local) p.confident_min_support = 0;
   return p;
 }
 

@@ -532,6 +532,11 @@ absl::Status SuffixTree::Remove(int32_t seq_id) {
 // ---------------------------------------------------------------------------
 
 namespace {
+// Path probability of a path whose every branching was unanimous (float
+// products of ratios >= 0.99 stay above it for a few steps; 1.0 exactly when
+// every continuation seen agrees).
+constexpr float kUnanimous = 0.99f;
+
 // A drafted token's share of the score (see DraftParams::score_exponent).
 float ScoreOf(float prob, const DraftParams& params) {
   return params.score_exponent == 1.0f ? prob : std::pow(prob, params.score_exponent);
@@ -589,9 +594,20 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     ++emitted;
     if (extend) window->push_back(token);
   };
-  while (prob >= params.min_token_prob &&
-         (emitted < budget || (confident_extra && emitted < params.max_spec_tokens &&
-                               prob >= params.confident_prob))) {
+  // Past the budget: the confident extension, or a unanimous path whose next
+  // token enough occurrences back (the own tail, with no continuation yet,
+  // not counted).
+  auto past_budget = [&]() {
+    if (emitted >= params.max_spec_tokens) return false;
+    if (confident_extra && prob >= params.confident_prob) return true;
+    if (params.confident_min_support <= 0 || prob < kUnanimous) return false;
+    const Node& n = nodes_[node];
+    const int32_t support = idx < n.length || n.head_child < 0
+                                ? n.count - (own_suffix ? 1 : 0)
+                                : nodes_[n.head_child].count;
+    return support >= params.confident_min_support;
+  };
+  while (prob >= params.min_token_prob && (emitted < budget || past_budget())) {
     const Node& n = nodes_[node];
     if (idx < Length(node)) {
       emit(Token(node, idx));

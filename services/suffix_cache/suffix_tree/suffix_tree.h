@@ -58,6 +58,14 @@ struct DraftParams {
   // dev trace at budgets 16 and 32).
   float confident_prob = 0.0f;
   int confident_min_match = -1;
+  // Not reference-compatible: past the match-length budget, keep drafting
+  // (up to max_spec_tokens) while every continuation seen so far agrees
+  // (path probability >= 0.99) and at least this many occurrences back the
+  // next token ("two sequences agree" rather than one copy followed blindly);
+  // 0 turns it off. Independent of confident_prob and of the match length.
+  // Extension tokens do not raise the bound that lets Speculate skip shorter
+  // matches.
+  int confident_min_support = 0;
   // Not reference-compatible: a drafted token adds prob^score_exponent to
   // the score that picks the match length (and the tree: local or global),
   // instead of prob. Above 1, uncertain tokens count for less than their

@@ -181,5 +181,29 @@ TEST(SuffixSpeculatorTest, ConfidentExtensionNeedsTheRequestsAcceptance) {
   }
 }
 
+// The supported extension reads only the request's own (local) tree: text
+// that several other responses share does not extend a global draft.
+TEST(SuffixSpeculatorTest, SupportedExtensionOnlyFromTheLocalTree) {
+  const Str block = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  Str thrice;
+  for (int c = 0; c < 3; ++c) thrice.insert(thrice.end(), block.begin(), block.end());
+  DraftParams p;
+  p.max_spec_tokens = 6;
+  p.confident_min_support = 3;
+  SuffixSpeculator spec({.max_depth = 64, .max_cached_requests = -1});
+  // Local: the prompt holds the block three times.
+  ASSERT_TRUE(spec.StartRequest("local", thrice).ok());
+  absl::StatusOr<Draft> d = spec.Speculate("local", Str{0, 1, 2}, p);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->token_ids, (Str{3, 4, 5, 6, 7, 8}));
+  ASSERT_TRUE(spec.AppendTokens("local", thrice).ok());  // cached: the block 3 more times
+  ASSERT_TRUE(spec.StopRequest("local").ok());
+  // Global: the same path from the cached response keeps to the budget.
+  ASSERT_TRUE(spec.StartRequest("other", {50, 51}).ok());
+  d = spec.Speculate("other", Str{0, 1, 2}, p);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->token_ids, (Str{3, 4}));
+}
+
 }  // namespace
 }  // namespace floe::suffix_cache

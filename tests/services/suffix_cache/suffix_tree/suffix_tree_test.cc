@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -153,6 +154,38 @@ TEST(SuffixTreeTest, ScoreExponentPrefersSurerTokens) {
   EXPECT_EQ(sure.token_ids, (Str{x, d}));
   EXPECT_NEAR(sure.score, 2.0 * std::pow(0.7, 1.5), 1e-5);
   EXPECT_FLOAT_EQ(sure.probs[0], 0.7f);  // probabilities stay path probabilities
+}
+
+// confident_min_support: past the match-length budget only while every
+// continuation seen agrees and enough occurrences back the next token.
+TEST(SuffixTreeTest, SupportedExtensionNeedsAgreeingOccurrences) {
+  // `copies` times "1 2 3 4 5 6 7 8 9"; with `diverge`, the last copy has
+  // 60 in place of 6.
+  auto tree_of = [](int copies, bool diverge) {
+    Str s;
+    for (int c = 0; c < copies; ++c) {
+      for (int32_t t = 1; t <= 9; ++t) s.push_back(diverge && c == copies - 1 && t == 6 ? 60 : t);
+    }
+    auto tree = std::make_unique<SuffixTree>(64);
+    tree->Extend(0, s);
+    return tree;
+  };
+  DraftParams p;
+  p.max_spec_tokens = 6;
+  const Str context = {0, 1, 2};  // match "1 2": budget 2
+  p.confident_min_support = 3;
+  // Three agreeing occurrences: must extend to max_spec_tokens.
+  EXPECT_EQ(tree_of(3, false)->Speculate(context, p).token_ids, (Str{3, 4, 5, 6, 7, 8}));
+  // Two: must not.
+  EXPECT_EQ(tree_of(2, false)->Speculate(context, p).token_ids, (Str{3, 4}));
+  // Three, but only two agree on the token after 5: up to 5.
+  EXPECT_EQ(tree_of(3, true)->Speculate(context, p).token_ids, (Str{3, 4, 5}));
+  // Support 2 lets 6 through on count, but its probability (2/3) is not
+  // unanimous.
+  p.confident_min_support = 2;
+  EXPECT_EQ(tree_of(3, true)->Speculate(context, p).token_ids, (Str{3, 4, 5}));
+  p.confident_min_support = 0;  // off: the budget
+  EXPECT_EQ(tree_of(3, false)->Speculate(context, p).token_ids, (Str{3, 4}));
 }
 
 // Random appends (with copied spans, to make repeats), removals and
