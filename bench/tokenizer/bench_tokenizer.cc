@@ -6,7 +6,7 @@
 // and "docs" (each of the ~260 documents, 0.2-8 KB, encoded separately, like
 // prompts). Figures are medians of the runs, in MB/s (10^6 bytes).
 //
-//   bench_tokenizer [--runs=N]
+//   bench_tokenizer [--runs N]
 // Needs node and scripts/bootstrap.sh's third_party/npm; the source tree is
 // FLOE_SOURCE_DIR or the one this binary was configured from.
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "common/cli/arg_parser.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -57,9 +58,11 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int runs = 9;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--runs=", 7) == 0) runs = std::max(1, std::atoi(argv[i] + 7));
-  }
+  floe::ArgParser parser("bench_tokenizer [options]",
+                         "Encode MB/s of floe::Tokenizer against Hugging Face tokenizers (npm), same run; JSON on stdout.");
+  parser.AddInt("runs", &runs, "timed runs per mode (medians reported)");
+  if (auto code = parser.ParseOrExitCode(argc, argv, "bench_tokenizer")) return *code;
+  runs = std::max(1, runs);
   const char* env_source = std::getenv("FLOE_SOURCE_DIR");
   const std::string source = env_source != nullptr ? env_source : FLOE_DEFAULT_SOURCE_DIR;
   const std::string modules = source + "/third_party/npm/node_modules";
