@@ -132,7 +132,7 @@ int32_t SuffixTree::NewRun(int32_t head, int32_t tail) {
     r = static_cast<int32_t>(runs_.size());
     runs_.emplace_back();
   }
-  runs_[r] = Run{head, tail, 2};
+  runs_[r] = Run{head, tail};
   return r;
 }
 
@@ -142,7 +142,7 @@ void SuffixTree::Unlink(int32_t x) {
     Run& r = runs_[n.run];
     if (r.head == x) r.head = n.next;
     if (r.tail == x) r.tail = PrevSibling(x);
-    if (--r.size == 1) {
+    if (r.head == r.tail) {
       nodes_[r.head].run = -1;
       free_runs_.push_back(n.run);
     }
@@ -171,7 +171,6 @@ void SuffixTree::JoinRuns(int32_t x) {
   const bool with_b = b >= 0 && nodes_[b].count == n.count;
   if (with_a && with_b) {
     n.run = nodes_[a].run;
-    ++runs_[n.run].size;
   } else if (with_a) {
     if (nodes_[a].run < 0) {
       nodes_[a].run = NewRun(a, x);
@@ -179,7 +178,6 @@ void SuffixTree::JoinRuns(int32_t x) {
     } else {
       n.run = nodes_[a].run;
       runs_[n.run].tail = x;
-      ++runs_[n.run].size;
     }
   } else if (with_b) {
     if (nodes_[b].run < 0) {
@@ -188,7 +186,6 @@ void SuffixTree::JoinRuns(int32_t x) {
     } else {
       n.run = nodes_[b].run;
       runs_[n.run].head = x;
-      ++runs_[n.run].size;
     }
   } else {
     n.run = -1;
@@ -467,6 +464,7 @@ void SuffixTree::Finish(int32_t seq_id) {
   s.finished = true;
   s.active_size = 0;
   s.leaf_count = 0;
+  s.tokens.shrink_to_fit();  // no more growth: drop the doubling slack
   std::vector<int32_t>().swap(s.active);
 }
 
@@ -804,8 +802,8 @@ std::vector<std::pair<std::vector<int32_t>, int64_t>> SuffixTree::AllPaths() con
 }
 
 size_t SuffixTree::MemoryUsage() const {
-  size_t total = sizeof(*this) + nodes_.capacity() * sizeof(Node) +
-                 free_nodes_.capacity() * sizeof(int32_t) + runs_.capacity() * sizeof(Run) +
+  size_t total = sizeof(*this) + nodes_.MemoryUsage() +
+                 free_nodes_.capacity() * sizeof(int32_t) + runs_.MemoryUsage() +
                  free_runs_.capacity() * sizeof(int32_t) + edges_.MemoryUsage() +
                  seqs_.capacity() * sizeof(Seq) + free_slots_.capacity() * sizeof(int32_t) +
                  slot_of_.capacity() * (sizeof(std::pair<int32_t, int32_t>) + 1);

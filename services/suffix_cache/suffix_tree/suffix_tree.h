@@ -13,7 +13,7 @@
 // Inference's suffix tree, so the drafts are the same token for token;
 // DraftParams::extend_past_depth is the one departure and is off by default.
 //
-// Layout: nodes live in one array and refer to each other by int32 index;
+// Layout: nodes live in one chunked array and refer to each other by int32 index;
 // children are found through one flat edge table and ordered by a sibling
 // list (descending count, equal counts in "runs"), so a count change re-sorts
 // in O(1). Edge labels are (sequence, offset, length) references into the
@@ -32,6 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "services/suffix_cache/suffix_tree/chunked_array.h"
 #include "services/suffix_cache/suffix_tree/edge_table.h"
 
 namespace floe::suffix_cache {
@@ -166,10 +167,9 @@ class SuffixTree {
     int32_t next = -1;  // next sibling; -1 at the tail
     int32_t run = -1;   // run of >= 2 equal-count siblings, -1 if alone
   };
-  struct Run {
+  struct Run {  // >= 2 siblings; one left (head == tail) dissolves it
     int32_t head = -1;
     int32_t tail = -1;
-    int32_t size = 0;
   };
   struct Seq {
     int32_t seq_id = -1;
@@ -268,9 +268,9 @@ class SuffixTree {
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
 
   int max_depth_;
-  std::vector<Node> nodes_;
+  ChunkedArray<Node> nodes_;
   std::vector<int32_t> free_nodes_;
-  std::vector<Run> runs_;
+  ChunkedArray<Run> runs_;
   std::vector<int32_t> free_runs_;
   EdgeTable edges_;
   std::vector<Seq> seqs_;  // storage slots
