@@ -13,7 +13,7 @@
 // Inference's suffix tree, so the drafts are the same token for token;
 // DraftParams::extend_past_depth is the one departure and is off by default.
 //
-// Layout: nodes live in one chunked array and refer to each other by int32 index;
+// Layout: nodes live in one array (growing by 1/4) and refer to each other by int32 index;
 // children are found through one flat edge table and ordered by a sibling
 // list (descending count, equal counts in "runs"), so a count change re-sorts
 // in O(1). Edge labels are (sequence, offset, length) references into the
@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "services/suffix_cache/suffix_tree/chunked_array.h"
+#include "services/suffix_cache/suffix_tree/growable_array.h"
 #include "services/suffix_cache/suffix_tree/edge_table.h"
 
 namespace floe::suffix_cache {
@@ -268,9 +268,9 @@ class SuffixTree {
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
 
   int max_depth_;
-  ChunkedArray<Node> nodes_;
+  GrowableArray<Node> nodes_;
   std::vector<int32_t> free_nodes_;
-  ChunkedArray<Run> runs_;
+  GrowableArray<Run> runs_;
   std::vector<int32_t> free_runs_;
   EdgeTable edges_;
   std::vector<Seq> seqs_;  // storage slots
