@@ -1,7 +1,8 @@
 // Reference-compatible replays must reproduce the reference's exact step
 // counts (suffix-replay.md) on the dev traces; the default mode must meet
 // issue #6's acceptance targets there. The traces live outside the
-// repository: FLOE_TRACE_DIR, default /work/shared/traces; skipped if absent.
+// repository: FLOE_TRACE_DIR, default /work/shared/traces. Without them the
+// test fails rather than skips: a skipped exactness check would hide a regression.
 #include <cstdlib>
 #include <string>
 
