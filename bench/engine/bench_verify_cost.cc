@@ -9,10 +9,10 @@
 // hidden 1024, 16/4 heads, MLP 2816, vocab 32000: about 0.13B parameters)
 // when the 1B shape is too slow for the machine.
 // With --tree-branching B (>= 2) every draft length k > 0 is also run as a
-// tree of k nodes (see BestFirstTree), chain and tree alternating --repeats
-// times in the same run, and the time to copy a tree's deepest path into its
-// chain slots (Backend::CopyKvSlots, what accepting it costs on top) is
-// measured as well.
+// tree of k nodes (see BestFirstTree), and the time to copy a tree's deepest
+// path into its chain slots (Backend::CopyKvSlots, what accepting it costs on
+// top) is measured as well. --repeats N measures the whole grid N times,
+// round by round, so that every cell samples the same machine conditions.
 // Part 2 (benefit): the tiny random checkpoint (f32) on repetitive prompts,
 // greedy, batch of 8 and alone: tokens per step and wall-clock speedup of the
 // ngram and suffix proposers over plain decoding, plus a second suffix pass
@@ -159,7 +159,7 @@ struct Options {
   std::vector<int> batches = {1, 4, 16};
   std::vector<int> drafts = {0, 4, 8, 16, 32};
   int tree_branching = 0;  // >= 2: a tree of the same token count beside every chain
-  int repeats = 1;         // chain and tree measured alternately this many times
+  int repeats = 1;         // rounds over the whole grid (samples per cell = steps x repeats)
 };
 
 // "1,4,16" -> {1, 4, 16}; empty when an item is not a number >= minimum.
@@ -259,34 +259,45 @@ std::string StepCost(const Options& opt) {
       shape.ms.push_back((Now() - ts) * 1e3);
     }
   };
-  std::string rows;
+  // Cells (batch, draft length, chain or tree) in output order. Every cell is
+  // measured once per round, --repeats rounds: the host's slow phases (its
+  // memory bandwidth moves between samples) then spread over all cells
+  // instead of biasing the ratios between them.
+  struct Cell {
+    int batch, k;
+    Shape shape;
+  };
+  std::vector<Cell> cells;
   for (int batch : opt.batches) {
     for (int k : opt.drafts) {
-      std::vector<Shape> shapes = {{"chain", 0, {}}};
-      if (opt.tree_branching >= 2 && k > 0) shapes.push_back({"tree", opt.tree_branching, {}});
-      for (int rep = 0; rep < opt.repeats; ++rep) {
-        for (Shape& shape : shapes) measure(batch, k, shape);
-      }
-      double chain_median = 0;
-      for (const Shape& shape : shapes) {
-        // The machine is shared: the minimum is the least disturbed estimate.
-        const double med = Median(shape.ms), best = *std::min_element(shape.ms.begin(), shape.ms.end());
-        std::fprintf(stderr, "  batch %2d k %2d %-5s: median %.1f min %.1f ms/step\n", batch, k, shape.name, med,
-                     best);
-        std::string tree_fields;
-        if (shape.tree_branching > 0) {
-          const std::vector<int32_t> parents = BestFirstTree(k, shape.tree_branching);
-          absl::StrAppend(&tree_fields, ", \"tree_branching\": ", shape.tree_branching, ", \"tree_depth\": ",
-                          TreeDepth(parents), ", \"tree_over_chain\": ", med / chain_median);
-        } else {
-          chain_median = med;
-        }
-        absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"batch\": ", batch, ", \"draft_tokens\": ", k,
-                        ", \"shape\": \"", shape.name, "\", \"tokens_per_step\": ", batch * (k + 1),
-                        ", \"median_step_ms\": ", med, ", \"min_step_ms\": ", best, ", \"samples\": ",
-                        shape.ms.size(), tree_fields, "}");
-      }
+      cells.push_back({batch, k, {"chain", 0, {}}});
+      if (opt.tree_branching >= 2 && k > 0) cells.push_back({batch, k, {"tree", opt.tree_branching, {}}});
     }
+  }
+  for (int rep = 0; rep < opt.repeats; ++rep) {
+    if (opt.repeats > 1) std::fprintf(stderr, "  round %d of %d\n", rep + 1, opt.repeats);
+    for (Cell& cell : cells) measure(cell.batch, cell.k, cell.shape);
+  }
+  std::string rows;
+  double chain_median = 0;
+  for (const Cell& cell : cells) {
+    const Shape& shape = cell.shape;
+    // The machine is shared: the minimum is the least disturbed estimate.
+    const double med = Median(shape.ms), best = *std::min_element(shape.ms.begin(), shape.ms.end());
+    std::fprintf(stderr, "  batch %2d k %2d %-5s: median %.1f min %.1f ms/step\n", cell.batch, cell.k, shape.name,
+                 med, best);
+    std::string tree_fields;
+    if (shape.tree_branching > 0) {
+      const std::vector<int32_t> parents = BestFirstTree(cell.k, shape.tree_branching);
+      absl::StrAppend(&tree_fields, ", \"tree_branching\": ", shape.tree_branching, ", \"tree_depth\": ",
+                      TreeDepth(parents), ", \"tree_over_chain\": ", med / chain_median);
+    } else {
+      chain_median = med;
+    }
+    absl::StrAppend(&rows, rows.empty() ? "" : ",\n", "    {\"batch\": ", cell.batch, ", \"draft_tokens\": ", cell.k,
+                    ", \"shape\": \"", shape.name, "\", \"tokens_per_step\": ", cell.batch * (cell.k + 1),
+                    ", \"median_step_ms\": ", med, ", \"min_step_ms\": ", best, ", \"samples\": ",
+                    shape.ms.size(), tree_fields, "}");
   }
   if (opt.tree_branching >= 2) absl::StrAppend(&rows, ",\n", KvCopyCost(**backend, opt));
   return absl::StrCat("  \"step_cost\": {\"model\": \"", opt.model, "\", \"threads\": ", opt.threads,
