@@ -60,6 +60,13 @@ class Backend {
   // every sequence's last num_logits tokens into `logits`, sequences in order.
   virtual absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) = 0;
 
+  // The final hidden states of the last Forward's logits rows (hidden_size
+  // floats each, after the model's last norm: the lm_head's input), rows in
+  // the order of the logits; valid until the next Forward. Model-based
+  // speculators (an LSTM head over the target's hidden state) read them.
+  // Empty where a backend does not export them.
+  virtual std::span<const float> LastHiddenStates() const { return {}; }
+
   // Applies the copies in order (a verified tree path is compacted into its
   // chain slots with it). Backends that do not verify trees need not
   // implement it: the engine sends parents only where this works.

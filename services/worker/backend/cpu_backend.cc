@@ -282,6 +282,7 @@ void CpuBackend::ForRows(int64_t rows, const Fn& fn) {
 }
 
 absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* logits) {
+  hidden_rows_ = 0;
   FLOE_RETURN_IF_ERROR(ValidateBatch(batch));
   if (batch.empty()) return absl::OkStatus();
   const int64_t h = config_.hidden_size, hd = config_.head_dim, inter = config_.intermediate_size;
@@ -373,12 +374,17 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
   }
 
   const int64_t num_logit_rows = static_cast<int64_t>(logit_rows_.size());
+  hidden_rows_ = num_logit_rows;
   if (num_logit_rows == 0) return absl::OkStatus();
   ForRows(num_logit_rows, [&](int64_t i) {
     cpu::RmsNorm(&x_[logit_rows_[i] * h], final_norm_.data(), eps, h, &final_rows_[i * h]);
   });
   Matmul(final_rows_.data(), num_logit_rows, lm_head_, logits);
   return absl::OkStatus();
+}
+
+std::span<const float> CpuBackend::LastHiddenStates() const {
+  return {final_rows_.data(), static_cast<size_t>(hidden_rows_ * config_.hidden_size)};
 }
 
 }  // namespace floe

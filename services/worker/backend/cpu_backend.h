@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
   size_t KvBytesPerBlock(int block_size) const override;
   absl::Status AllocateKvCache(int num_blocks, int block_size) override;
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override;
+  std::span<const float> LastHiddenStates() const override;
   absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
 
  private:
@@ -78,6 +79,7 @@ class CpuBackend final : public Backend {
   std::vector<int32_t> tokens_, positions_;
   std::vector<int32_t> tree_path_begin_, tree_paths_;  // cpu::AppendTreePaths of the step's trees
   std::vector<int64_t> logit_rows_;
+  int64_t hidden_rows_ = 0;  // rows of final_rows_ the last Forward filled
 };
 
 }  // namespace floe

@@ -30,6 +30,9 @@ struct EngineCore::Sequence {
   int draft_source = -1;
   std::vector<int32_t> verify;
   std::vector<int32_t> verify_parents;
+  // The backend's hidden state at the position that produced tokens.back(),
+  // kept only when a proposer wants_last_hidden().
+  std::vector<float> last_hidden;
   // Timeline for metrics (steady clock).
   std::chrono::steady_clock::time_point arrival, first_scheduled, first_token;
   bool scheduled_once = false, has_first_token = false;
@@ -74,6 +77,7 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
   // tree drafts are cut to their first root path there.
   tree_verify_ = backend_->CopyKvSlots({}).ok();
   for (const auto& proposer : proposers_) {
+    keep_hidden_ = keep_hidden_ || proposer->wants_last_hidden();
     SpeculationCounters c;
     c.proposer = std::string(proposer->name());
     c.accepted_per_position.assign(options_.num_speculative_tokens, 0);
@@ -324,6 +328,7 @@ void EngineCore::ProposeDrafts() {
     s.tokens = seq->tokens;
     s.prompt_len = seq->prompt_len;
     s.max_draft = static_cast<int32_t>(max_draft);
+    s.last_hidden = seq->last_hidden;
     spec_batch_.push_back(s);
     spec_seqs_.push_back(seq);
   }
@@ -434,6 +439,11 @@ absl::Status EngineCore::Step() {
     for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status);
     return status;
   }
+  // Hidden states for proposers that read them (a backend that exports none,
+  // or not one per logits row, leaves last_hidden empty).
+  const size_t hidden_size = static_cast<size_t>(backend_->config().hidden_size);
+  std::span<const float> hidden = keep_hidden_ ? backend_->LastHiddenStates() : std::span<const float>();
+  if (hidden.size() != logit_rows * hidden_size) hidden = {};
   int32_t row = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& seq = *plan[i].seq;
@@ -441,13 +451,15 @@ absl::Status EngineCore::Step() {
       counters_.prompt_tokens_computed += std::min(plan[i].num_tokens, seq.prompt_len - seq.num_computed);
     }
     const int32_t num_rows = batch[i].num_logits;
+    float* seq_logits = logits_.data() + static_cast<size_t>(row) * vocab;
+    const float* seq_hidden = hidden.empty() ? nullptr : hidden.data() + static_cast<size_t>(row) * hidden_size;
     if (num_rows > 1) {
       // Verification: the KV of the accepted prefix is set by SampleAndEmit.
-      SampleAndEmit(seq, logits_.data() + static_cast<size_t>(row) * vocab, num_rows);
+      SampleAndEmit(seq, seq_logits, seq_hidden, num_rows);
     } else {
       seq.num_computed += plan[i].num_tokens;
       RegisterFullBlocks(seq);
-      if (num_rows > 0) SampleAndEmit(seq, logits_.data() + static_cast<size_t>(row) * vocab, 1);
+      if (num_rows > 0) SampleAndEmit(seq, seq_logits, seq_hidden, 1);
     }
     row += num_rows;
   }
@@ -494,7 +506,7 @@ FinishReason EngineCore::StopReason(const Sequence& seq, int32_t token, RequestO
   return FinishReason::kNone;
 }
 
-void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
+void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden, int32_t num_rows) {
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   RequestOutput output;
   FinishReason reason = FinishReason::kNone;
@@ -506,7 +518,8 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
   // there; a child carrying that token is accepted and the walk descends.
   std::vector<int32_t>& path = accepted_path_;
   path.clear();
-  for (int32_t node = 0;;) {
+  int32_t node = 0;  // the row the newest token was sampled from
+  for (;;) {
     const int32_t token = SampleOne(seq, logits + static_cast<size_t>(node) * vocab, output);
     int32_t child = -1;
     for (int32_t c = node + 1; c < num_rows && child < 0; ++c) {
@@ -516,6 +529,10 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows) {
     reason = StopReason(seq, token, output);
     if (reason != FinishReason::kNone || child < 0) break;
     node = child;
+  }
+  if (hidden != nullptr) {
+    const size_t h = static_cast<size_t>(backend_->config().hidden_size);
+    seq.last_hidden.assign(hidden + node * h, hidden + (node + 1) * h);
   }
   const int32_t accepted = static_cast<int32_t>(path.size());
   if (num_drafts > 0) {

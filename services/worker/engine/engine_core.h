@@ -123,7 +123,8 @@ class EngineCore {
   void Finish(Sequence& seq, RequestOutput& output, FinishReason reason);
   void Release(Sequence& seq);
   void Remove(Sequence* seq);
-  void SampleAndEmit(Sequence& seq, float* logits, int32_t num_rows);
+  // `hidden`: the rows' hidden states (null unless keep_hidden_).
+  void SampleAndEmit(Sequence& seq, float* logits, const float* hidden, int32_t num_rows);
   int32_t SampleOne(Sequence& seq, float* logits_row, RequestOutput& output);
   FinishReason StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const;
   void TrimBlocks(Sequence& seq);
@@ -141,6 +142,7 @@ class EngineCore {
   std::vector<Sequence*> running_;
   std::deque<Sequence*> waiting_;
   bool tree_verify_ = false;  // the backend compacts verified tree paths (CopyKvSlots)
+  bool keep_hidden_ = false;  // a proposer wants_last_hidden()
   std::vector<int32_t> accepted_path_;
   std::vector<KvSlotCopy> kv_copies_;
   std::vector<float> logits_;

@@ -10,10 +10,12 @@
 // once when a request leaves the engine (any reason), also for requests this
 // proposer never saw; it must ignore unknown ids.
 //
-// Seam for model-based speculators (e.g. an LSTM head over the target's last
-// hidden state): SpecSequence::last_hidden carries that state once a Backend
-// exports it (it is empty today: no Backend fills it yet); such a proposer
-// would implement this same interface and read it there.
+// Model-based speculators (e.g. an LSTM head over the target's last hidden
+// state) implement this same interface: a proposer whose wants_last_hidden()
+// is true finds in SpecSequence::last_hidden the target's final hidden state
+// (after the last norm) at the position that produced the sequence's newest
+// token, on backends that export it (Backend::LastHiddenStates; the CPU
+// backend does). The engine copies it only when some proposer asks.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,10 @@ struct SpecSequence {
   std::span<const int32_t> tokens;  // prompt followed by the output so far
   int32_t prompt_len = 0;
   int32_t max_draft = 0;            // >= 1: at most this many draft tokens are verified
-  std::span<const float> last_hidden;  // seam: the target's last hidden state; empty for now
+  // The target's hidden state that produced tokens.back() (hidden_size
+  // floats); empty unless the proposer wants_last_hidden() and the backend
+  // exports hidden states.
+  std::span<const float> last_hidden;
 };
 
 struct DraftProposal {
@@ -51,6 +56,8 @@ class Proposer {
   virtual ~Proposer() = default;
   // Stable label for counters and metrics ("ngram", "suffix").
   virtual std::string_view name() const = 0;
+  // True: SpecSequence::last_hidden is filled (a copy per emitting sequence per step).
+  virtual bool wants_last_hidden() const { return false; }
   // out.size() == batch.size(); out[i] arrives empty.
   virtual void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) = 0;
   // The request's final tokens (prompt + output).

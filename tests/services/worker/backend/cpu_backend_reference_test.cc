@@ -1,6 +1,7 @@
 // The CPU backend against reference_llama.py, an independent PyTorch (f32)
 // implementation of the HF forward pass, on tiny random models.
-// Tolerances on the prompt logits (|logit| up to ~4):
+// Tolerances on the prompt logits (|logit| up to ~4) and on the final hidden
+// states (the lm_head's input, the same arithmetic one matmul earlier):
 // - f32 weights: max |diff| <= 2e-5. Both sides compute in f32, so only the
 //   accumulation order differs (measured ~2e-6).
 // - bf16 weights: both sides round every linear layer's input to bf16 (the
@@ -43,8 +44,38 @@ std::vector<char> ReadFile(const std::string& path) {
   return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The backend's rows (one per prompt position) against the reference's
+// [rows, width] f32 file, under the tolerances above.
+void ExpectRowsMatchReference(const std::vector<std::vector<float>>& rows, const std::string& path, int width,
+                              DType weights, const std::string& what) {
+  std::vector<char> bytes = ReadFile(path);
+  ASSERT_EQ(bytes.size(), rows.size() * width * sizeof(float)) << path;
+  const float* ref = reinterpret_cast<const float*>(bytes.data());
+  double max_abs = 0;
+  std::vector<double> diffs;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), static_cast<size_t>(width)) << what << " row " << i;
+    for (int v = 0; v < width; ++v) {
+      diffs.push_back(std::abs(rows[i][v] - ref[i * width + v]));
+      max_abs = std::max<double>(max_abs, std::abs(ref[i * width + v]));
+    }
+  }
+  std::sort(diffs.begin(), diffs.end());
+  const double max_diff = diffs.back(), median_diff = diffs[diffs.size() / 2];
+  const double p99_diff = diffs[diffs.size() * 99 / 100];
+  if (weights == DType::kBF16) {
+    EXPECT_LE(median_diff, 2e-5) << what;
+    EXPECT_LE(max_diff, 4e-3 * max_abs) << what << ", max |value| " << max_abs;
+  } else {
+    EXPECT_LE(max_diff, 2e-5) << what << ", max |value| " << max_abs;
+  }
+  std::cout << "|diff| of prompt " << what << ": median " << median_diff << ", p99 " << p99_diff << ", max "
+            << max_diff << " (max |value| " << max_abs << ")\n";
+}
+
 // Runs reference_llama.py on `dir` (config.txt and weights already there)
-// and checks the backend's prompt logits and greedy continuation against it.
+// and checks the backend's prompt logits, final hidden states and greedy
+// continuation against it.
 void CompareWithReference(Backend& backend, const std::string& dir, int steps, DType weights) {
   const char* src = std::getenv("FLOE_SOURCE_DIR");
   ASSERT_NE(src, nullptr) << "FLOE_SOURCE_DIR unset (run through ctest)";
@@ -65,28 +96,10 @@ void CompareWithReference(Backend& backend, const std::string& dir, int steps, D
   auto gen = testing_model::Generate(backend, prompt, steps, /*chunk=*/0, block_size,
                                      /*first_block=*/3, max_blocks);
 
-  std::vector<char> ref_logits = ReadFile(dir + "/prompt_logits.bin");
-  ASSERT_EQ(ref_logits.size(), prompt.size() * vocab * sizeof(float));
-  const float* ref = reinterpret_cast<const float*>(ref_logits.data());
-  double max_abs = 0;
-  std::vector<double> diffs;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    for (int v = 0; v < vocab; ++v) {
-      diffs.push_back(std::abs(gen.prompt_logits[i][v] - ref[i * vocab + v]));
-      max_abs = std::max<double>(max_abs, std::abs(ref[i * vocab + v]));
-    }
-  }
-  std::sort(diffs.begin(), diffs.end());
-  const double max_diff = diffs.back(), median_diff = diffs[diffs.size() / 2];
-  const double p99_diff = diffs[diffs.size() * 99 / 100];
-  if (weights == DType::kBF16) {
-    EXPECT_LE(median_diff, 2e-5);
-    EXPECT_LE(max_diff, 4e-3 * max_abs) << "max |logit| " << max_abs;
-  } else {
-    EXPECT_LE(max_diff, 2e-5) << "max |logit| " << max_abs;
-  }
-  std::cout << "|diff| of prompt logits: median " << median_diff << ", p99 " << p99_diff << ", max "
-            << max_diff << " (max |logit| " << max_abs << ")\n";
+  ExpectRowsMatchReference(gen.prompt_logits, dir + "/prompt_logits.bin", vocab, weights, "logits");
+  // The hidden states a model-based speculator reads (the lm_head's input).
+  ExpectRowsMatchReference(gen.prompt_hidden, dir + "/prompt_hidden.bin", backend.config().hidden_size, weights,
+                           "hidden states");
 
   std::vector<char> ref_greedy = ReadFile(dir + "/greedy.bin");
   ASSERT_EQ(ref_greedy.size(), steps * sizeof(int32_t));

@@ -35,6 +35,7 @@ TEST_P(BatchInvarianceTest, AloneChunkedAndBatchedGiveIdenticalLogits) {
   ASSERT_EQ(alone.prompt_logits.size(), chunked.prompt_logits.size());
   for (size_t i = 0; i < alone.prompt_logits.size(); ++i) {
     ASSERT_EQ(alone.prompt_logits[i], chunked.prompt_logits[i]) << "position " << i;
+    ASSERT_EQ(alone.prompt_hidden[i], chunked.prompt_hidden[i]) << "position " << i;
   }
   EXPECT_EQ(alone.tokens, chunked.tokens);
   for (size_t i = 0; i < alone.step_logits.size(); ++i) {

@@ -3,7 +3,8 @@
 pass written from scratch in PyTorch (f32), from raw little-endian f32 weight
 files. Usage: reference_llama.py DIR. DIR holds config.txt ("key value" lines),
 <hf tensor name>.bin for each weight (or a model.safetensors, f32/bf16), prompt.bin (int32). Writes
-prompt_logits.bin ([len(prompt), vocab] f32) and greedy.bin (int32, `steps`
+prompt_logits.bin ([len(prompt), vocab] f32), prompt_hidden.bin ([len(prompt),
+hidden] f32: the final norm's output, the lm_head's input) and greedy.bin (int32, `steps`
 greedy tokens, each from a full recompute over prompt + previous tokens).
 With "bf16_linear_inputs 1" every linear layer's input is rounded to bf16 (to
 nearest even) first, as HF bf16 inference and the backend's kernels do; the
@@ -104,7 +105,7 @@ def main(d):
             lw["kn"] = w(p + "self_attn.k_norm.weight", (hd,))
         L.append(lw)
 
-    def forward(ids):
+    def final_hidden(ids):
         T = len(ids)
         x = embed[torch.tensor(ids, dtype=torch.long)]
         pos = torch.arange(T, dtype=torch.float32)
@@ -132,11 +133,16 @@ def main(d):
             x = x + lin(o, lw["o"])
             h = rms(x, lw["post"])
             x = x + lin(torch.nn.functional.silu(lin(h, lw["gate"])) * lin(h, lw["up"]), lw["down"])
-        return lin(rms(x, final_norm), lm_head)
+        return rms(x, final_norm)
+
+    def forward(ids):
+        return lin(final_hidden(ids), lm_head)
 
     prompt = np.fromfile(os.path.join(d, "prompt.bin"), dtype="<i4").tolist()
     with torch.no_grad():
-        forward(prompt).numpy().astype("<f4").tofile(os.path.join(d, "prompt_logits.bin"))
+        hidden = final_hidden(prompt)
+        hidden.numpy().astype("<f4").tofile(os.path.join(d, "prompt_hidden.bin"))
+        lin(hidden, lm_head).numpy().astype("<f4").tofile(os.path.join(d, "prompt_logits.bin"))
         ids = list(prompt); out = []
         for _ in range(steps):
             nxt = int(forward(ids)[-1].argmax())

@@ -151,8 +151,12 @@ Generation Generate(Backend& backend, const std::vector<int32_t>& prompt, int st
     std::vector<float> logits(static_cast<size_t>(len) * vocab);
     absl::Status st = backend.Forward({&seq, 1}, logits.data());
     EXPECT_TRUE(st.ok()) << st;
+    const std::span<const float> hidden = backend.LastHiddenStates();
+    const size_t h = backend.config().hidden_size;
+    EXPECT_EQ(hidden.size(), len * h);
     for (int i = 0; i < len; ++i) {
       g.prompt_logits.emplace_back(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      if (hidden.size() == len * h) g.prompt_hidden.emplace_back(hidden.begin() + i * h, hidden.begin() + (i + 1) * h);
     }
   }
   std::vector<float> last = g.prompt_logits.back();

@@ -45,6 +45,7 @@ class TestModel {
 // upwards in reverse order, so logical and physical order differ.
 struct Generation {
   std::vector<std::vector<float>> prompt_logits;  // logits of each prompt position
+  std::vector<std::vector<float>> prompt_hidden;  // Backend::LastHiddenStates of each prompt position
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> step_logits;  // logits that chose each token
 };

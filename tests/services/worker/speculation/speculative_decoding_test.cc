@@ -4,6 +4,7 @@
 // generate exactly what they generate without speculation, stop at the same
 // token for every stop rule, and leave every KV block free and consistent.
 #include <algorithm>
+#include <numeric>
 
 #include "services/worker/speculation/ngram_proposer.h"
 #include "services/worker/speculation/suffix_proposer.h"
@@ -39,6 +40,32 @@ class OracleProposer final : public Proposer {
   std::map<std::string, Result> reference_;
   int corrupt_at_;
   int calls_ = 0;
+};
+
+// What a model-based speculator (an LSTM head over the target's hidden
+// state) sees: records each sequence's tokens and last_hidden, and takes its
+// drafts from `drafts`.
+class HiddenStateRecorder final : public Proposer {
+ public:
+  struct Seen {
+    std::vector<int32_t> tokens;
+    std::vector<float> hidden;
+  };
+  HiddenStateRecorder(std::unique_ptr<Proposer> drafts, bool wants) : drafts_(std::move(drafts)), wants_(wants) {}
+  std::string_view name() const override { return "hidden"; }
+  bool wants_last_hidden() const override { return wants_; }
+  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
+    for (const SpecSequence& s : batch) {
+      seen_.push_back({{s.tokens.begin(), s.tokens.end()}, {s.last_hidden.begin(), s.last_hidden.end()}});
+    }
+    drafts_->Propose(batch, out);
+  }
+  const std::vector<Seen>& seen() const { return seen_; }
+
+ private:
+  std::unique_ptr<Proposer> drafts_;
+  bool wants_;
+  std::vector<Seen> seen_;
 };
 
 class SpeculativeDecodingTest : public EngineHarness {
@@ -246,6 +273,46 @@ TEST_F(SpeculativeDecodingTest, SuffixProposerDraftsFromEarlierResponsesPerNames
   const int64_t accepted_same = Only(*core).accepted_tokens - accepted_first - accepted_other;
   EXPECT_GT(accepted_same, accepted_other);
   EXPECT_GE(accepted_same, 12);
+}
+
+// The hidden state a proposer receives is the target's at the position that
+// produced the sequence's newest token, also when that token came out of a
+// verified draft (row 2 of every verification here): bit-identical to the
+// last row of a fresh prefill over the tokens before it (the CPU backend is
+// batch- and chunk-invariant). A proposer that does not ask gets none.
+TEST_F(SpeculativeDecodingTest, ProposersThatAskGetTheTargetsLastHiddenState) {
+  auto requests = RepetitiveBatch(4, /*seeded=*/false);
+  auto want = RunWithoutSpeculation(requests, SpecOptions(4));
+  for (bool wants : {true, false}) {
+    auto recorder = std::make_unique<HiddenStateRecorder>(std::make_unique<OracleProposer>(want, 2), wants);
+    const HiddenStateRecorder* view = recorder.get();
+    std::vector<std::unique_ptr<Proposer>> p;
+    p.push_back(std::move(recorder));
+    auto core = MakeEngine(SpecOptions(4), std::move(p));
+    ExpectSameTokens(Run(*core, requests), want);
+    ASSERT_GT(Only(*core).accepted_tokens, 0);
+    ASSERT_GE(view->seen().size(), 8u);
+    if (!wants) {
+      for (const auto& seen : view->seen()) EXPECT_TRUE(seen.hidden.empty());
+      continue;
+    }
+    auto backend = MakeCpuBackend();
+    const int block_size = 16, blocks = 8;
+    ASSERT_TRUE(backend->AllocateKvCache(blocks, block_size).ok());
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    for (const auto& seen : view->seen()) {
+      ASSERT_EQ(seen.hidden.size(), static_cast<size_t>(backend->config().hidden_size));
+      const std::span<const int32_t> before_newest(seen.tokens.data(), seen.tokens.size() - 1);
+      ASSERT_LE(before_newest.size(), static_cast<size_t>(blocks * block_size));
+      ForwardSequence f{before_newest, 0, table, 1};
+      std::vector<float> logits(backend->config().vocab_size);
+      ASSERT_TRUE(backend->Forward({&f, 1}, logits.data()).ok());
+      const std::span<const float> fresh = backend->LastHiddenStates();
+      EXPECT_TRUE(std::equal(fresh.begin(), fresh.end(), seen.hidden.begin(), seen.hidden.end()))
+          << "after " << seen.tokens.size() << " tokens";
+    }
+  }
 }
 
 }  // namespace
