@@ -36,7 +36,7 @@ struct WorkerFlags {
   int max_tokens_limit = 4096;
   bool no_prefix_caching = false;
   int drain_timeout_s = 30;
-  std::string speculative = "off";
+  std::string speculative;  // empty: suffix with --suffix-cache, otherwise off
   int num_speculative_tokens = 4;
   int speculative_token_threshold = 32;
   double speculative_step_overhead_tokens = 1.0;
@@ -69,7 +69,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("max-tokens-limit", &f.max_tokens_limit, "largest max_tokens a request may ask for");
   parser.AddBool("no-prefix-caching", &f.no_prefix_caching, "disable automatic prefix caching");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
-  parser.AddString("speculative", &f.speculative, "speculative decoding (lossless): off|ngram|suffix");
+  parser.AddString("speculative", &f.speculative,
+                   "speculative decoding (lossless): off|ngram|suffix (default: suffix with --suffix-cache, else off)");
   parser.AddBool("speculative-tree", &f.speculative_tree,
                  "--speculative suffix: draft trees (k nodes, verified in one pass under a tree mask)");
   parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
@@ -105,6 +106,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   load.dummy_dtype = *dummy_dtype;
+  if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
   speculation.tree = f.speculative_tree;
   if (!f.suffix_cache.empty()) {

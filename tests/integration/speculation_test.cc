@@ -128,7 +128,8 @@ TEST(SpeculationTest, NgramIsLosslessAndAcceptsDrafts) {
 TEST(SpeculationTest, SuffixWithSuffixCacheIsLosslessAndUsesTheService) {
   SuffixCacheProcess cache;
   ASSERT_TRUE(cache.Start());
-  LocalCluster cluster(1, SpeculativeArgs("suffix", cache.address()));
+  // No --speculative: with a suffix-cache the worker's default is suffix.
+  LocalCluster cluster(1, {"--suffix-cache", cache.address(), "--num-speculative-tokens", "8"});
   ASSERT_TRUE(cluster.ok());
   ExpectLosslessWithAcceptedDrafts(cluster, "suffix");
   const auto samples = Scrape(MetricsUrl(cluster.worker(0)));
