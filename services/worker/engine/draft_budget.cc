@@ -4,8 +4,23 @@
 
 namespace floe {
 
-DraftAcceptanceStats::DraftAcceptanceStats(int max_positions, double window)
-    : drafted_(std::max(0, max_positions), 0.0), accepted_(std::max(0, max_positions), 0.0), window_(window) {}
+DraftAcceptanceStats::DraftAcceptanceStats(int max_positions, double window, int64_t idle_tokens)
+    : drafted_(std::max(0, max_positions), 0.0),
+      accepted_(std::max(0, max_positions), 0.0),
+      window_(window),
+      idle_tokens_(idle_tokens) {}
+
+void DraftAcceptanceStats::Halve() {
+  for (double& d : drafted_) d /= 2;
+  for (double& a : accepted_) a /= 2;
+}
+
+void DraftAcceptanceStats::Age(int64_t emitted) {
+  tokens_since_draft_ += emitted;
+  if (tokens_since_draft_ < idle_tokens_) return;
+  tokens_since_draft_ = 0;
+  Halve();
+}
 
 void DraftAcceptanceStats::Record(int drafted, int accepted) {
   if (drafted <= 0 || drafted_.empty()) return;
@@ -13,10 +28,8 @@ void DraftAcceptanceStats::Record(int drafted, int accepted) {
   accepted = std::clamp(accepted, 0, drafted);
   for (int j = 0; j < drafted; ++j) drafted_[j] += 1;
   for (int j = 0; j < accepted; ++j) accepted_[j] += 1;
-  if (drafted_[0] >= window_) {
-    for (double& d : drafted_) d /= 2;
-    for (double& a : accepted_) a /= 2;
-  }
+  tokens_since_draft_ = 0;
+  if (drafted_[0] >= window_) Halve();
 }
 
 double DraftAcceptanceStats::Cumulative(int position) const {

@@ -31,11 +31,17 @@ struct DraftCostModel {
 // Per-position acceptance of past drafts (all proposers pooled), windowed:
 // counts halve once position 0 has seen `window` drafts, so estimates follow
 // the workload and positions left undrafted drift back to the optimistic prior.
+// Counts also halve after `idle_tokens` emitted tokens without a draft: once
+// position 0 is switched off nothing else would ever measure it again, and a
+// workload that changes (chat, then agents) must get its drafts back. Each
+// such probe costs a few draft tokens (one step's worth).
 class DraftAcceptanceStats {
  public:
-  explicit DraftAcceptanceStats(int max_positions, double window = 4096);
+  explicit DraftAcceptanceStats(int max_positions, double window = 4096, int64_t idle_tokens = 65536);
   // One verified draft of `drafted` tokens of which the first `accepted` matched.
   void Record(int drafted, int accepted);
+  // `emitted` tokens came out of a step (drafted or not).
+  void Age(int64_t emitted);
   // P(the first position+1 draft tokens are all accepted); 1.0 while fewer
   // than kMinSamples drafts reached that position. Non-increasing in position.
   double Cumulative(int position) const;
@@ -46,6 +52,9 @@ class DraftAcceptanceStats {
   std::vector<double> drafted_;   // drafts with more than j tokens
   std::vector<double> accepted_;  // drafts whose token j was accepted
   double window_;
+  int64_t idle_tokens_;
+  int64_t tokens_since_draft_ = 0;
+  void Halve();
 };
 
 // Draft lengths for the step's decoding sequences, parallel to `caps` (each

@@ -315,6 +315,7 @@ void EngineCore::ProposeDrafts() {
     draft_candidates_.push_back(seq);
     draft_caps_.push_back(static_cast<int>(max_draft));
   }
+  draft_stats_.Age(emitting);
   const std::vector<int> lengths =
       PlanDraftLengths(step_tokens, emitting, draft_caps_, draft_stats_,
                        {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});

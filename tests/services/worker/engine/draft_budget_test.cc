@@ -99,5 +99,33 @@ TEST(DraftBudgetTest, WindowForgetsSoUndraftedPositionsAreRetried) {
   EXPECT_GT(stats.Cumulative(3), 0.99) << "position 3's old evidence has decayed below kMinSamples";
 }
 
+// Switched off, position 0 gets no drafts and so no new evidence: after
+// idle_tokens emitted tokens without a draft the counts halve, until the prior
+// lets a step probe again; a workload that became draftable is then measured
+// and keeps its drafts. Tokens emitted while drafting do not age the stats.
+TEST(DraftBudgetTest, SwitchedOffDraftsAreProbedAgainAfterIdleTokens) {
+  DraftAcceptanceStats stats(4, /*window=*/4096, /*idle_tokens=*/1000);
+  for (int i = 0; i < 40; ++i) stats.Record(4, 0);
+  const std::vector<int> caps = {4, 4};
+  ASSERT_EQ(PlanDraftLengths(2, 2, caps, stats, {}), (std::vector<int>{0, 0}));
+  stats.Age(999);
+  EXPECT_EQ(PlanDraftLengths(2, 2, caps, stats, {}), (std::vector<int>{0, 0})) << "aged before idle_tokens";
+  stats.Age(1);  // 40 -> 20 drafts of evidence: still measured
+  EXPECT_EQ(stats.Cumulative(0), 0.0);
+  stats.Age(1000);  // 20 -> 10 < kMinSamples: the optimistic prior again
+  EXPECT_EQ(stats.Cumulative(0), 1.0);
+  EXPECT_GT(Total(PlanDraftLengths(2, 2, caps, stats, {})), 0);
+  // The probe finds drafts accepted now; they stay on.
+  for (int i = 0; i < 40; ++i) {
+    stats.Record(4, 4);
+    stats.Age(5);
+  }
+  EXPECT_GT(stats.Cumulative(3), 0.7);
+  EXPECT_EQ(PlanDraftLengths(2, 2, caps, stats, {}), (std::vector<int>{4, 4}));
+  // Drafting resets the idle count: 40 steps of 5 tokens never halved them.
+  stats.Age(999);
+  EXPECT_GT(stats.Cumulative(3), 0.7);
+}
+
 }  // namespace
 }  // namespace floe
