@@ -60,6 +60,9 @@ int Run(int argc, char** argv) {
                  "apply a Step's global-tree appends after answering (drafts may lag a step; faster Steps)");
   parser.AddInt("step-threads", &store_options.step_threads,
                 "threads sharing one Step's entries with the calling thread (default: cores - 1, at most 15)");
+  std::string eviction = "fifo";
+  parser.AddString("eviction", &eviction,
+                   "fifo | usage (FIFO with a second chance for responses whose drafts were accepted)");
   parser.AddInt("metrics-port", &metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-suffix-cache")) return *exit_code;
@@ -67,6 +70,12 @@ int Run(int argc, char** argv) {
       limits.max_concurrent_calls < 1 || store_options.max_bytes < 0) {
     std::fprintf(stderr, "floe-suffix-cache: --max-depth must be in [2, 1024]; --max-batch, "
                          "--max-concurrent-calls >= 1; --max-bytes >= 0\n");
+    return 2;
+  }
+  if (auto kind = suffix_cache::ParseEvictionKind(eviction); kind.ok()) {
+    store_options.eviction = *kind;
+  } else {
+    std::fprintf(stderr, "floe-suffix-cache: --eviction: %s\n", std::string(kind.status().message()).c_str());
     return 2;
   }
   if (!snapshot_dir.empty()) {

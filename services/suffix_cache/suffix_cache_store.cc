@@ -28,6 +28,9 @@ struct SuffixCacheStore::Request {
   std::vector<int32_t> context;  // tail of prompt + response
   int64_t response_len = 0;
   DraftFeedback feedback;      // the request's record: adjusts its drafts
+  // Global seq id of the cached response the last proposed draft was read
+  // from; -1 when it came from the local tree (or none was proposed).
+  int32_t draft_source = -1;
   bool done = false;           // ended or aborted while a Step held it
 };
 
@@ -48,6 +51,10 @@ struct SuffixCacheStore::Namespace {
     cached_tokens -= static_cast<int64_t>(it->second.tokens.size());
     fifo.erase(it->second.order);
     cached.erase(it);
+    {
+      std::lock_guard<std::mutex> l(credit_mu);
+      credits.erase(seq);
+    }
     if (global.Contains(seq)) return seq;
     used_seqs.erase(seq);  // an empty response never reached the tree
     return -1;
@@ -58,6 +65,26 @@ struct SuffixCacheStore::Namespace {
       next_seq = (next_seq + 1) & 0x7FFFFFFF;
       if (!used_seqs.contains(seq) && !global.Contains(seq)) return seq;
     }
+  }
+  // Usage-aware eviction: the victim `id` had accepted drafts since it was
+  // last at the front: its credit is spent and it moves to the back (order
+  // `back`) instead of being evicted. False (nothing done) without credit.
+  bool SecondChance(const std::string& id, uint64_t back) {  // tree_mu held exclusively
+    auto it = cached.find(id);
+    {
+      std::lock_guard<std::mutex> l(credit_mu);
+      auto c = credits.find(it->second.seq_id);
+      if (c == credits.end()) return false;
+      credits.erase(c);
+    }
+    fifo.erase(it->second.order);
+    it->second.order = back;
+    fifo.emplace(back, id);
+    return true;
+  }
+  void Credit(int32_t seq, int64_t accepted) {
+    std::lock_guard<std::mutex> l(credit_mu);
+    credits[seq] += accepted;
   }
   int64_t EstimatedBytes() const {  // tree_mu held
     return global.num_nodes() * kBytesPerNode + cached_tokens * kBytesPerToken;
@@ -74,6 +101,11 @@ struct SuffixCacheStore::Namespace {
   std::map<uint64_t, std::string> fifo;
   int32_t next_seq = 0;
   int64_t cached_tokens = 0;
+  // Accepted draft tokens per cached response (seq id) since it was last at
+  // the front; only with eviction = kUsage. A leaf lock: Steps credit under
+  // their request locks and shared tree holds.
+  std::mutex credit_mu;
+  absl::flat_hash_map<int32_t, int64_t> credits;  // guarded by credit_mu
   // async_global_appends: appends waiting for the applier, in arrival order.
   std::mutex pending_mu;
   std::vector<std::pair<std::string, std::vector<int32_t>>> pending;  // guarded by pending_mu
@@ -192,6 +224,8 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
         if (it->second == request_id) ++it;
         if (it == ns->fifo.end()) break;
         const std::string victim = it->second;
+        // Credits only shrink here, so the loop ends.
+        if (ns->SecondChance(victim, next_order_.fetch_add(1))) continue;
         victims.push_back(ns->Detach(victim));
       }
     }
@@ -283,7 +317,11 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       return;
     }
     req.local.Extend(kLocalSeq, item.appended);
-    req.feedback.Observe(item.appended);
+    const int64_t accepted = req.feedback.Observe(item.appended);
+    if (accepted > 0 && req.draft_source >= 0 && options_.eviction == EvictionKind::kUsage) {
+      ns.Credit(req.draft_source, accepted);
+    }
+    req.draft_source = -1;
     req.response_len += static_cast<int64_t>(item.appended.size());
     req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
     if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
@@ -338,6 +376,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       context = context.subspan(context.size() - options_.max_depth);
     }
     Draft best = req.local.Speculate(context, req.feedback.Adjust(item.params, /*local=*/true), kLocalSeq);
+    req.draft_source = -1;  // this draft replaces any earlier one
     // A draft's score is at most its token count, which the global tree's
     // budget bounds (no confident extension there); ties go to the local
     // draft. So a local draft at that bound cannot lose: skip the global
@@ -355,7 +394,10 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
                            static_cast<int64_t>(c->second.tokens.size()) == req.response_len;
       const int32_t hint = current ? c->second.seq_id : -1;
       Draft global = ns.global.Speculate(context, req.feedback.Adjust(item.params, /*local=*/false), hint);
-      if (global.score > best.score) best = std::move(global);
+      if (global.score > best.score) {
+        best = std::move(global);
+        req.draft_source = best.source_seq;
+      }
     }
     req.feedback.Proposed(best);
     (*out)[i].draft = std::move(best);
@@ -473,6 +515,7 @@ int64_t SuffixCacheStore::TrimToBudget() {
       std::unique_lock<std::shared_mutex> t(ns.tree_mu);
       auto c = ns.cached.find(best_id);
       if (c == ns.cached.end() || c->second.order != best_order) continue;  // raced: pick again
+      if (ns.SecondChance(best_id, next_order_.fetch_add(1))) continue;  // credits only shrink: ends
       seq = ns.Detach(best_id);
     }
     RemoveFromTree(ns, {seq});

@@ -25,8 +25,8 @@
 //    (pending_mu, a leaf lock) and one applier thread applies them under the
 //    exclusive lock; speculates then never wait for a Step's appends.
 //  Lock order: namespaces_mu_ < Namespace::requests_mu < Request::mu <
-//  Namespace::apply_mu < Namespace::tree_mu; pending_mu and dirty_mu_ are
-//  leaves. Counters are atomics.
+//  Namespace::apply_mu < Namespace::tree_mu; pending_mu, credit_mu and
+//  dirty_mu_ are leaves. Counters are atomics.
 //  Data-race freedom: every tree, map and per-request field is touched only
 //  under the lock named above (const SuffixTree::Speculate has no mutable
 //  state, so shared holders may run it together); a Request outlives lookups
@@ -41,7 +41,10 @@
 // (as measured by TrimToBudget); active requests' local trees are bounded by
 // the engine's context limit and not counted. max_cached_responses bounds
 // each namespace's cached responses (active ones included, as in
-// SuffixSpeculator). Both evict FIFO, oldest first.
+// SuffixSpeculator). Both evict FIFO, oldest first; with eviction = kUsage a
+// response whose global drafts were accepted since it was last at the front
+// gets a second chance instead (moved to the back, its credit spent: the
+// EvictionPolicy rule, suffix_tree/eviction_policy.h).
 #pragma once
 
 #include <atomic>
@@ -61,6 +64,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "services/suffix_cache/snapshot.h"
+#include "services/suffix_cache/suffix_tree/eviction_policy.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 #include "services/suffix_cache/worker_pool.h"
 
@@ -79,6 +83,10 @@ struct StoreOptions {
   // lock; drafts may miss other requests' newest tokens for a step.
   // EndRequest/AbortRequest flush the queue first either way.
   bool async_global_appends = false;
+  // Which ended response goes first when a bound is hit (see above). FIFO by
+  // default: usage won only at 100 cached responses on the traces
+  // (docs/suffix-cache.md).
+  EvictionKind eviction = EvictionKind::kFifo;
 };
 
 // One request's part of a Step. Validated by the caller (ids, token range).

@@ -1,6 +1,6 @@
 // Many threads on one SuffixCacheStore at once: Steps (local + global
 // appends, speculates) from several "workers", request starts/ends/aborts,
-// count and byte eviction, snapshots, stats and namespace clears, in both
+// count and byte eviction (FIFO and usage-aware), snapshots, stats and namespace clears, in both
 // global-append modes and with a step pool. Checks the store stays
 // consistent (every count adds up, a snapshot restores to the same cache,
 // drafts only hold tokens of their own namespace). scripts/tsan.sh runs it
@@ -20,14 +20,17 @@ namespace {
 struct Mode {
   bool async_appends;
   int step_threads;
+  EvictionKind eviction = EvictionKind::kFifo;
 };
 
 class StoreStressTest : public ::testing::TestWithParam<Mode> {};
 INSTANTIATE_TEST_SUITE_P(Modes, StoreStressTest,
-                         ::testing::Values(Mode{false, 0}, Mode{false, 2}, Mode{true, 2}),
+                         ::testing::Values(Mode{false, 0}, Mode{false, 2}, Mode{true, 2},
+                                           Mode{false, 2, EvictionKind::kUsage}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.async_appends ? "Async" : "Sync", "Pool",
-                                               info.param.step_threads);
+                                               info.param.step_threads,
+                                               info.param.eviction == EvictionKind::kUsage ? "Usage" : "");
                          });
 
 // Token ids carry their namespace: namespace k only ever uses ids in
@@ -41,6 +44,7 @@ TEST_P(StoreStressTest, ConcurrentStepsLifecycleEvictionSnapshots) {
   so.max_bytes = 64 << 10;  // small: TrimToBudget evicts while Steps run
   so.async_global_appends = GetParam().async_appends;
   so.step_threads = GetParam().step_threads;
+  so.eviction = GetParam().eviction;
   SuffixCacheStore store(so);
   constexpr int kWorkers = 4, kNamespaces = 2, kRounds = 40, kBatch = 3, kSteps = 6;
   std::atomic<bool> stop{false};

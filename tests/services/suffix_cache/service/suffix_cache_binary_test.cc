@@ -172,10 +172,19 @@ TEST(SuffixCacheBinaryTest, MetricsEndpoint) {
   EXPECT_EQ(Terminate(c), 0);
 }
 
-TEST(SuffixCacheBinaryTest, HelpExitsZero) {
+// Exit status of floe-suffix-cache with `args` (output discarded).
+int RunBinary(const std::string& args) {
   const char* bin_dir = std::getenv("FLOE_BINARY_DIR");
-  const std::string cmd = std::string(bin_dir ? bin_dir : "build") + "/bin/floe-suffix-cache --help > /dev/null";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  const std::string cmd =
+      std::string(bin_dir ? bin_dir : "build") + "/bin/floe-suffix-cache " + args + " > /dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(SuffixCacheBinaryTest, HelpExitsZero) { EXPECT_EQ(RunBinary("--help"), 0); }
+
+TEST(SuffixCacheBinaryTest, UnknownEvictionPolicyIsAUsageError) {
+  EXPECT_EQ(RunBinary("--eviction lru --port 0"), 2);
 }
 
 }  // namespace
