@@ -47,6 +47,9 @@ class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable 
             static_cast<double>(service_->steps_total())),
         one("floe_suffix_cache_drafts_total", "Non-empty drafts answered.", MetricType::Counter,
             static_cast<double>(service_->drafts_total())),
+        one("floe_suffix_cache_speculate_queries_total",
+            "Step entries that asked for a draft (hit rate: drafts_total / this).", MetricType::Counter,
+            static_cast<double>(service_->speculate_queries_total())),
         one("floe_suffix_cache_rejected_total", "Calls refused with RESOURCE_EXHAUSTED.", MetricType::Counter,
             static_cast<double>(service_->rejected_total())),
     };
@@ -79,6 +82,17 @@ SuffixCacheMetrics::SuffixCacheMetrics(MetricsServer& server, const SuffixCacheS
         return;
       }
     }
+  });
+  // Inside a Step, the store's append and speculate time.
+  auto& phases = prometheus::BuildHistogram()
+                     .Name("floe_suffix_cache_step_phase_seconds")
+                     .Help("Time of one Step spent appending (local and global trees) and speculating.")
+                     .Register(server.registry());
+  prometheus::Histogram* append = &phases.Add({{"phase", "append"}}, buckets);
+  prometheus::Histogram* speculate = &phases.Add({{"phase", "speculate"}}, buckets);
+  service->SetStepObserver([append, speculate](const StepTimings& t) {
+    append->Observe(t.append_seconds);
+    speculate->Observe(t.speculate_seconds);
   });
   server.Add(collector_);
 }

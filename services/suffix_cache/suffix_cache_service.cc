@@ -151,16 +151,20 @@ grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::Suff
       item.params = *p;
     }
   }
-  std::vector<StepOutcome> outcomes = store_->Step(items);
+  StepTimings timings;
+  std::vector<StepOutcome> outcomes = store_->Step(items, &timings);
+  if (step_observer_) step_observer_(timings);
   steps_total_.fetch_add(1, std::memory_order_relaxed);
-  int64_t drafts = 0;
-  for (StepOutcome& o : outcomes) {
+  int64_t drafts = 0, queries = 0;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    StepOutcome& o = outcomes[i];
     floe::v1::SuffixDraft* d = resp->add_results();
     if (!o.status.ok()) {
       d->set_code(static_cast<int32_t>(o.status.code()));
       d->set_error(std::string(o.status.message()));
       continue;
     }
+    queries += items[i].speculate ? 1 : 0;
     drafts += o.draft.token_ids.empty() ? 0 : 1;
     d->mutable_token_ids()->Assign(o.draft.token_ids.begin(), o.draft.token_ids.end());
     d->mutable_parents()->Assign(o.draft.parents.begin(), o.draft.parents.end());
@@ -169,6 +173,7 @@ grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::Suff
     d->set_match_len(o.draft.match_len);
   }
   drafts_total_.fetch_add(drafts, std::memory_order_relaxed);
+  speculate_queries_total_.fetch_add(queries, std::memory_order_relaxed);
   return grpc::Status::OK;
 }
 

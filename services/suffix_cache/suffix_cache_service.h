@@ -54,8 +54,12 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   void SetRpcObserver(std::function<void(const char* method, double seconds)> observer) {
     observer_ = std::move(observer);
   }
+  // Called after every Step with the store's append and speculate time.
+  void SetStepObserver(std::function<void(const StepTimings&)> observer) { step_observer_ = std::move(observer); }
   int64_t steps_total() const { return steps_total_.load(); }
   int64_t drafts_total() const { return drafts_total_.load(); }
+  // Entries that asked for a draft (drafts_total / this = hit rate).
+  int64_t speculate_queries_total() const { return speculate_queries_total_.load(); }
   int64_t rejected_total() const { return rejected_total_.load(); }
   int in_flight() const { return in_flight_.load(); }
   const ServiceLimits& limits() const { return limits_; }
@@ -88,9 +92,11 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> steps_total_{0};
   std::atomic<int64_t> drafts_total_{0};
+  std::atomic<int64_t> speculate_queries_total_{0};
   std::atomic<int64_t> rejected_total_{0};
   std::atomic<int64_t> last_snapshot_ms_{0};
   std::function<void(const char*, double)> observer_;
+  std::function<void(const StepTimings&)> step_observer_;
   absl::Mutex snapshot_mu_;  // one snapshot writer at a time
 };
 

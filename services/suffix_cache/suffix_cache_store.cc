@@ -1,6 +1,7 @@
 #include "services/suffix_cache/suffix_cache_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <utility>
@@ -235,7 +236,7 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
   return absl::OkStatus();
 }
 
-std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& items) {
+std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& items, StepTimings* timings) {
   std::vector<StepOutcome> out(items.size());
   std::vector<std::pair<absl::string_view, size_t>> order;
   order.reserve(items.size());
@@ -253,7 +254,7 @@ std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& ite
                                                          "' is not active in namespace '", items[i].ns, "'"));
       }
     } else {
-      StepNamespace(ns, items, group, &out);
+      StepNamespace(ns, items, group, &out, timings);
     }
     b = e;
   }
@@ -261,7 +262,8 @@ std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& ite
 }
 
 void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, const std::vector<StepItem>& items,
-                                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out) {
+                                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out,
+                                     StepTimings* timings) {
   Namespace& ns = *ns_ptr;
   std::vector<std::pair<std::shared_ptr<Request>, size_t>> live;
   std::vector<size_t> missing;
@@ -294,6 +296,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first.get() < b.first.get(); });
   for (auto& [req, i] : live) req->mu.lock();
 
+  const auto append_start = std::chrono::steady_clock::now();
   // Local-tree work touches only the entry's own (locked) request: spread
   // it over the pool.
   enum : char { kFailed, kNoAppend, kAppended };
@@ -365,6 +368,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       }
     }
   }
+  const auto speculate_start = std::chrono::steady_clock::now();
   // Speculates take shared holds only: in parallel over the pool.
   pool_->ParallelFor(ok.size(), [&](size_t k) {
     Request& req = *ok[k].first;
@@ -402,6 +406,11 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     req.feedback.Proposed(best);
     (*out)[i].draft = std::move(best);
   });
+  if (timings != nullptr) {
+    const auto end = std::chrono::steady_clock::now();
+    timings->append_seconds += std::chrono::duration<double>(speculate_start - append_start).count();
+    timings->speculate_seconds += std::chrono::duration<double>(end - speculate_start).count();
+  }
   for (auto& [req, i] : live) req->mu.unlock();
 }
 

@@ -102,6 +102,12 @@ struct StepOutcome {
   absl::Status status;
   Draft draft;
 };
+// Where one Step's time went (seconds, summed over its namespaces): appends
+// (local and global trees, or queueing them) and speculates.
+struct StepTimings {
+  double append_seconds = 0;
+  double speculate_seconds = 0;
+};
 
 struct NamespaceStats {
   std::string name;
@@ -130,8 +136,9 @@ class SuffixCacheStore {
   absl::Status StartRequest(const std::string& ns, const std::string& request_id,
                             absl::Span<const int32_t> prompt);
   // Appends and drafts for every item; outcomes[i] answers items[i]. Items
-  // must name distinct (ns, request_id) pairs.
-  std::vector<StepOutcome> Step(const std::vector<StepItem>& items);
+  // must name distinct (ns, request_id) pairs. `timings`, when given, gets
+  // the append and speculate time.
+  std::vector<StepOutcome> Step(const std::vector<StepItem>& items, StepTimings* timings = nullptr);
   // NotFound if not active. Returns whether the response is still cached.
   absl::StatusOr<bool> EndRequest(const std::string& ns, const std::string& request_id);
   // NotFound if not active.
@@ -160,7 +167,7 @@ class SuffixCacheStore {
   std::shared_ptr<Namespace> GetOrCreateNamespace(const std::string& ns);
   std::vector<std::shared_ptr<Namespace>> AllNamespaces() const;
   void StepNamespace(const std::shared_ptr<Namespace>& ns, const std::vector<StepItem>& items,
-                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out);
+                     const std::vector<size_t>& indices, std::vector<StepOutcome>* out, StepTimings* timings);
   void RemoveFromTree(Namespace& ns, const std::vector<int32_t>& seq_ids);
   void ApplyAppend(Namespace& ns, const std::string& id, absl::Span<const int32_t> tokens);
   void FlushPending(Namespace& ns);

@@ -24,6 +24,7 @@ COUNTERS_AND_GAUGES = {
     # speculative decoding, suffix cache, shift parallelism
     "floe_spec_decode_draft_tokens_total", "floe_spec_decode_accepted_tokens_total", "floe_spec_decode_drafts_total",
     "floe_suffix_cache_cached_responses", "floe_suffix_cache_bytes", "floe_parallel_mode",
+    "floe_suffix_cache_drafts_total", "floe_suffix_cache_speculate_queries_total",
     # the worker's view of its suffix-cache replicas
     "floe_suffix_cache_client_rpc_failures_total", "floe_suffix_cache_client_skipped_calls_total",
     "floe_suffix_cache_client_up", "floe_suffix_cache_client_unreachable_total",
@@ -35,7 +36,7 @@ HISTOGRAMS = {
     "floe_request_queue_time_seconds", "floe_request_prefill_time_seconds", "floe_request_decode_time_seconds",
     "floe_request_prompt_tokens", "floe_request_generation_tokens", "floe_router_time_to_first_token_seconds",
     "floe_suffix_cache_rpc_latency_seconds", "floe_spec_decode_accepted_length",
-    "floe_suffix_cache_client_rpc_latency_seconds",
+    "floe_suffix_cache_client_rpc_latency_seconds", "floe_suffix_cache_step_phase_seconds",
 }
 KNOWN = COUNTERS_AND_GAUGES | {h + s for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 

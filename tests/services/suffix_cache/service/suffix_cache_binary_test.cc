@@ -159,6 +159,7 @@ TEST(SuffixCacheBinaryTest, MetricsEndpoint) {
     auto* e = step.add_entries();
     e->set_request_id("r");
     e->add_appended(5);
+    e->set_speculate(true);
     ASSERT_EQ(client->Step(step).results(0).code(), 0);
   }
   // Scraped in process: forking (curl via std::system) while gRPC threads run
@@ -169,6 +170,9 @@ TEST(SuffixCacheBinaryTest, MetricsEndpoint) {
   EXPECT_NE(text.find("floe_suffix_cache_cached_responses 1"), std::string::npos) << text.substr(0, 2000);
   EXPECT_NE(text.find("floe_suffix_cache_bytes"), std::string::npos);
   EXPECT_NE(text.find("floe_suffix_cache_rpc_latency_seconds_count{method=\"Step\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("floe_suffix_cache_step_phase_seconds_count{phase=\"append\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("floe_suffix_cache_step_phase_seconds_count{phase=\"speculate\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("floe_suffix_cache_speculate_queries_total 1"), std::string::npos);
   EXPECT_EQ(Terminate(c), 0);
 }
 
