@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 #include <ctime>
 
@@ -174,6 +175,17 @@ int Run(int argc, char** argv) {
     Start(stub.get(), r.id, r.t->prompt);
   };
   for (Replayed& r : reqs) restart(r);
+  // Server side: the store's append and speculate time of each foreground
+  // Step (the background clients' Steps have other batch sizes).
+  std::mutex phases_mu;
+  std::vector<double> append_us, speculate_us;  // guarded by phases_mu
+  bool record_phases = false;                   // guarded by phases_mu
+  service.SetStepObserver([&](const StepTimings& t) {
+    std::lock_guard<std::mutex> l(phases_mu);
+    if (!record_phases || t.entries != batch) return;
+    append_us.push_back(t.append_seconds * 1e6);
+    speculate_us.push_back(t.speculate_seconds * 1e6);
+  });
   int64_t drafted = 0, errors = 0;
   const int warmup = std::min(100, iters / 10);
   std::vector<double> run_p50, run_p99, run_cpu;
@@ -207,6 +219,10 @@ int Run(int argc, char** argv) {
     }
     floe::v1::SuffixStepResponse resp;
     grpc::ClientContext ctx;
+    {
+      std::lock_guard<std::mutex> l(phases_mu);
+      record_phases = it >= warmup;
+    }
     const double c0 = cpu_now_us();
     const auto t0 = Clock::now();
     grpc::Status s = direct ? service.Step(nullptr, &req, &resp) : stub->Step(&ctx, req, &resp);
@@ -220,6 +236,7 @@ int Run(int argc, char** argv) {
       us.push_back(elapsed);
       cpu_us += cpu_now_us() - c0;
     }
+
   }
   std::vector<double> sorted = us;
   std::sort(sorted.begin(), sorted.end());
@@ -231,6 +248,12 @@ int Run(int argc, char** argv) {
   const int64_t background_during = background_steps.load() - background_start;
   stop.store(true);
   for (auto& t : threads) t.join();
+  std::vector<double> server_append, server_speculate;
+  {
+    std::lock_guard<std::mutex> l(phases_mu);
+    server_append = append_us;
+    server_speculate = speculate_us;
+  }
   // process_cpu_us_per_step: CPU of the whole process during the timed calls;
   // with --background-threads 0 it is what one Step costs (client + server),
   // however long a loaded machine's scheduler made it wait.
@@ -274,6 +297,10 @@ int Run(int argc, char** argv) {
       {"last_run", {{"p50_us", pct(0.50)}, {"p90_us", pct(0.90)}, {"p99_us", pct(0.99)}, {"max_us", us.back()},
                     {"mean_us", mean}}},
       {"process_cpu_us_per_step_median", median(run_cpu)},
+      // The store's own time inside the timed Steps (no gRPC, no queueing),
+      // over all repeats.
+      {"server_append_us_p50", server_append.empty() ? 0.0 : median(server_append)},
+      {"server_speculate_us_p50", server_speculate.empty() ? 0.0 : median(server_speculate)},
       {"draft_tokens_per_step", static_cast<double>(drafted) / ((iters + warmup) * repeats)},
       {"errors", errors},
       {"cached_responses", stats.cached},

@@ -238,6 +238,7 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
 
 std::vector<StepOutcome> SuffixCacheStore::Step(const std::vector<StepItem>& items, StepTimings* timings) {
   std::vector<StepOutcome> out(items.size());
+  if (timings != nullptr) timings->entries = static_cast<int>(items.size());
   std::vector<std::pair<absl::string_view, size_t>> order;
   order.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) order.emplace_back(items[i].ns, i);

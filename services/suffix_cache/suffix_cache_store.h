@@ -105,6 +105,7 @@ struct StepOutcome {
 // Where one Step's time went (seconds, summed over its namespaces): appends
 // (local and global trees, or queueing them) and speculates.
 struct StepTimings {
+  int entries = 0;
   double append_seconds = 0;
   double speculate_seconds = 0;
 };
