@@ -381,11 +381,15 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
   ++nodes_[kRoot].count;
   const int32_t seq_len = static_cast<int32_t>(seqs_[slot].tokens.size());
   const int32_t size = seqs_[slot].active_size;
+  // Stable through the loop: nothing below adds sequences or resizes a ring.
+  // (Held in a local because node stores, int32 too, would otherwise make
+  // the compiler reload it for every suffix.)
+  int32_t* const active = seqs_[slot].active.data();
   int32_t pos = seqs_[slot].active_begin + seqs_[slot].leaf_count;
   if (pos >= max_depth_) pos -= max_depth_;
   for (int32_t i = seqs_[slot].leaf_count; i < size;
        ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
-    const int32_t n = seqs_[slot].active[pos];
+    const int32_t n = active[pos];
     const int32_t c = FindChild(n, token);
     if (c < 0) {
       // Branch off a new open leaf. Only longer suffixes branch before
@@ -395,7 +399,7 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
       nodes_[leaf].open = 1;
       InsertAtTail(leaf);
       OnChildAdded(n, leaf);
-      seqs_[slot].active[pos] = leaf;
+      active[pos] = leaf;
       FLOE_SUFFIX_INVARIANT(seqs_[slot].leaf_count == i, "leaves first");
       seqs_[slot].leaf_count = i + 1;
     } else if (n != kRoot && nodes_[n].count == nodes_[c].count + 1) {
@@ -415,7 +419,7 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
         if (nodes_[n].hashed) edges_.Erase(n, token);
         OnChildReplaced(parent, c);
         FreeNode(n);
-        seqs_[slot].active[pos] = c;
+        active[pos] = c;
       } else {
         // Slide the boundary between n and c one token down. (For an open
         // c, length and ref_idx move together, so it stays correct.)
@@ -432,7 +436,7 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
       CloseLeaf(c);
       SetRef(c, slot, seq_len - 1);
       Increment(c);
-      seqs_[slot].active[pos] = c;
+      active[pos] = c;
     } else {
       // Split c after its first token and step into the upper half.
       const int32_t mid = NewNode(nodes_[c].count, n, slot, seq_len - 1, 1);
@@ -448,7 +452,7 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
       nodes_[c].next = -1;
       nodes_[c].run = -1;
       Increment(mid);
-      seqs_[slot].active[pos] = mid;
+      active[pos] = mid;
     }
   }
 }
