@@ -48,6 +48,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("runs", &runs, "timed restores (medians reported)");
   parser.AddInt("max-depth", &max_depth, "StoreOptions::max_depth");
   parser.AddBool("random-tokens", &random_tokens, "uniform random token ids in [0, 32000) instead of trace text");
+  bool no_image = false;
+  parser.AddBool("no-image", &no_image, "write the snapshot without tree images (restore rebuilds from tokens)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok() || parser.help_requested()) {
     std::fprintf(stderr, "%s", parser.Help().c_str());
     return s.ok() ? 0 : 2;
@@ -82,8 +84,28 @@ int Run(int argc, char** argv) {
     }
     data.namespaces[r % namespaces].responses.push_back(std::move(resp));
   }
+  StoreOptions options;
+  options.max_depth = max_depth;
+  options.max_cached_responses = -1;
+  // The file a running service writes: a store that holds these responses
+  // (built here by the rebuild path, which is also the baseline) exports
+  // them with its tree images.
   auto t0 = Clock::now();
-  const std::string encoded = EncodeSnapshot(data);
+  SnapshotData exported;
+  double rebuild_s = 0, export_s = 0;
+  {
+    SuffixCacheStore builder(options);
+    builder.ImportSnapshot(std::move(data));
+    rebuild_s = SecondsSince(t0);
+    t0 = Clock::now();
+    exported = builder.ExportSnapshot();
+    export_s = SecondsSince(t0);
+  }
+  if (no_image) {
+    for (auto& ns : exported.namespaces) ns.tree_image.clear();
+  }
+  t0 = Clock::now();
+  const std::string encoded = EncodeSnapshot(exported);
   const double encode_s = SecondsSince(t0);
   t0 = Clock::now();
   if (absl::Status s = WriteFileAtomically(path, encoded); !s.ok()) {
@@ -91,14 +113,12 @@ int Run(int argc, char** argv) {
     return 1;
   }
   const double write_s = SecondsSince(t0);
-  data = SnapshotData();
+  exported = SnapshotData();
 
   std::vector<double> read_s, decode_s, import_s, total_s;
   StoreStats stats;
+  SuffixCacheStore::ImportReport report;
   for (int run = 0; run < runs; ++run) {
-    StoreOptions options;
-    options.max_depth = max_depth;
-    options.max_cached_responses = -1;
     SuffixCacheStore store(options);
     const auto start = Clock::now();
     t0 = start;
@@ -116,7 +136,7 @@ int Run(int argc, char** argv) {
       return 1;
     }
     t0 = Clock::now();
-    store.ImportSnapshot(std::move(*decoded));
+    report = store.ImportSnapshot(std::move(*decoded));
     import_s.push_back(SecondsSince(t0));
     total_s.push_back(SecondsSince(start));
     stats = store.Stats();
@@ -131,6 +151,11 @@ int Run(int argc, char** argv) {
       {"max_depth", max_depth},
       {"runs", runs},
       {"snapshot_bytes", static_cast<int64_t>(encoded.size())},
+      {"tree_images", !no_image},
+      {"rebuild_from_tokens_s", rebuild_s},
+      {"export_s", export_s},
+      {"restored_from_image", report.namespaces_from_image},
+      {"restored_by_rebuild", report.namespaces_rebuilt},
       {"encode_s", encode_s},
       {"write_fsync_s", write_s},
       {"read_s_median", Median(read_s)},

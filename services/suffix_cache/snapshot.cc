@@ -7,7 +7,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,7 +14,7 @@ namespace floe::suffix_cache {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'L', 'O', 'E', 'S', 'U', 'F', 'X'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // newest written; 1 still read
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;
 
 uint64_t Fnv1a64(absl::string_view bytes) {
@@ -46,8 +45,10 @@ class Reader {
     pos_ += sizeof(T);
     return absl::OkStatus();
   }
-  absl::Status GetString(std::string* s, const char* what) {
-    uint32_t n = 0;
+  // A length-prefixed byte string (Length: u32 names and ids, u64 images).
+  template <typename Length>
+  absl::Status GetSized(std::string* s, const char* what) {
+    Length n = 0;
     if (absl::Status st = Get(&n, what); !st.ok()) return st;
     if (bytes_.size() - pos_ < n) return Truncated(what);
     s->assign(bytes_.data() + pos_, n);
@@ -75,7 +76,8 @@ class Reader {
 
 }  // namespace
 
-std::string EncodeSnapshot(const SnapshotData& data) {
+std::string EncodeSnapshot(const SnapshotData& data, uint32_t version) {
+  const bool v2 = version != 1;
   std::string payload;
   Put<uint32_t>(&payload, static_cast<uint32_t>(data.namespaces.size()));
   for (const SnapshotNamespace& ns : data.namespaces) {
@@ -83,12 +85,17 @@ std::string EncodeSnapshot(const SnapshotData& data) {
     Put<uint32_t>(&payload, static_cast<uint32_t>(ns.responses.size()));
     for (const SnapshotResponse& r : ns.responses) {
       PutString(&payload, r.request_id);
+      if (v2) Put<int32_t>(&payload, r.seq_id);
       Put<uint32_t>(&payload, static_cast<uint32_t>(r.tokens.size()));
       payload.append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
     }
+    if (v2) {
+      Put<uint64_t>(&payload, ns.tree_image.size());
+      payload += ns.tree_image;
+    }
   }
   std::string out(kMagic, sizeof(kMagic));
-  Put<uint32_t>(&out, kVersion);
+  Put<uint32_t>(&out, v2 ? kVersion : 1);
   Put<uint32_t>(&out, data.max_depth);
   Put<uint64_t>(&out, payload.size());
   Put<uint64_t>(&out, Fnv1a64(out + payload));  // covers the header fields too
@@ -112,8 +119,8 @@ absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
   header.Get(&data.max_depth, "max_depth").IgnoreError();
   header.Get(&payload_len, "payload length").IgnoreError();
   header.Get(&checksum, "checksum").IgnoreError();
-  if (version != kVersion) {
-    return absl::DataLossError(absl::StrCat("snapshot version ", version, " is not ", kVersion));
+  if (version != 1 && version != kVersion) {
+    return absl::DataLossError(absl::StrCat("snapshot version ", version, " is not 1 or ", kVersion));
   }
   absl::string_view payload = bytes.substr(kHeaderBytes);
   if (payload.size() != payload_len) {
@@ -127,14 +134,20 @@ absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
   if (absl::Status st = r.Get(&num_ns, "namespace count"); !st.ok()) return st;
   for (uint32_t i = 0; i < num_ns; ++i) {
     SnapshotNamespace ns;
-    if (absl::Status st = r.GetString(&ns.name, "namespace name"); !st.ok()) return st;
+    if (absl::Status st = r.GetSized<uint32_t>(&ns.name, "namespace name"); !st.ok()) return st;
     uint32_t num_resp = 0;
     if (absl::Status st = r.Get(&num_resp, "response count"); !st.ok()) return st;
     for (uint32_t j = 0; j < num_resp; ++j) {
       SnapshotResponse resp;
-      if (absl::Status st = r.GetString(&resp.request_id, "request id"); !st.ok()) return st;
+      if (absl::Status st = r.GetSized<uint32_t>(&resp.request_id, "request id"); !st.ok()) return st;
+      if (version >= 2) {
+        if (absl::Status st = r.Get(&resp.seq_id, "seq id"); !st.ok()) return st;
+      }
       if (absl::Status st = r.GetTokens(&resp.tokens); !st.ok()) return st;
       ns.responses.push_back(std::move(resp));
+    }
+    if (version >= 2) {
+      if (absl::Status st = r.GetSized<uint64_t>(&ns.tree_image, "tree image"); !st.ok()) return st;
     }
     data.namespaces.push_back(std::move(ns));
   }
@@ -177,11 +190,14 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) return absl::InternalError(absl::StrCat("cannot size ", path));
+  std::string bytes(static_cast<size_t>(size), '\0');  // one read, no stream copies
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) return absl::InternalError(absl::StrCat("cannot read ", path));
+  return bytes;
 }
 
 }  // namespace floe::suffix_cache

@@ -294,9 +294,18 @@ int64_t SuffixCacheService::RestoreSnapshot() {
   int64_t n = 0;
   for (const auto& ns : data->namespaces) n += static_cast<int64_t>(ns.responses.size());
   const int64_t namespaces = static_cast<int64_t>(data->namespaces.size());
-  store_->ImportSnapshot(std::move(*data));
+  const auto start = std::chrono::steady_clock::now();
+  const SuffixCacheStore::ImportReport report = store_->ImportSnapshot(std::move(*data));
+  for (const std::string& problem : report.image_problems) {
+    LogEvent(LogLevel::kWarning, "suffix-cache", "tree_image_rebuilt", {{"reason", problem}});
+  }
   LogEvent(LogLevel::kInfo, "suffix-cache", "snapshot_restored",
-           {{"path", limits_.snapshot_path}, {"responses", n}, {"namespaces", namespaces}});
+           {{"path", limits_.snapshot_path},
+            {"responses", n},
+            {"namespaces", namespaces},
+            {"from_image", static_cast<int64_t>(report.namespaces_from_image)},
+            {"rebuilt", static_cast<int64_t>(report.namespaces_rebuilt)},
+            {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}});
   return n;
 }
 

@@ -574,20 +574,74 @@ SnapshotData SuffixCacheStore::ExportSnapshot() const {
     std::shared_lock<std::shared_mutex> t(ns->tree_mu);
     for (const auto& [order, id] : ns->fifo) {
       const auto& c = ns->cached.at(id);
-      if (!c.active) out.responses.push_back({id, c.tokens});
+      if (!c.active) out.responses.push_back({id, c.tokens, c.seq_id});
     }
-    if (!out.responses.empty()) data.namespaces.push_back(std::move(out));
+    if (out.responses.empty()) continue;
+    ns->global.AppendImage(&out.tree_image);
+    data.namespaces.push_back(std::move(out));
   }
   return data;
 }
 
-void SuffixCacheStore::ImportSnapshot(SnapshotData data) {
-  if (options_.max_cached_responses == 0) return;
+// The image path of ImportSnapshot: true when `in`'s tree image loaded and
+// held every kept response (`in.responses[first..]`) as a finished sequence
+// with the same tokens; the namespace then holds that tree. Else `why` says
+// what was wrong and nothing changed.
+bool SuffixCacheStore::AdoptTreeImage(Namespace& ns, SnapshotNamespace& in, size_t first, uint64_t first_order,
+                                      std::string* why) {
+  if (in.tree_image.empty()) {
+    *why = "no tree image";
+    return false;
+  }
+  if (!ns.cached.empty() || ns.global.num_seqs() > 0) {
+    *why = "namespace not empty";
+    return false;
+  }
+  SuffixTree tree(options_.max_depth);
+  if (absl::Status st = tree.LoadImage(in.tree_image); !st.ok()) {
+    *why = std::string(st.message());
+    return false;
+  }
+  absl::flat_hash_map<int32_t, size_t> keep;  // seq id -> response index
+  absl::flat_hash_map<std::string, bool> ids;
+  for (size_t i = first; i < in.responses.size(); ++i) {
+    const SnapshotResponse& r = in.responses[i];
+    if (!ids.emplace(r.request_id, true).second) continue;  // as the rebuild: first copy wins
+    if (!tree.IsFinished(r.seq_id) || tree.Tokens(r.seq_id) != absl::MakeConstSpan(r.tokens) ||
+        !keep.emplace(r.seq_id, i).second) {
+      *why = absl::StrCat("response '", r.request_id, "' (seq ", r.seq_id, ") is not in the image as cached");
+      return false;
+    }
+  }
+  for (int32_t seq : tree.SeqIds()) {
+    if (!keep.contains(seq)) tree.Remove(seq).IgnoreError();  // active at export, or beyond the bound
+  }
+  ns.global = std::move(tree);
+  int32_t last_seq = -1;
+  for (size_t i = first; i < in.responses.size(); ++i) {
+    SnapshotResponse& r = in.responses[i];
+    auto k = keep.find(r.seq_id);
+    if (k == keep.end() || k->second != i) continue;
+    const uint64_t order = first_order + i;
+    ns.cached_tokens += static_cast<int64_t>(r.tokens.size());
+    ns.used_seqs[r.seq_id] = true;
+    ns.fifo.emplace(order, r.request_id);
+    last_seq = std::max(last_seq, r.seq_id);
+    ns.cached[std::move(r.request_id)] = Namespace::Cached{r.seq_id, order, std::move(r.tokens), false};
+  }
+  ns.next_seq = (last_seq + 1) & 0x7FFFFFFF;
+  return true;
+}
+
+SuffixCacheStore::ImportReport SuffixCacheStore::ImportSnapshot(SnapshotData data) {
+  ImportReport report;
+  if (options_.max_cached_responses == 0) return report;
   // FIFO positions in snapshot order across namespaces, as they were written.
   std::vector<uint64_t> first_order(data.namespaces.size());
   for (size_t k = 0; k < data.namespaces.size(); ++k) {
     first_order[k] = next_order_.fetch_add(data.namespaces[k].responses.size());
   }
+  std::mutex report_mu;
   auto import_one = [&](size_t k) {
     SnapshotNamespace& in = data.namespaces[k];
     auto ns = GetOrCreateNamespace(in.name);
@@ -598,6 +652,12 @@ void SuffixCacheStore::ImportSnapshot(SnapshotData data) {
     }
     // One exclusive hold for the whole namespace: nothing is served yet.
     std::unique_lock<std::shared_mutex> t(ns->tree_mu);
+    std::string why;
+    if (AdoptTreeImage(*ns, in, first, first_order[k], &why)) {
+      std::lock_guard<std::mutex> l(report_mu);
+      ++report.namespaces_from_image;
+      return;
+    }
     ns->cached.reserve(ns->cached.size() + in.responses.size() - first);
     for (size_t i = first; i < in.responses.size(); ++i) {
       SnapshotResponse& r = in.responses[i];
@@ -611,12 +671,15 @@ void SuffixCacheStore::ImportSnapshot(SnapshotData data) {
       ns->fifo.emplace(order, r.request_id);
       ns->cached[std::move(r.request_id)] = Namespace::Cached{seq, order, std::move(r.tokens), false};
     }
+    std::lock_guard<std::mutex> l(report_mu);
+    ++report.namespaces_rebuilt;
+    if (!in.tree_image.empty()) report.image_problems.push_back(absl::StrCat("namespace '", in.name, "': ", why));
   };
   const size_t threads =
       std::min<size_t>(data.namespaces.size(), std::max(1u, std::thread::hardware_concurrency()));
   if (threads <= 1) {
     for (size_t k = 0; k < data.namespaces.size(); ++k) import_one(k);
-    return;
+    return report;
   }
   std::atomic<size_t> next{0};
   std::vector<std::thread> workers;
@@ -626,6 +689,7 @@ void SuffixCacheStore::ImportSnapshot(SnapshotData data) {
     });
   }
   for (auto& w : workers) w.join();
+  return report;
 }
 
 }  // namespace floe::suffix_cache

@@ -152,12 +152,21 @@ class SuffixCacheStore {
   int64_t TrimToBudget();
   StoreStats Stats() const;
 
-  // Ended cached responses, FIFO order per namespace.
+  // Ended cached responses, FIFO order per namespace, with an image of each
+  // namespace's global tree (copied under the shared tree lock).
   SnapshotData ExportSnapshot() const;
-  // Rebuilds the trees from a snapshot (call before serving). Namespaces are
-  // built in parallel (one thread each, up to the hardware's threads); the
-  // tokens move into the cache.
-  void ImportSnapshot(SnapshotData data);
+  // Restores the trees from a snapshot (call before serving): from a
+  // namespace's tree image when it loads and holds exactly the responses'
+  // tokens (the image's other sequences, requests that were active at export,
+  // are removed), else rebuilt from the tokens. Namespaces run in parallel
+  // (one thread each, up to the hardware's threads); the tokens move into the
+  // cache.
+  struct ImportReport {
+    int namespaces_from_image = 0;
+    int namespaces_rebuilt = 0;
+    std::vector<std::string> image_problems;  // why an image was not used
+  };
+  ImportReport ImportSnapshot(SnapshotData data);
 
   const StoreOptions& options() const { return options_; }
 
@@ -170,6 +179,7 @@ class SuffixCacheStore {
   void StepNamespace(const std::shared_ptr<Namespace>& ns, const std::vector<StepItem>& items,
                      const std::vector<size_t>& indices, std::vector<StepOutcome>* out, StepTimings* timings);
   void RemoveFromTree(Namespace& ns, const std::vector<int32_t>& seq_ids);
+  bool AdoptTreeImage(Namespace& ns, SnapshotNamespace& in, size_t first, uint64_t first_order, std::string* why);
   void ApplyAppend(Namespace& ns, const std::string& id, absl::Span<const int32_t> tokens);
   void FlushPending(Namespace& ns);
   // Removes an active request (marks it done, flushes its pending appends);

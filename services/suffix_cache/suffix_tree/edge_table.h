@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace floe::suffix_cache {
@@ -68,6 +69,26 @@ class EdgeTable {
   }
 
   size_t size() const { return size_; }
+
+  // Raw slots, for SuffixTree's image: keys and values (-1: empty) of a
+  // power-of-two table.
+  const std::vector<uint64_t>& raw_keys() const { return keys_; }
+  const std::vector<int32_t>& raw_values() const { return values_; }
+  // Adopts raw slots; false (and no change) unless the capacity is a power
+  // of two >= 16 with both arrays that long and at least one empty slot.
+  bool AdoptRaw(std::vector<uint64_t> keys, std::vector<int32_t> values) {
+    const size_t capacity = values.size();
+    if (capacity < 16 || (capacity & (capacity - 1)) != 0 || keys.size() != capacity) return false;
+    size_t used = 0;
+    for (int32_t v : values) used += v >= 0;
+    if (used == capacity) return false;  // Find would never stop
+    keys_ = std::move(keys);
+    values_ = std::move(values);
+    mask_ = capacity - 1;
+    shift_ = 64 - __builtin_ctzll(capacity);
+    size_ = used;
+    return true;
+  }
   size_t MemoryUsage() const {
     return keys_.capacity() * sizeof(uint64_t) + values_.capacity() * sizeof(int32_t);
   }

@@ -49,6 +49,31 @@ class GrowableArray {
   size_t capacity() const { return capacity_; }
   size_t MemoryUsage() const { return capacity_ * sizeof(T); }
 
+  const T* data() const { return data_; }
+
+  // Replaces the contents with copies of items[0, n).
+  void Assign(const T* items, size_t n) {
+    Release();
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kMapBytes) {
+      const size_t capacity = std::max<size_t>(16, n);
+      void* p = std::malloc(capacity * sizeof(T));
+      if (p == nullptr) throw std::bad_alloc();
+      data_ = static_cast<T*>(p);
+      capacity_ = capacity;
+    } else {
+      const size_t mapped = (bytes / kStepBytes + 1) * kStepBytes;
+      void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      madvise(p, mapped, MADV_HUGEPAGE);
+      data_ = static_cast<T*>(p);
+      mapped_bytes_ = mapped;
+      capacity_ = mapped / sizeof(T);
+    }
+    if (n > 0) std::memcpy(static_cast<void*>(data_), items, bytes);
+    size_ = n;
+  }
+
   // Appends a value-initialised element (references may be invalidated).
   T& emplace_back() {
     if (size_ == capacity_) Grow();

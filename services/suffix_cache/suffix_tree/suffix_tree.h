@@ -27,10 +27,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "services/suffix_cache/suffix_tree/growable_array.h"
 #include "services/suffix_cache/suffix_tree/edge_table.h"
@@ -141,6 +143,21 @@ class SuffixTree {
 
   // Bytes held (capacity based): nodes, edges, runs, token storage.
   size_t MemoryUsage() const;
+
+  // A byte image of the whole tree (suffix_tree_image.cc), so that a restart
+  // restores it at copy speed instead of re-appending every token. Tied to
+  // this build's layout: LoadImage refuses an image of another layout.
+  void AppendImage(std::string* out) const;
+  // Replaces the contents with an image. InvalidArgument, with the reason,
+  // for an image of another layout or depth, or one that is inconsistent
+  // (truncated, an index out of range, a cycle, miscounted references); the
+  // tree is then empty. Checks are O(size): any bytes are safe to load.
+  absl::Status LoadImage(absl::string_view image);
+  // A live sequence's tokens (empty when absent) and whether it is finished.
+  absl::Span<const int32_t> Tokens(int32_t seq_id) const;
+  bool IsFinished(int32_t seq_id) const;
+  // Live sequence ids, in no particular order.
+  std::vector<int32_t> SeqIds() const;
 
  private:
   struct Node {
@@ -266,6 +283,7 @@ class SuffixTree {
                   int32_t* last_node = nullptr) const;
   void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
+  absl::Status ValidateLoaded() const;
 
   int max_depth_;
   GrowableArray<Node> nodes_;

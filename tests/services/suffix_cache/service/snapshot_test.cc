@@ -27,6 +27,25 @@ TEST(SnapshotTest, RoundTrip) {
   EXPECT_EQ(d->namespaces[1].responses[0].tokens, (std::vector<int32_t>{7, 8, 9, 10}));
 }
 
+// Version 2 carries each response's sequence id and the tree images;
+// version 1 files (neither) still decode.
+TEST(SnapshotTest, VersionTwoCarriesImagesAndVersionOneStillLoads) {
+  SnapshotData with = Sample();
+  with.namespaces[0].responses[0].seq_id = 41;
+  with.namespaces[0].tree_image = std::string("SXTI\0image", 10);
+  auto v2 = DecodeSnapshot(EncodeSnapshot(with));
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->namespaces[0].responses[0].seq_id, 41);
+  EXPECT_EQ(v2->namespaces[0].responses[1].seq_id, -1);
+  EXPECT_EQ(v2->namespaces[0].tree_image, with.namespaces[0].tree_image);
+  EXPECT_TRUE(v2->namespaces[1].tree_image.empty());
+  auto v1 = DecodeSnapshot(EncodeSnapshot(with, 1));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->namespaces[0].responses[0].seq_id, -1);
+  EXPECT_TRUE(v1->namespaces[0].tree_image.empty());
+  EXPECT_EQ(v1->namespaces[1].responses[0].tokens, (std::vector<int32_t>{7, 8, 9, 10}));
+}
+
 TEST(SnapshotTest, EveryTruncationIsDataLoss) {
   const std::string bytes = EncodeSnapshot(Sample());
   for (size_t n = 0; n < bytes.size(); ++n) {
