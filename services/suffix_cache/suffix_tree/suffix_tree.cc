@@ -581,7 +581,11 @@ template <typename Sink>
 float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
                             int budget, bool confident_extra,
                             const DraftParams& params, std::vector<int32_t>* window,
-                            Sink&& sink, int32_t* last_node) const {
+                            Sink&& sink, int32_t* last_node, bool* counts_decided) const {
+  // counts_decided: every step followed from the counts alone (each branch
+  // taken had a strictly most frequent child, and the walk never reached the
+  // tree's end), so any locus with the same occurrences drafts the same.
+  bool decided = true;
   // Float arithmetic in the reference's order, so scores (and ties) agree.
   float prob = 1.0f;
   float score = 0.0f;
@@ -618,6 +622,8 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     }
     const int32_t child = n.head_child;
     if (child >= 0) {
+      const int32_t sibling = nodes_[child].next;
+      if (sibling >= 0 && nodes_[sibling].count == nodes_[child].count) decided = false;
       const int32_t total = own_suffix ? n.count - 1 : n.count;
       own_suffix = false;
       prob *= static_cast<float>(nodes_[child].count) / static_cast<float>(total);
@@ -625,6 +631,7 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
       idx = 0;
       continue;
     }
+    decided = false;
     if (!extend || node == kRoot) break;
     // The end of the indexed depth. A single occurrence continues as its
     // sequence does; otherwise re-anchor on the shorter tail of what has
@@ -651,6 +658,7 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     idx = again.idx;
   }
   if (last_node != nullptr) *last_node = node;
+  if (counts_decided != nullptr) *counts_decided = decided;
   return score;
 }
 
@@ -728,11 +736,24 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   int32_t best_m = 0;
   float best_score = 0.0f;
   std::vector<int32_t> window;  // only for extend_past_depth
+  // The last match drafted, when its walk was decided by counts alone. A
+  // shorter match with as many occurrences has exactly the same ones (each
+  // occurrence of the longer tail is one of the shorter), so the same
+  // continuations: its draft is the same path under a budget no larger, a
+  // prefix scoring no more, and cannot beat the longer match. Long copied
+  // spans have the same few occurrences for dozens of match lengths.
+  int32_t decided_count = -1;
+  bool decided_own = false, decided_confident = false;
   for (int32_t m = m_max; m >= 1; --m) {
     const int budget = budget_for(m);
     // Scores never exceed the number of drafted tokens.
     const int bound = confident(m) ? std::max(budget, params.max_spec_tokens) : budget;
     if (best_m > 0 && can_prune && best_score >= static_cast<float>(bound)) break;
+    const int32_t count = nodes_[locus(m).node].count;
+    if (can_prune && !params.use_tree_spec && count == decided_count && own(m) == decided_own &&
+        confident(m) == decided_confident) {
+      continue;
+    }
     float score;
     if (params.use_tree_spec) {
       Draft d;
@@ -743,9 +764,12 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
         best.match_len = m;
       }
     } else {
+      bool decided = false;
       score = PathDraft(locus(m), own(m), context.subspan(len - m), budget, confident(m), params,
-                        &window,
-                        [](int32_t, float) {});
+                        &window, [](int32_t, float) {}, nullptr, &decided);
+      decided_count = decided ? count : -1;
+      decided_own = own(m);
+      decided_confident = confident(m);
     }
     if (best_m == 0 || score > best_score) {
       best_m = m;

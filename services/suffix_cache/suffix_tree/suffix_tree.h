@@ -280,7 +280,7 @@ class SuffixTree {
   float PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched, int budget,
                   bool confident_extra,
                   const DraftParams& params, std::vector<int32_t>* window, Sink&& sink,
-                  int32_t* last_node = nullptr) const;
+                  int32_t* last_node = nullptr, bool* counts_decided = nullptr) const;
   void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
   absl::Status ValidateLoaded() const;
