@@ -17,8 +17,8 @@ constexpr char kMagic[8] = {'F', 'L', 'O', 'E', 'S', 'U', 'F', 'X'};
 constexpr uint32_t kVersion = 2;  // newest written; 1 still read
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;
 
-uint64_t Fnv1a64(absl::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
+// `h` continues a hash over earlier bytes (no copy to hash two parts).
+uint64_t Fnv1a64(absl::string_view bytes, uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : bytes) {
     h ^= c;
     h *= 0x100000001b3ull;
@@ -98,7 +98,7 @@ std::string EncodeSnapshot(const SnapshotData& data, uint32_t version) {
   Put<uint32_t>(&out, v2 ? kVersion : 1);
   Put<uint32_t>(&out, data.max_depth);
   Put<uint64_t>(&out, payload.size());
-  Put<uint64_t>(&out, Fnv1a64(out + payload));  // covers the header fields too
+  Put<uint64_t>(&out, Fnv1a64(payload, Fnv1a64(out)));  // covers the header fields too
   out += payload;
   return out;
 }
@@ -127,8 +127,9 @@ absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
     return absl::DataLossError(absl::StrCat("snapshot payload is ", payload.size(),
                                             " bytes, header says ", payload_len));
   }
-  const std::string covered = absl::StrCat(bytes.substr(0, kHeaderBytes - 8), payload);
-  if (Fnv1a64(covered) != checksum) return absl::DataLossError("snapshot checksum mismatch");
+  if (Fnv1a64(payload, Fnv1a64(bytes.substr(0, kHeaderBytes - 8))) != checksum) {
+    return absl::DataLossError("snapshot checksum mismatch");
+  }
   Reader r(payload);
   uint32_t num_ns = 0;
   if (absl::Status st = r.Get(&num_ns, "namespace count"); !st.ok()) return st;

@@ -577,7 +577,12 @@ SnapshotData SuffixCacheStore::ExportSnapshot() const {
       if (!c.active) out.responses.push_back({id, c.tokens, c.seq_id});
     }
     if (out.responses.empty()) continue;
-    ns->global.AppendImage(&out.tree_image);
+    const size_t tree_bytes = ns->global.MemoryUsage();
+    const size_t per_token_bound =
+        static_cast<size_t>(options_.max_image_bytes_per_token) * static_cast<size_t>(ns->global.num_tokens());
+    if (options_.max_image_bytes_per_token > 0 && (tree_bytes <= size_t{16} << 20 || tree_bytes <= per_token_bound)) {
+      ns->global.AppendImage(&out.tree_image);
+    }
     data.namespaces.push_back(std::move(out));
   }
   return data;

@@ -159,6 +159,12 @@ TEST(StoreSnapshotTest, DamagedOrForeignImageFallsBackToARebuild) {
   ASSERT_EQ(report.image_problems.size(), 2u);
   EXPECT_EQ(restored.Stats().cached_tokens, rebuilt.Stats().cached_tokens + 1);
 
+  StoreOptions no_images = so;
+  no_images.max_image_bytes_per_token = 0;  // images off: tokens only
+  SuffixCacheStore writer(no_images);
+  Fill(writer, 30, 0, 4);
+  for (const auto& ns : writer.ExportSnapshot().namespaces) EXPECT_TRUE(ns.tree_image.empty());
+
   StoreOptions deeper = so;
   deeper.max_depth = 32;  // another depth: the image does not apply
   SuffixCacheStore other(deeper);
