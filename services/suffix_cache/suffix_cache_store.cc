@@ -298,51 +298,37 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   for (auto& [req, i] : live) req->mu.lock();
 
   const auto append_start = std::chrono::steady_clock::now();
-  // Local-tree work touches only the entry's own (locked) request: spread
-  // it over the pool.
+  // Which entries append: checked first, so that the global appends can run
+  // beside the local ones.
   enum : char { kFailed, kNoAppend, kAppended };
   std::vector<char> state(live.size(), kFailed);
-  pool_->ParallelFor(live.size(), [&](size_t k) {
+  std::vector<std::pair<Request*, size_t>> appended;
+  std::vector<std::pair<Request*, size_t>> ok;
+  for (size_t k = 0; k < live.size(); ++k) {
     Request& req = *live[k].first;
     const size_t i = live[k].second;
     const StepItem& item = items[i];
     if (req.done) {
       (*out)[i].status = ended_error(i);
-      return;
+      continue;
     }
     if (item.response_offset != req.response_len) {
       (*out)[i].status = absl::FailedPreconditionError(
           absl::StrCat("response_offset ", item.response_offset, " of request_id '", item.request_id,
                        "' is out of order: the request has ", req.response_len, " response tokens"));
-      return;
+      continue;
     }
-    if (item.appended.empty()) {
-      state[k] = kNoAppend;
-      return;
-    }
-    req.local.Extend(kLocalSeq, item.appended);
-    const int64_t accepted = req.feedback.Observe(item.appended);
-    if (accepted > 0 && req.draft_source >= 0 && options_.eviction == EvictionKind::kUsage) {
-      ns.Credit(req.draft_source, accepted);
-    }
-    req.draft_source = -1;
-    req.response_len += static_cast<int64_t>(item.appended.size());
-    req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
-    if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
-      req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
-    }
-    state[k] = kAppended;
-  });
-  std::vector<std::pair<Request*, size_t>> appended;
-  std::vector<std::pair<Request*, size_t>> ok;
-  for (size_t k = 0; k < live.size(); ++k) {
-    if (state[k] == kFailed) continue;
-    ok.emplace_back(live[k].first.get(), live[k].second);
+    state[k] = item.appended.empty() ? kNoAppend : kAppended;
+    ok.emplace_back(live[k].first.get(), i);
     if (state[k] == kAppended) appended.push_back(ok.back());
   }
   // Entry order, as a caller replaying the batch one by one would append.
   std::sort(appended.begin(), appended.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-  if (!appended.empty() && options_.max_cached_responses != 0) {
+  // Item 0: every global append (one tree, so one thread); items 1..n: the
+  // local work of entry n-1, which touches only its own (locked) request.
+  // Both finish before any speculate, so drafts see the whole batch.
+  auto global_appends = [&] {
+    if (appended.empty() || options_.max_cached_responses == 0) return;
     if (options_.async_global_appends) {
       bool schedule;
       {
@@ -368,7 +354,28 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
         ApplyAppend(ns, items[i].request_id, items[i].appended);
       }
     }
-  }
+  };
+  pool_->ParallelFor(live.size() + 1, [&](size_t job) {
+    if (job == 0) {
+      global_appends();
+      return;
+    }
+    const size_t k = job - 1;
+    if (state[k] != kAppended) return;
+    Request& req = *live[k].first;
+    const StepItem& item = items[live[k].second];
+    req.local.Extend(kLocalSeq, item.appended);
+    const int64_t accepted = req.feedback.Observe(item.appended);
+    if (accepted > 0 && req.draft_source >= 0 && options_.eviction == EvictionKind::kUsage) {
+      ns.Credit(req.draft_source, accepted);
+    }
+    req.draft_source = -1;
+    req.response_len += static_cast<int64_t>(item.appended.size());
+    req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
+    if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
+      req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
+    }
+  });
   const auto speculate_start = std::chrono::steady_clock::now();
   // Speculates take shared holds only: in parallel over the pool.
   pool_->ParallelFor(ok.size(), [&](size_t k) {

@@ -20,7 +20,9 @@
 //  - Each active request has its own mutex over its local tree; a Step locks
 //    the requests of a namespace group in address order (no deadlock between
 //    batches that share requests), then spreads the entries' local appends and
-//    speculates over a WorkerPool (step_threads) while it holds those locks.
+//    speculates over a WorkerPool (step_threads) while it holds those locks;
+//    the batch's global appends run as one more pool item beside the local
+//    appends (disjoint state), and both finish before any speculate.
 //  - With async_global_appends, a Step only queues its global appends
 //    (pending_mu, a leaf lock) and one applier thread applies them under the
 //    exclusive lock; speculates then never wait for a Step's appends.
