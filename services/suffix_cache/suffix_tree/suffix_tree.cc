@@ -725,6 +725,10 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int32_t n = hinted->active[pos];
     return Locus{n, Length(n)};
   };
+  // The hinted loci's nodes are scattered (a cold tree: one of many
+  // requests' local trees); the loop below reads each one's count. Ask for
+  // them all at once instead of one miss per match length.
+  for (int32_t m = 1; m <= k; ++m) __builtin_prefetch(&nodes_[locus(m).node]);
   auto own = [&](int32_t m) { return params.discount_own_suffix && m <= k; };
   const int confident_min = params.confident_min_match >= 0 ? params.confident_min_match
                                                              : params.max_spec_tokens / 3;
