@@ -347,7 +347,9 @@ void SuffixTree::CloseLeaf(int32_t n) {
   }
 }
 
-void SuffixTree::Append(int32_t seq_id, int32_t token) {
+void SuffixTree::Append(int32_t seq_id, int32_t token) { AppendToken(seq_id, token, /*prefetch=*/true); }
+
+void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
   const int32_t slot = SlotFor(seq_id);
   {
     Seq& s = seqs_[slot];
@@ -387,6 +389,19 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
   int32_t* const active = seqs_[slot].active.data();
   int32_t pos = seqs_[slot].active_begin + seqs_[slot].leaf_count;
   if (pos >= max_depth_) pos -= max_depth_;
+  if (prefetch) {
+    // The first token of a batch may find the tree cold (one of many
+    // requests' local trees): ask for the active nodes, then their first
+    // children, a level at a time, instead of waiting for each suffix's
+    // misses in turn. Later tokens find them in cache; there this only costs.
+    for (int32_t i = seqs_[slot].leaf_count, p = pos; i < size; ++i, p = (p + 1 == max_depth_ ? 0 : p + 1)) {
+      __builtin_prefetch(&nodes_[active[p]]);
+    }
+    for (int32_t i = seqs_[slot].leaf_count, p = pos; i < size; ++i, p = (p + 1 == max_depth_ ? 0 : p + 1)) {
+      const int32_t first = nodes_[active[p]].head_child;
+      if (first >= 0) __builtin_prefetch(&nodes_[first]);
+    }
+  }
   for (int32_t i = seqs_[slot].leaf_count; i < size;
        ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
     const int32_t n = active[pos];
@@ -458,7 +473,7 @@ void SuffixTree::Append(int32_t seq_id, int32_t token) {
 }
 
 void SuffixTree::Extend(int32_t seq_id, absl::Span<const int32_t> tokens) {
-  for (int32_t t : tokens) Append(seq_id, t);
+  for (size_t i = 0; i < tokens.size(); ++i) AppendToken(seq_id, tokens[i], /*prefetch=*/i == 0);
 }
 
 void SuffixTree::Finish(int32_t seq_id) {

@@ -213,6 +213,9 @@ class SuffixTree {
   static constexpr int kMaxScanned = 8;
 
   int32_t SlotFor(int32_t seq_id);
+  // Append; `prefetch` asks for the active nodes up front (worth it when
+  // the tree may be cold: the first token of an Extend).
+  void AppendToken(int32_t seq_id, int32_t token, bool prefetch);
   int32_t NewNode(int32_t count, int32_t parent, int32_t slot, int32_t idx, int32_t length);
   void FreeNode(int32_t n);
   void SetRef(int32_t n, int32_t slot, int32_t idx);
