@@ -45,6 +45,12 @@ void Fill(SuffixCacheStore& store, int responses, int active, uint32_t seed) {
   }
 }
 
+// The snapshot a version 1 writer would have made: tokens only.
+SnapshotData WithoutImages(SnapshotData snap) {
+  for (auto& ns : snap.namespaces) ns.tree_image.clear();
+  return snap;
+}
+
 // The drafts a fresh batch of requests gets, step by step.
 std::vector<std::vector<int32_t>> Probe(SuffixCacheStore& store, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -101,8 +107,7 @@ TEST(StoreSnapshotTest, ImageDropsActiveRequestsAndMatchesARebuild) {
   SuffixCacheStore original(so);
   Fill(original, 50, 7, 2);
   SnapshotData snap = original.ExportSnapshot();
-  SnapshotData tokens_only = snap;
-  for (auto& ns : tokens_only.namespaces) ns.tree_image.clear();
+  const SnapshotData tokens_only = WithoutImages(snap);
   SuffixCacheStore from_image(so), rebuilt(so);
   EXPECT_EQ(from_image.ImportSnapshot(snap).namespaces_from_image, 2);
   const auto report = rebuilt.ImportSnapshot(tokens_only);
@@ -129,8 +134,7 @@ TEST(StoreSnapshotTest, SmallerBoundKeepsTheNewestFromTheImage) {
   const SnapshotData snap = original.ExportSnapshot();
   StoreOptions small = so;
   small.max_cached_responses = 5;
-  SnapshotData tokens_only = snap;
-  for (auto& ns : tokens_only.namespaces) ns.tree_image.clear();
+  const SnapshotData tokens_only = WithoutImages(snap);
   SuffixCacheStore from_image(small), rebuilt(small);
   EXPECT_EQ(from_image.ImportSnapshot(snap).namespaces_from_image, 2);
   rebuilt.ImportSnapshot(tokens_only);
@@ -144,8 +148,7 @@ TEST(StoreSnapshotTest, DamagedOrForeignImageFallsBackToARebuild) {
   SuffixCacheStore original(so);
   Fill(original, 30, 0, 4);
   const SnapshotData snap = original.ExportSnapshot();
-  SnapshotData tokens_only = snap;
-  for (auto& ns : tokens_only.namespaces) ns.tree_image.clear();
+  const SnapshotData tokens_only = WithoutImages(snap);
   SuffixCacheStore rebuilt(so);
   rebuilt.ImportSnapshot(tokens_only);
 
