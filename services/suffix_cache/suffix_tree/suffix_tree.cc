@@ -11,7 +11,8 @@
 
 namespace floe::suffix_cache {
 
-SuffixTree::SuffixTree(int max_depth) : max_depth_(max_depth) {
+SuffixTree::SuffixTree(int max_depth)
+    : max_depth_(max_depth), pending_(max_depth) {
   FLOE_SUFFIX_INVARIANT(max_depth > 0 && max_depth <= 65535, "max_depth in [1, 65535]");
   nodes_.emplace_back();  // root: no label, no parent, no reference
   nodes_[kRoot].hashed = 1;
@@ -347,14 +348,55 @@ void SuffixTree::CloseLeaf(int32_t n) {
   }
 }
 
-void SuffixTree::Append(int32_t seq_id, int32_t token) { AppendToken(seq_id, token, /*prefetch=*/true); }
+void SuffixTree::Append(int32_t seq_id, int32_t token) {
+  AppendToken(seq_id, token, /*prefetch=*/true, /*defer=*/false);
+}
 
-void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
+// Deferred slides. In a slide the suffix's end node n is unary (it ends only
+// this suffix; every other occurrence continues into its one child c) and
+// the boundary between n and c moves down one token: only n's and c's
+// lengths, references and c's first token change. While the next tokens
+// keep following c's label, Extend counts the slides instead of doing them
+// and applies them at once: when the label ends or turns away, when any
+// other suffix's work reaches n or c (both are marked), when the suffix
+// leaves the ring, and at Extend's end. A copied span costs one comparison
+// per token and suffix instead of a slide.
+void SuffixTree::MaterializeSlides(int32_t slot, int32_t pos) {
+  PendingSlides& p = pending_[pos];
+  if (p.slides == 0) return;
+  const int32_t slides = p.slides;
+  p.slides = 0;
+  const int32_t n = seqs_[slot].active[pos];
+  const int32_t c = nodes_[n].head_child;
+  nodes_[n].length += slides;
+  SetRef(n, slot, p.end - nodes_[n].length);
+  nodes_[c].length -= slides;
+  nodes_[c].ref_idx += slides;
+  nodes_[c].token = Token(c);
+  nodes_[n].pending = 0;
+  nodes_[c].pending = 0;
+}
+
+void SuffixTree::MaterializeOwnersOf(int32_t slot, int32_t node) {
+  const std::vector<int32_t>& active = seqs_[slot].active;
+  for (int32_t pos = 0; pos < max_depth_; ++pos) {
+    if (pending_[pos].slides == 0) continue;
+    const int32_t n = active[pos];
+    if (n == node || nodes_[n].head_child == node) MaterializeSlides(slot, pos);
+  }
+}
+
+void SuffixTree::MaterializeAllSlides(int32_t slot) {
+  for (int32_t pos = 0; pos < max_depth_; ++pos) MaterializeSlides(slot, pos);
+}
+
+void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch, bool defer) {
   const int32_t slot = SlotFor(seq_id);
   {
     Seq& s = seqs_[slot];
     FLOE_SUFFIX_INVARIANT(!s.finished, "append to a finished sequence");
     if (s.active_size == max_depth_) {  // the oldest suffix reached max_depth
+      MaterializeSlides(slot, s.active_begin);
       s.active_begin = s.active_begin + 1 == max_depth_ ? 0 : s.active_begin + 1;
       --s.active_size;
       if (s.leaf_count > 0) --s.leaf_count;
@@ -367,6 +409,7 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
       if (pos >= max_depth_) pos -= max_depth_;
       const int32_t n = s.active[pos];
       if (n == kRoot || nodes_[n].count != 1) break;
+      if (nodes_[n].pending) MaterializeOwnersOf(slot, n);
       const int32_t depth = s.active_size - s.leaf_count;
       const int32_t length = nodes_[n].length;
       SetRef(n, slot, len - length);
@@ -387,6 +430,7 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
   // (Held in a local because node stores, int32 too, would otherwise make
   // the compiler reload it for every suffix.)
   int32_t* const active = seqs_[slot].active.data();
+  const int32_t* const own_tokens = seqs_[slot].tokens.data();  // stable below
   int32_t pos = seqs_[slot].active_begin + seqs_[slot].leaf_count;
   if (pos >= max_depth_) pos -= max_depth_;
   if (prefetch) {
@@ -405,7 +449,20 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
   for (int32_t i = seqs_[slot].leaf_count; i < size;
        ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
     const int32_t n = active[pos];
+    if (PendingSlides& p = pending_[pos]; p.slides > 0) {
+      if (p.left >= 2 && (p.base != nullptr ? p.base : own_tokens)[p.next] == token) {  // slides on
+        ++p.slides;
+        p.end = seq_len;
+        --p.left;
+        ++p.next;
+        continue;
+      }
+      MaterializeSlides(slot, pos);
+    } else if (nodes_[n].pending) {
+      MaterializeOwnersOf(slot, n);
+    }
     const int32_t c = FindChild(n, token);
+    if (c >= 0 && nodes_[c].pending) MaterializeOwnersOf(slot, c);
     if (c < 0) {
       // Branch off a new open leaf. Only longer suffixes branch before
       // this one, so the leaves stay in front.
@@ -435,6 +492,12 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
         OnChildReplaced(parent, c);
         FreeNode(n);
         active[pos] = c;
+      } else if (defer && !nodes_[n].hashed) {
+        const Node& cn = nodes_[c];
+        pending_[pos] = PendingSlides{1, seq_len, Length(c) - 1, cn.ref_idx + 1,
+                                      cn.ref_seq == slot ? nullptr : seqs_[cn.ref_seq].tokens.data()};
+        nodes_[n].pending = 1;
+        nodes_[c].pending = 1;
       } else {
         // Slide the boundary between n and c one token down. (For an open
         // c, length and ref_idx move together, so it stays correct.)
@@ -473,7 +536,11 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch) {
 }
 
 void SuffixTree::Extend(int32_t seq_id, absl::Span<const int32_t> tokens) {
-  for (size_t i = 0; i < tokens.size(); ++i) AppendToken(seq_id, tokens[i], /*prefetch=*/i == 0);
+  // Deferring pays once a slide can run on for a few tokens; for an engine
+  // step's one or two tokens its bookkeeping costs more than it saves.
+  const bool defer = tokens.size() >= 4;
+  for (size_t i = 0; i < tokens.size(); ++i) AppendToken(seq_id, tokens[i], /*prefetch=*/i == 0, defer);
+  if (defer) MaterializeAllSlides(slot_of_.at(seq_id));
 }
 
 void SuffixTree::Finish(int32_t seq_id) {

@@ -179,6 +179,9 @@ class SuffixTree {
     // storage to that sequence's end (capped by `length`), so it grows with
     // the sequence at no cost per token (Ukkonen's open leaves).
     uint8_t open : 1 = 0;
+    // Inside one Extend: a unary end node, or its only child, whose slides
+    // (see Extend) are deferred; never set outside Extend.
+    uint8_t pending : 1 = 0;
     int32_t head_child = -1;
     int32_t prev = -1;  // previous sibling; the head's prev is the tail
     int32_t next = -1;  // next sibling; -1 at the tail
@@ -215,7 +218,14 @@ class SuffixTree {
   int32_t SlotFor(int32_t seq_id);
   // Append; `prefetch` asks for the active nodes up front (worth it when
   // the tree may be cold: the first token of an Extend).
-  void AppendToken(int32_t seq_id, int32_t token, bool prefetch);
+  // `defer`: slides may be left pending (Extend materialises them at its end).
+  void AppendToken(int32_t seq_id, int32_t token, bool prefetch, bool defer);
+  // Applies the pending slides of the suffix at ring position `pos` of
+  // `slot`'s active ring / of every pending suffix whose end node or child
+  // is `node` / of all.
+  void MaterializeSlides(int32_t slot, int32_t pos);
+  void MaterializeOwnersOf(int32_t slot, int32_t node);
+  void MaterializeAllSlides(int32_t slot);
   int32_t NewNode(int32_t count, int32_t parent, int32_t slot, int32_t idx, int32_t length);
   void FreeNode(int32_t n);
   void SetRef(int32_t n, int32_t slot, int32_t idx);
@@ -289,6 +299,20 @@ class SuffixTree {
   absl::Status ValidateLoaded() const;
 
   int max_depth_;
+  // Per ring position of the sequence being extended: the slides deferred
+  // since the last materialisation (0: none, always outside Extend), the
+  // sequence length at the last of them, and the rest of the child's label
+  // (tokens left; where the next one is: `base` is the storage of another
+  // sequence, stable during the Extend, or null for the extended sequence's
+  // own, which may move as it grows), so that a slide reads no node.
+  struct PendingSlides {
+    int32_t slides = 0;
+    int32_t end = 0;
+    int32_t left = 0;
+    int32_t next = 0;
+    const int32_t* base = nullptr;
+  };
+  std::vector<PendingSlides> pending_;
   GrowableArray<Node> nodes_;
   std::vector<int32_t> free_nodes_;
   GrowableArray<Run> runs_;

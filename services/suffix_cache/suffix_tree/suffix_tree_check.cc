@@ -22,6 +22,7 @@ namespace {
 
 absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const {
   const Node& x = nodes_[n];
+  FLOE_TREE_CHECK(!x.pending, "node ", n, " has a pending slide outside Extend");
   if (n != kRoot) {
     const int32_t length = Length(n);
     FLOE_TREE_CHECK(length > 0 && x.count > 0, "node ", n);

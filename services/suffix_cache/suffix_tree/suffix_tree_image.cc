@@ -206,6 +206,7 @@ absl::Status SuffixTree::ValidateLoaded() const {
     stack.pop_back();
     const Node& x = nodes_[p];
     if (!node_ok(x.head_child) || (x.run < -1 || x.run >= num_runs)) return bad("node ", p, " links");
+    if (x.pending) return bad("node ", p, " has a pending slide");
     if (p != kRoot) {
       if (x.ref_seq < 0 || x.ref_seq >= num_slots) return bad("node ", p, " reference");
       const int64_t size = static_cast<int64_t>(seqs_[x.ref_seq].tokens.size());

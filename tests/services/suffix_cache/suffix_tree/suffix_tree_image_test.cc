@@ -15,7 +15,9 @@ using Str = std::vector<int32_t>;
 // live global tree sees them; the same seed gives the same operations.
 class RandomOps {
  public:
-  RandomOps(uint32_t seed, int vocab) : rng_(seed), vocab_(vocab) {}
+  RandomOps(uint32_t seed, int vocab, int max_copy = 12) : rng_(seed), vocab_(vocab), max_copy_(max_copy) {}
+  // Appends one token per Extend call (no slide is ever deferred).
+  void set_token_by_token(bool on) { token_by_token_ = on; }
   void Apply(SuffixTree* tree, int ops) {
     for (int op = 0; op < ops; ++op) {
       const int kind = rng_() % 10;
@@ -28,13 +30,17 @@ class RandomOps {
         Str add;
         if (!seqs_.empty() && rng_() % 2 == 0) {
           const Str& src = std::next(seqs_.begin(), rng_() % seqs_.size())->second;
-          for (size_t i = src.empty() ? 0 : rng_() % src.size(), n = 1 + rng_() % 12; i < src.size() && n > 0;
+          for (size_t i = src.empty() ? 0 : rng_() % src.size(), n = 1 + rng_() % max_copy_; i < src.size() && n > 0;
                ++i, --n) {
             add.push_back(src[i]);
           }
         }
         for (int i = rng_() % 3; i >= 0; --i) add.push_back(static_cast<int32_t>(rng_() % vocab_));
-        tree->Extend(id, add);
+        if (token_by_token_) {
+          for (int32_t t : add) tree->Extend(id, {t});
+        } else {
+          tree->Extend(id, add);
+        }
         seqs_[id].insert(seqs_[id].end(), add.begin(), add.end());
       } else if (kind < 9) {
         auto it = std::next(seqs_.begin(), rng_() % seqs_.size());
@@ -53,6 +59,8 @@ class RandomOps {
  private:
   std::mt19937 rng_;
   int vocab_;
+  int max_copy_;
+  bool token_by_token_ = false;
   std::map<int32_t, Str> seqs_;
   std::map<int32_t, bool> finished_;
   int32_t next_id_ = 0;
@@ -103,6 +111,25 @@ TEST(SuffixTreeImageTest, LoadedTreeContinuesIdentically) {
     more_b.Apply(&loaded, 80);
     ASSERT_TRUE(loaded.CheckIntegrity().ok()) << loaded.CheckIntegrity();
     ASSERT_EQ(ImageOf(loaded), ImageOf(original)) << "round " << round;
+  }
+}
+
+// Extend defers the slides of a copied span and applies them at once; the
+// tree must be exactly (byte for byte: counts, sibling order, references,
+// rings) the one that token-by-token appends build, periodic text included.
+TEST(SuffixTreeImageTest, ExtendInBatchesBuildsTheSameTreeAsTokenByToken) {
+  for (int round = 0; round < 60; ++round) {
+    const int max_depth = std::vector<int>{2, 3, 5, 8, 16, 64}[round % 6];
+    const int vocab = std::vector<int>{2, 3, 6, 40}[round % 4];
+    SuffixTree batched(max_depth), single(max_depth);
+    RandomOps a(500 + round, vocab, 60), b(500 + round, vocab, 60);
+    b.set_token_by_token(true);
+    for (int chunk = 0; chunk < 12; ++chunk) {
+      a.Apply(&batched, 15);
+      b.Apply(&single, 15);
+      ASSERT_TRUE(batched.CheckIntegrity().ok()) << batched.CheckIntegrity() << " round " << round;
+      ASSERT_EQ(ImageOf(batched), ImageOf(single)) << "round " << round << " chunk " << chunk;
+    }
   }
 }
 
