@@ -15,10 +15,11 @@ namespace {
 
 constexpr int32_t kLocalSeq = 0;  // the one sequence of a local tree
 // Live-size estimate of a tree node (node + its share of the edge table) and
-// of a cached token (tree storage + the copy kept for snapshots). Measured
-// from live counts, not capacities: freed nodes are reused by later appends.
+// of a cached token (its one copy, in the tree's storage: snapshots read it
+// from there). Measured from live counts, not capacities: freed nodes are
+// reused by later appends.
 constexpr int64_t kBytesPerNode = 64;
-constexpr int64_t kBytesPerToken = 8;
+constexpr int64_t kBytesPerToken = 4;
 
 }  // namespace
 
@@ -40,7 +41,7 @@ struct SuffixCacheStore::Namespace {
   struct Cached {
     int32_t seq_id;
     uint64_t order;
-    std::vector<int32_t> tokens;
+    int64_t length;  // tokens appended to the tree so far
     bool active;
   };
   // Unlinks a cached response; returns its seq id when the tree still holds
@@ -49,7 +50,7 @@ struct SuffixCacheStore::Namespace {
     auto it = cached.find(id);
     if (it == cached.end()) return -1;
     const int32_t seq = it->second.seq_id;
-    cached_tokens -= static_cast<int64_t>(it->second.tokens.size());
+    cached_tokens -= it->second.length;
     fifo.erase(it->second.order);
     cached.erase(it);
     {
@@ -166,7 +167,7 @@ void SuffixCacheStore::ApplyAppend(Namespace& ns, const std::string& id, absl::S
   auto c = ns.cached.find(id);
   if (c == ns.cached.end()) return;  // evicted (or aborted) meanwhile
   ns.global.Extend(c->second.seq_id, tokens);
-  c->second.tokens.insert(c->second.tokens.end(), tokens.begin(), tokens.end());
+  c->second.length += static_cast<int64_t>(tokens.size());
   ns.cached_tokens += static_cast<int64_t>(tokens.size());
 }
 
@@ -216,7 +217,7 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
       victims.push_back(ns->Detach(request_id));  // re-start replaces the cached response
       const int32_t seq = ns->AllocateSeqId();
       const uint64_t order = next_order_.fetch_add(1);
-      ns->cached[request_id] = Namespace::Cached{seq, order, {}, true};
+      ns->cached[request_id] = Namespace::Cached{seq, order, 0, true};
       ns->used_seqs[seq] = true;
       ns->fifo.emplace(order, request_id);
       while (options_.max_cached_responses > 0 &&
@@ -403,7 +404,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       // The hint needs the sequence's tail to be the context's tail (with
       // async appends it may lag a step).
       const bool current = c != ns.cached.end() &&
-                           static_cast<int64_t>(c->second.tokens.size()) == req.response_len;
+                           c->second.length == req.response_len;
       const int32_t hint = current ? c->second.seq_id : -1;
       Draft global = ns.global.Speculate(context, req.feedback.Adjust(item.params, /*local=*/false), hint);
       if (global.score > best.score) {
@@ -581,7 +582,9 @@ SnapshotData SuffixCacheStore::ExportSnapshot() const {
     std::shared_lock<std::shared_mutex> t(ns->tree_mu);
     for (const auto& [order, id] : ns->fifo) {
       const auto& c = ns->cached.at(id);
-      if (!c.active) out.responses.push_back({id, c.tokens, c.seq_id});
+      if (c.active) continue;
+      const absl::Span<const int32_t> tokens = ns->global.Tokens(c.seq_id);
+      out.responses.push_back({id, std::vector<int32_t>(tokens.begin(), tokens.end()), c.seq_id});
     }
     if (out.responses.empty()) continue;
     const size_t tree_bytes = ns->global.MemoryUsage();
@@ -639,7 +642,8 @@ bool SuffixCacheStore::AdoptTreeImage(Namespace& ns, SnapshotNamespace& in, size
     ns.used_seqs[r.seq_id] = true;
     ns.fifo.emplace(order, r.request_id);
     last_seq = std::max(last_seq, r.seq_id);
-    ns.cached[std::move(r.request_id)] = Namespace::Cached{r.seq_id, order, std::move(r.tokens), false};
+    ns.cached[std::move(r.request_id)] =
+        Namespace::Cached{r.seq_id, order, static_cast<int64_t>(r.tokens.size()), false};
   }
   ns.next_seq = (last_seq + 1) & 0x7FFFFFFF;
   return true;
@@ -681,7 +685,8 @@ SuffixCacheStore::ImportReport SuffixCacheStore::ImportSnapshot(SnapshotData dat
       ns->cached_tokens += static_cast<int64_t>(r.tokens.size());
       ns->used_seqs[seq] = true;
       ns->fifo.emplace(order, r.request_id);
-      ns->cached[std::move(r.request_id)] = Namespace::Cached{seq, order, std::move(r.tokens), false};
+      ns->cached[std::move(r.request_id)] =
+          Namespace::Cached{seq, order, static_cast<int64_t>(r.tokens.size()), false};
     }
     std::lock_guard<std::mutex> l(report_mu);
     ++report.namespaces_rebuilt;
