@@ -78,28 +78,41 @@ class Reader {
 
 std::string EncodeSnapshot(const SnapshotData& data, uint32_t version) {
   const bool v2 = version != 1;
-  std::string payload;
-  Put<uint32_t>(&payload, static_cast<uint32_t>(data.namespaces.size()));
+  // The header's length and checksum are patched in at the end, so the
+  // payload (tree images: hundreds of MB) is written once, in place.
+  size_t reserve = kHeaderBytes + 4;
   for (const SnapshotNamespace& ns : data.namespaces) {
-    PutString(&payload, ns.name);
-    Put<uint32_t>(&payload, static_cast<uint32_t>(ns.responses.size()));
-    for (const SnapshotResponse& r : ns.responses) {
-      PutString(&payload, r.request_id);
-      if (v2) Put<int32_t>(&payload, r.seq_id);
-      Put<uint32_t>(&payload, static_cast<uint32_t>(r.tokens.size()));
-      payload.append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
-    }
-    if (v2) {
-      Put<uint64_t>(&payload, ns.tree_image.size());
-      payload += ns.tree_image;
-    }
+    reserve += 16 + ns.name.size() + ns.tree_image.size();
+    for (const SnapshotResponse& r : ns.responses) reserve += 12 + r.request_id.size() + 4 * r.tokens.size();
   }
-  std::string out(kMagic, sizeof(kMagic));
+  std::string out;
+  out.reserve(reserve);
+  out.append(kMagic, sizeof(kMagic));
   Put<uint32_t>(&out, v2 ? kVersion : 1);
   Put<uint32_t>(&out, data.max_depth);
-  Put<uint64_t>(&out, payload.size());
-  Put<uint64_t>(&out, Fnv1a64(payload, Fnv1a64(out)));  // covers the header fields too
-  out += payload;
+  Put<uint64_t>(&out, 0);  // payload bytes, patched below
+  Put<uint64_t>(&out, 0);  // checksum, patched below
+  Put<uint32_t>(&out, static_cast<uint32_t>(data.namespaces.size()));
+  for (const SnapshotNamespace& ns : data.namespaces) {
+    PutString(&out, ns.name);
+    Put<uint32_t>(&out, static_cast<uint32_t>(ns.responses.size()));
+    for (const SnapshotResponse& r : ns.responses) {
+      PutString(&out, r.request_id);
+      if (v2) Put<int32_t>(&out, r.seq_id);
+      Put<uint32_t>(&out, static_cast<uint32_t>(r.tokens.size()));
+      out.append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
+    }
+    if (v2) {
+      Put<uint64_t>(&out, ns.tree_image.size());
+      out += ns.tree_image;
+    }
+  }
+  const uint64_t payload_len = out.size() - kHeaderBytes;
+  std::memcpy(out.data() + kHeaderBytes - 16, &payload_len, sizeof(payload_len));
+  const absl::string_view all(out);
+  // Covers the header fields too.
+  const uint64_t checksum = Fnv1a64(all.substr(kHeaderBytes), Fnv1a64(all.substr(0, kHeaderBytes - 8)));
+  std::memcpy(out.data() + kHeaderBytes - 8, &checksum, sizeof(checksum));
   return out;
 }
 
