@@ -45,6 +45,9 @@ int Run(int argc, char** argv) {
   parser.AddInt("port", &port, "port to bind (0: any free port)");
   parser.AddString("snapshot-dir", &snapshot_dir, "folder of suffix-cache.snap (empty: no snapshots)");
   parser.AddInt("snapshot-interval-s", &snapshot_interval_s, "seconds between periodic snapshots (0: only on SIGTERM and Snapshot)");
+  parser.AddInt("snapshot-image-max-bytes-per-token", &store_options.max_image_bytes_per_token,
+                "snapshots carry a namespace's tree image (restores at copy speed) when its tree is under 16 MiB "
+                "or holds at most this many bytes per cached token; 0: tokens only (rebuilt on restore)");
   parser.AddInt("max-depth", &store_options.max_depth, "suffix tree depth (longest match + draft)");
   parser.AddInt64("max-cached-responses", &store_options.max_cached_responses,
                   "cached responses per namespace, FIFO beyond (-1: unlimited, 0: no global tree)");
@@ -67,9 +70,10 @@ int Run(int argc, char** argv) {
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-suffix-cache")) return *exit_code;
   if (store_options.max_depth < 2 || store_options.max_depth > 1024 || limits.max_batch < 1 ||
-      limits.max_concurrent_calls < 1 || store_options.max_bytes < 0) {
+      limits.max_concurrent_calls < 1 || store_options.max_bytes < 0 ||
+      store_options.max_image_bytes_per_token < 0) {
     std::fprintf(stderr, "floe-suffix-cache: --max-depth must be in [2, 1024]; --max-batch, "
-                         "--max-concurrent-calls >= 1; --max-bytes >= 0\n");
+                         "--max-concurrent-calls >= 1; --max-bytes, --snapshot-image-max-bytes-per-token >= 0\n");
     return 2;
   }
   if (auto kind = suffix_cache::ParseEvictionKind(eviction); kind.ok()) {

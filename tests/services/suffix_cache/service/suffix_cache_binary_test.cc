@@ -130,6 +130,10 @@ TEST(SuffixCacheBinaryTest, SigtermSnapshotsAndRestartRestores) {
     EXPECT_EQ(stats->cached_tokens(), 4);
   }
   EXPECT_EQ(Terminate(again), 0);
+  // Restored from the tree image the snapshot carries, not rebuilt.
+  const std::string restored = ReadFile(dir + "/log2.txt");
+  EXPECT_NE(restored.find("\"from_image\":1"), std::string::npos) << restored;
+  EXPECT_NE(restored.find("\"rebuilt\":0"), std::string::npos) << restored;
 
   // A corrupt snapshot: reported in the log, skipped, the service starts empty.
   std::ofstream(dir + "/snap/suffix-cache.snap", std::ios::trunc) << "FLOESUFX garbage";
@@ -189,6 +193,10 @@ TEST(SuffixCacheBinaryTest, HelpExitsZero) { EXPECT_EQ(RunBinary("--help"), 0); 
 
 TEST(SuffixCacheBinaryTest, UnknownEvictionPolicyIsAUsageError) {
   EXPECT_EQ(RunBinary("--eviction lru --port 0"), 2);
+}
+
+TEST(SuffixCacheBinaryTest, NegativeImageBoundIsAUsageError) {
+  EXPECT_EQ(RunBinary("--snapshot-image-max-bytes-per-token -1 --port 0"), 2);
 }
 
 }  // namespace
