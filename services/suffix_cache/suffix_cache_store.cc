@@ -622,8 +622,11 @@ bool SuffixCacheStore::AdoptTreeImage(Namespace& ns, SnapshotNamespace& in, size
   for (size_t i = first; i < in.responses.size(); ++i) {
     const SnapshotResponse& r = in.responses[i];
     if (!ids.emplace(r.request_id, true).second) continue;  // as the rebuild: first copy wins
-    if (!tree.IsFinished(r.seq_id) || tree.Tokens(r.seq_id) != absl::MakeConstSpan(r.tokens) ||
-        !keep.emplace(r.seq_id, i).second) {
+    // An empty response never reached the tree (as in a rebuild).
+    const bool in_image = r.tokens.empty() ? r.seq_id >= 0 && !tree.Contains(r.seq_id)
+                                           : tree.IsFinished(r.seq_id) &&
+                                                 tree.Tokens(r.seq_id) == absl::MakeConstSpan(r.tokens);
+    if (!in_image || !keep.emplace(r.seq_id, i).second) {
       *why = absl::StrCat("response '", r.request_id, "' (seq ", r.seq_id, ") is not in the image as cached");
       return false;
     }

@@ -81,6 +81,10 @@ TEST(StoreSnapshotTest, ImageRestoresTheExactTree) {
   StoreOptions so;
   SuffixCacheStore original(so);
   Fill(original, 60, 0, 1);
+  for (const std::string id : {"empty-a", "empty-b"}) {  // ended before any token
+    ASSERT_TRUE(original.StartRequest("default", id, {1, 2}).ok());
+    ASSERT_TRUE(original.EndRequest("default", id).ok());
+  }
   const SnapshotData snap = original.ExportSnapshot();
   ASSERT_EQ(snap.namespaces.size(), 2u);
   for (const auto& ns : snap.namespaces) EXPECT_FALSE(ns.tree_image.empty());
