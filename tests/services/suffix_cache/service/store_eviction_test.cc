@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "services/suffix_cache/suffix_cache_store.h"
+#include "tests/services/suffix_cache/service/step_item.h"
 
 namespace floe::suffix_cache {
 namespace {
@@ -21,13 +22,7 @@ std::vector<int32_t> Tokens(int32_t first, int n) {
 }
 
 StepItem Item(const std::string& id, int64_t offset, absl::Span<const int32_t> appended, bool speculate) {
-  StepItem item;
-  item.ns = kNs;
-  item.request_id = id;
-  item.response_offset = offset;
-  item.appended = appended;
-  item.speculate = speculate;
-  return item;
+  return MakeStepItem(kNs, id, offset, appended, speculate);
 }
 
 // Caches `tokens` as the ended response of `id`.

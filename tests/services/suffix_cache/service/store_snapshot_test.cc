@@ -8,17 +8,13 @@
 
 #include "gtest/gtest.h"
 #include "services/suffix_cache/suffix_cache_store.h"
+#include "tests/services/suffix_cache/service/step_item.h"
 
 namespace floe::suffix_cache {
 namespace {
 
 StepItem Item(const std::string& ns, const std::string& id, int64_t offset, absl::Span<const int32_t> appended) {
-  StepItem item;
-  item.ns = ns;
-  item.request_id = id;
-  item.response_offset = offset;
-  item.appended = appended;
-  item.speculate = true;
+  StepItem item = MakeStepItem(ns, id, offset, appended, /*speculate=*/true);
   item.params.max_spec_tokens = 12;
   return item;
 }
