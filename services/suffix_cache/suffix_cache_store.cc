@@ -406,7 +406,8 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       const bool current = c != ns.cached.end() &&
                            c->second.length == req.response_len;
       const int32_t hint = current ? c->second.seq_id : -1;
-      Draft global = ns.global.Speculate(context, req.feedback.Adjust(item.params, /*local=*/false), hint);
+      Draft global =
+          ns.global.Speculate(context, req.feedback.Adjust(item.params, /*local=*/false), hint, best.score);
       if (global.score > best.score) {
         best = std::move(global);
         req.draft_source = best.source_seq;

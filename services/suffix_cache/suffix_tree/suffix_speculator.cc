@@ -128,7 +128,7 @@ absl::StatusOr<Draft> SuffixSpeculator::Speculate(absl::string_view request_id,
   if (config_.max_cached_requests != 0) {
     int32_t hint = -1;
     if (auto c = cached_.find(request_id); c != cached_.end()) hint = c->second.seq_id;
-    Draft global = global_.Speculate(context, a.feedback.Adjust(params, /*local=*/false), hint);
+    Draft global = global_.Speculate(context, a.feedback.Adjust(params, /*local=*/false), hint, best.score);
     // A draft read from the request's own response credits nothing.
     if (global.source_seq == hint) global.source_seq = -1;
     if (global.score > best.score) best = std::move(global);

@@ -784,7 +784,7 @@ void SuffixTree::TreeDraft(Locus at, int budget, const DraftParams& params,
 }
 
 Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams& params,
-                            int32_t hint_seq) const {
+                            int32_t hint_seq, float must_beat) const {
   Draft best;
   const int32_t len = static_cast<int32_t>(context.size());
   if (len < 2) return best;
@@ -826,7 +826,10 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   // grow as matches shorten).
   const bool can_prune = params.max_spec_factor >= 0.0f;
   int32_t best_m = 0;
-  float best_score = 0.0f;
+  // With a score to beat, it stands in for a best found before the search.
+  const bool floor = must_beat >= 0.0f;
+  float best_score = floor ? must_beat : 0.0f;
+  auto improves = [&](float score) { return (best_m == 0 && !floor) || score > best_score; };
   std::vector<int32_t> window;  // only for extend_past_depth
   // The last match drafted, when its walk was decided by counts alone. A
   // shorter match with as many occurrences has exactly the same ones (each
@@ -840,7 +843,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int budget = budget_for(m);
     // Scores never exceed the number of drafted tokens.
     const int bound = confident(m) ? std::max(budget, params.max_spec_tokens) : budget;
-    if (best_m > 0 && can_prune && best_score >= static_cast<float>(bound)) break;
+    if ((best_m > 0 || floor) && can_prune && best_score >= static_cast<float>(bound)) break;
     const int32_t count = nodes_[locus(m).node].count;
     if (can_prune && !params.use_tree_spec && count == decided_count && own(m) == decided_own &&
         confident(m) == decided_confident) {
@@ -851,7 +854,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
       Draft d;
       TreeDraft(locus(m), budget, params, &d);
       score = d.score;
-      if (best_m == 0 || score > best_score) {
+      if (improves(score)) {
         best = std::move(d);
         best.match_len = m;
       }
@@ -863,7 +866,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
       decided_own = own(m);
       decided_confident = confident(m);
     }
-    if (best_m == 0 || score > best_score) {
+    if (improves(score)) {
       best_m = m;
       best_score = score;
     }

@@ -126,8 +126,11 @@ class SuffixTree {
   // (a miss ends the search; equal scores go to the longer match). When
   // `hint_seq` names a live sequence whose tail equals the context tail, its
   // active suffixes serve as matches instead of walks from the root.
+  // `must_beat` >= 0: only a draft scoring more is of use (the caller holds
+  // one scoring that much, and wins ties): matches that cannot beat it are
+  // not drafted, and an empty draft comes back when none does.
   Draft Speculate(absl::Span<const int32_t> context, const DraftParams& params,
-                  int32_t hint_seq = -1) const;
+                  int32_t hint_seq = -1, float must_beat = -1.0f) const;
 
   // Occurrences of `pattern` (0 if absent; patterns longer than max_depth
   // are not indexed and give 0).

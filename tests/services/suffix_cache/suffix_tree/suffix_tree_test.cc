@@ -264,6 +264,62 @@ TEST(SuffixTreeTest, RandomOperationsMatchOracle) {
   }
 }
 
+// A score to beat only prunes: when the best draft beats it, the same draft
+// comes back (tokens, probabilities, match, score); when not, an empty one.
+TEST(SuffixTreeTest, MustBeatKeepsTheBestDraftOrReturnsNone) {
+  std::mt19937 rng(99);
+  int beaten = 0, kept = 0;
+  for (int round = 0; round < 40; ++round) {
+    const int max_depth = std::vector<int>{4, 8, 16, 64}[round % 4];
+    SuffixTree tree(max_depth);
+    std::vector<Str> seqs;
+    for (int id = 0; id < 12; ++id) {
+      Str s;
+      while (s.size() < 40) {
+        if (!seqs.empty() && rng() % 2 == 0) {  // copy a span: repeats and ties
+          const Str& src = seqs[rng() % seqs.size()];
+          const size_t a = rng() % src.size();
+          for (size_t i = a; i < src.size() && i < a + 1 + rng() % 12; ++i) s.push_back(src[i]);
+        } else {
+          s.push_back(static_cast<int32_t>(rng() % 4));
+        }
+      }
+      tree.Extend(id, s);
+      if (id % 3 != 0) tree.Finish(id);
+      seqs.push_back(s);
+    }
+    for (int q = 0; q < 30; ++q) {
+      DraftParams p;
+      p.max_spec_tokens = 1 + rng() % 16;
+      p.use_tree_spec = rng() % 4 == 0;
+      p.extend_past_depth = rng() % 2 == 0;
+      const Str& s = seqs[rng() % seqs.size()];
+      const size_t end = 2 + rng() % (s.size() - 1);
+      const Str context(s.begin() + (end > static_cast<size_t>(max_depth) ? end - max_depth : 0), s.begin() + end);
+      const int32_t hint = rng() % 2 ? static_cast<int32_t>(&s - seqs.data()) : -1;
+      const Draft full = tree.Speculate(context, p, end == s.size() ? hint : -1);
+      for (float must_beat : {0.0f, 0.5f, full.score - 0.25f, full.score, full.score + 1.0f}) {
+        if (must_beat < 0) continue;
+        const Draft d = tree.Speculate(context, p, end == s.size() ? hint : -1, must_beat);
+        if (full.score > must_beat) {
+          ++kept;
+          ASSERT_EQ(d.token_ids, full.token_ids);
+          ASSERT_EQ(d.parents, full.parents);
+          ASSERT_EQ(d.probs, full.probs);
+          ASSERT_EQ(d.match_len, full.match_len);
+          ASSERT_EQ(d.score, full.score);
+        } else {
+          ++beaten;
+          ASSERT_TRUE(d.token_ids.empty());
+          ASSERT_EQ(d.score, 0.0f);
+        }
+      }
+    }
+  }
+  EXPECT_GT(kept, 500);
+  EXPECT_GT(beaten, 500);
+}
+
 TEST(SuffixTreeTest, TreeDraftBestFirst) {
   SuffixTree tree(8);
   tree.Extend(0, {1, 2, 3, 1, 2, 4, 1, 2, 3});
