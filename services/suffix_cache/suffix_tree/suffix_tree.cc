@@ -826,10 +826,12 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   // grow as matches shorten).
   const bool can_prune = params.max_spec_factor >= 0.0f;
   int32_t best_m = 0;
-  // With a score to beat, it stands in for a best found before the search.
+  float best_score = 0.0f;
+  auto improves = [&](float score) { return best_m == 0 || score > best_score; };
+  // With a score to beat, the search stops as soon as nothing left can beat
+  // it (and returns nothing); until then it runs exactly as without one.
   const bool floor = must_beat >= 0.0f;
-  float best_score = floor ? must_beat : 0.0f;
-  auto improves = [&](float score) { return (best_m == 0 && !floor) || score > best_score; };
+  auto beats_floor = [&] { return best_m > 0 && best_score > must_beat; };
   std::vector<int32_t> window;  // only for extend_past_depth
   // The last match drafted, when its walk was decided by counts alone. A
   // shorter match with as many occurrences has exactly the same ones (each
@@ -843,7 +845,12 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int budget = budget_for(m);
     // Scores never exceed the number of drafted tokens.
     const int bound = confident(m) ? std::max(budget, params.max_spec_tokens) : budget;
-    if ((best_m > 0 || floor) && can_prune && best_score >= static_cast<float>(bound)) break;
+    if (can_prune && best_m > 0 && best_score >= static_cast<float>(bound)) break;
+    // The most this or any shorter match can score, extensions past the
+    // budget included (budgets do not grow as matches shorten).
+    const int most = confident(m) || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens)
+                                                                       : budget;
+    if (can_prune && floor && !beats_floor() && must_beat >= static_cast<float>(most)) break;
     const int32_t count = nodes_[locus(m).node].count;
     if (can_prune && !params.use_tree_spec && count == decided_count && own(m) == decided_own &&
         confident(m) == decided_confident) {
@@ -871,6 +878,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
       best_score = score;
     }
   }
+  if (floor && !beats_floor()) return Draft();
   if (best_m > 0 && !params.use_tree_spec) {
     const int budget = budget_for(best_m);
     best.token_ids.reserve(budget);

@@ -269,8 +269,10 @@ TEST(SuffixTreeTest, RandomOperationsMatchOracle) {
 TEST(SuffixTreeTest, MustBeatKeepsTheBestDraftOrReturnsNone) {
   std::mt19937 rng(99);
   int beaten = 0, kept = 0;
-  for (int round = 0; round < 40; ++round) {
+  for (int round = 0; round < 120; ++round) {
     const int max_depth = std::vector<int>{4, 8, 16, 64}[round % 4];
+    // 4 tokens: ties everywhere; 50: long unanimous copies (extensions).
+    const int vocab = round % 2 ? 4 : 50;
     SuffixTree tree(max_depth);
     std::vector<Str> seqs;
     for (int id = 0; id < 12; ++id) {
@@ -281,7 +283,7 @@ TEST(SuffixTreeTest, MustBeatKeepsTheBestDraftOrReturnsNone) {
           const size_t a = rng() % src.size();
           for (size_t i = a; i < src.size() && i < a + 1 + rng() % 12; ++i) s.push_back(src[i]);
         } else {
-          s.push_back(static_cast<int32_t>(rng() % 4));
+          s.push_back(static_cast<int32_t>(rng() % vocab));
         }
       }
       tree.Extend(id, s);
@@ -293,6 +295,12 @@ TEST(SuffixTreeTest, MustBeatKeepsTheBestDraftOrReturnsNone) {
       p.max_spec_tokens = 1 + rng() % 16;
       p.use_tree_spec = rng() % 4 == 0;
       p.extend_past_depth = rng() % 2 == 0;
+      // The extensions past the budget (local-tree options) too: a floor
+      // must never cut a match whose extension could beat it.
+      if (rng() % 2 == 0) p.confident_min_support = 2;
+      if (rng() % 2 == 0) p.confident_prob = 0.5f;
+      if (rng() % 3 == 0) p.score_exponent = 1.5f;
+      if (rng() % 2 == 0) p.max_spec_factor = 0.5f;
       const Str& s = seqs[rng() % seqs.size()];
       const size_t end = 2 + rng() % (s.size() - 1);
       const Str context(s.begin() + (end > static_cast<size_t>(max_depth) ? end - max_depth : 0), s.begin() + end);
