@@ -12,11 +12,12 @@ find_package(GTest REQUIRED)
 set(FLOE_BUILD_TESTS ON)
 enable_testing()
 include(cmake/FloeHelpers.cmake)
+add_subdirectory(common/bytes)
 add_subdirectory(services/suffix_cache/suffix_tree)
 set(_sc ${PROJECT_SOURCE_DIR}/services/suffix_cache)
 floe_cc_library(NAME suffix_cache_store
   SRCS ${_sc}/snapshot.cc ${_sc}/suffix_cache_store.cc ${_sc}/worker_pool.cc
-  DEPS suffix_cache_suffix_tree Threads::Threads absl::flat_hash_map absl::status absl::statusor absl::strings)
+  DEPS suffix_cache_suffix_tree common_bytes Threads::Threads absl::flat_hash_map absl::status absl::statusor absl::strings)
 floe_cc_test(NAME suffix_cache_store_stress_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/services/suffix_cache/service/store_stress_test.cc
        ${PROJECT_SOURCE_DIR}/tests/services/suffix_cache/service/worker_pool_test.cc

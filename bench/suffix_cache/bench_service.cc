@@ -236,7 +236,6 @@ int Run(int argc, char** argv) {
       us.push_back(elapsed);
       cpu_us += cpu_now_us() - c0;
     }
-
   }
   std::vector<double> sorted = us;
   std::sort(sorted.begin(), sorted.end());

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes/byte_codec.h"
 
 namespace floe::suffix_cache {
 namespace {
@@ -26,53 +27,9 @@ uint64_t Fnv1a64(absl::string_view bytes, uint64_t h = 0xcbf29ce484222325ull) {
   return h;
 }
 
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-void PutString(std::string* out, absl::string_view s) {
-  Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
-  out->append(s.data(), s.size());
-}
+void PutString(std::string* out, absl::string_view s) { AppendCounted<uint32_t>(out, s.data(), s.size()); }
 
-class Reader {
- public:
-  explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
-  template <typename T>
-  absl::Status Get(T* v, const char* what) {
-    if (bytes_.size() - pos_ < sizeof(T)) return Truncated(what);
-    std::memcpy(v, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return absl::OkStatus();
-  }
-  // A length-prefixed byte string (Length: u32 names and ids, u64 images).
-  template <typename Length>
-  absl::Status GetSized(std::string* s, const char* what) {
-    Length n = 0;
-    if (absl::Status st = Get(&n, what); !st.ok()) return st;
-    if (bytes_.size() - pos_ < n) return Truncated(what);
-    s->assign(bytes_.data() + pos_, n);
-    pos_ += n;
-    return absl::OkStatus();
-  }
-  absl::Status GetTokens(std::vector<int32_t>* tokens) {
-    uint32_t n = 0;
-    if (absl::Status st = Get(&n, "token count"); !st.ok()) return st;
-    if ((bytes_.size() - pos_) / sizeof(int32_t) < n) return Truncated("tokens");
-    tokens->resize(n);
-    std::memcpy(tokens->data(), bytes_.data() + pos_, n * sizeof(int32_t));
-    pos_ += n * sizeof(int32_t);
-    return absl::OkStatus();
-  }
-  bool done() const { return pos_ == bytes_.size(); }
-
- private:
-  absl::Status Truncated(const char* what) const {
-    return absl::DataLossError(absl::StrCat("snapshot payload truncated at byte ", pos_, " reading ", what));
-  }
-  absl::string_view bytes_;
-  size_t pos_ = 0;
-};
+absl::Status Lost(const ByteReader& r) { return absl::DataLossError(absl::StrCat("snapshot payload ", r.error())); }
 
 }  // namespace
 
@@ -88,24 +45,20 @@ std::string EncodeSnapshot(const SnapshotData& data, uint32_t version) {
   std::string out;
   out.reserve(reserve);
   out.append(kMagic, sizeof(kMagic));
-  Put<uint32_t>(&out, v2 ? kVersion : 1);
-  Put<uint32_t>(&out, data.max_depth);
-  Put<uint64_t>(&out, 0);  // payload bytes, patched below
-  Put<uint64_t>(&out, 0);  // checksum, patched below
-  Put<uint32_t>(&out, static_cast<uint32_t>(data.namespaces.size()));
+  AppendPod<uint32_t>(&out, v2 ? kVersion : 1);
+  AppendPod<uint32_t>(&out, data.max_depth);
+  AppendPod<uint64_t>(&out, 0);  // payload bytes, patched below
+  AppendPod<uint64_t>(&out, 0);  // checksum, patched below
+  AppendPod<uint32_t>(&out, static_cast<uint32_t>(data.namespaces.size()));
   for (const SnapshotNamespace& ns : data.namespaces) {
     PutString(&out, ns.name);
-    Put<uint32_t>(&out, static_cast<uint32_t>(ns.responses.size()));
+    AppendPod<uint32_t>(&out, static_cast<uint32_t>(ns.responses.size()));
     for (const SnapshotResponse& r : ns.responses) {
       PutString(&out, r.request_id);
-      if (v2) Put<int32_t>(&out, r.seq_id);
-      Put<uint32_t>(&out, static_cast<uint32_t>(r.tokens.size()));
-      out.append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
+      if (v2) AppendPod<int32_t>(&out, r.seq_id);
+      AppendCounted<uint32_t>(&out, r.tokens.data(), r.tokens.size());
     }
-    if (v2) {
-      Put<uint64_t>(&out, ns.tree_image.size());
-      out += ns.tree_image;
-    }
+    if (v2) AppendCounted<uint64_t>(&out, ns.tree_image.data(), ns.tree_image.size());
   }
   const uint64_t payload_len = out.size() - kHeaderBytes;
   std::memcpy(out.data() + kHeaderBytes - 16, &payload_len, sizeof(payload_len));
@@ -124,14 +77,14 @@ absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError("snapshot magic is not FLOESUFX");
   }
-  Reader header(bytes.substr(8, kHeaderBytes - 8));
+  ByteReader header(bytes.substr(8, kHeaderBytes - 8));  // long enough: checked above
   uint32_t version = 0;
   uint64_t payload_len = 0, checksum = 0;
   SnapshotData data;
-  header.Get(&version, "version").IgnoreError();
-  header.Get(&data.max_depth, "max_depth").IgnoreError();
-  header.Get(&payload_len, "payload length").IgnoreError();
-  header.Get(&checksum, "checksum").IgnoreError();
+  header.Pod(&version, "version");
+  header.Pod(&data.max_depth, "max_depth");
+  header.Pod(&payload_len, "payload length");
+  header.Pod(&checksum, "checksum");
   if (version != 1 && version != kVersion) {
     return absl::DataLossError(absl::StrCat("snapshot version ", version, " is not 1 or ", kVersion));
   }
@@ -143,26 +96,22 @@ absl::StatusOr<SnapshotData> DecodeSnapshot(absl::string_view bytes) {
   if (Fnv1a64(payload, Fnv1a64(bytes.substr(0, kHeaderBytes - 8))) != checksum) {
     return absl::DataLossError("snapshot checksum mismatch");
   }
-  Reader r(payload);
+  ByteReader r(payload);
   uint32_t num_ns = 0;
-  if (absl::Status st = r.Get(&num_ns, "namespace count"); !st.ok()) return st;
+  if (!r.Pod(&num_ns, "namespace count")) return Lost(r);
   for (uint32_t i = 0; i < num_ns; ++i) {
     SnapshotNamespace ns;
-    if (absl::Status st = r.GetSized<uint32_t>(&ns.name, "namespace name"); !st.ok()) return st;
     uint32_t num_resp = 0;
-    if (absl::Status st = r.Get(&num_resp, "response count"); !st.ok()) return st;
+    if (!r.Counted<uint32_t>(&ns.name, "namespace name") || !r.Pod(&num_resp, "response count")) return Lost(r);
     for (uint32_t j = 0; j < num_resp; ++j) {
       SnapshotResponse resp;
-      if (absl::Status st = r.GetSized<uint32_t>(&resp.request_id, "request id"); !st.ok()) return st;
-      if (version >= 2) {
-        if (absl::Status st = r.Get(&resp.seq_id, "seq id"); !st.ok()) return st;
+      if (!r.Counted<uint32_t>(&resp.request_id, "request id") ||
+          (version >= 2 && !r.Pod(&resp.seq_id, "seq id")) || !r.Counted<uint32_t>(&resp.tokens, "tokens")) {
+        return Lost(r);
       }
-      if (absl::Status st = r.GetTokens(&resp.tokens); !st.ok()) return st;
       ns.responses.push_back(std::move(resp));
     }
-    if (version >= 2) {
-      if (absl::Status st = r.GetSized<uint64_t>(&ns.tree_image, "tree image"); !st.ok()) return st;
-    }
+    if (version >= 2 && !r.Counted<uint64_t>(&ns.tree_image, "tree image")) return Lost(r);
     data.namespaces.push_back(std::move(ns));
   }
   if (!r.done()) return absl::DataLossError("snapshot payload has trailing bytes");

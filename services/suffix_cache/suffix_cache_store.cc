@@ -61,6 +61,13 @@ struct SuffixCacheStore::Namespace {
     used_seqs.erase(seq);  // an empty response never reached the tree
     return -1;
   }
+  // Records a cached response (its tokens, if any, are in `global` as seq).
+  void AddCached(std::string id, int32_t seq, uint64_t order, int64_t length, bool active) {  // tree_mu held exclusively
+    cached_tokens += length;
+    used_seqs[seq] = true;
+    fifo.emplace(order, id);
+    cached[std::move(id)] = Cached{seq, order, length, active};
+  }
   int32_t AllocateSeqId() {  // tree_mu held exclusively
     while (true) {
       const int32_t seq = next_seq;
@@ -217,9 +224,7 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
       victims.push_back(ns->Detach(request_id));  // re-start replaces the cached response
       const int32_t seq = ns->AllocateSeqId();
       const uint64_t order = next_order_.fetch_add(1);
-      ns->cached[request_id] = Namespace::Cached{seq, order, 0, true};
-      ns->used_seqs[seq] = true;
-      ns->fifo.emplace(order, request_id);
+      ns->AddCached(request_id, seq, order, 0, /*active=*/true);
       while (options_.max_cached_responses > 0 &&
              static_cast<int64_t>(ns->cached.size()) > options_.max_cached_responses) {
         auto it = ns->fifo.begin();  // oldest first, never the one just added
@@ -301,8 +306,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   const auto append_start = std::chrono::steady_clock::now();
   // Which entries append: checked first, so that the global appends can run
   // beside the local ones.
-  enum : char { kFailed, kNoAppend, kAppended };
-  std::vector<char> state(live.size(), kFailed);
+  std::vector<char> appends(live.size(), 0);  // entry k has tokens to append
   std::vector<std::pair<Request*, size_t>> appended;
   std::vector<std::pair<Request*, size_t>> ok;
   for (size_t k = 0; k < live.size(); ++k) {
@@ -319,9 +323,9 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
                        "' is out of order: the request has ", req.response_len, " response tokens"));
       continue;
     }
-    state[k] = item.appended.empty() ? kNoAppend : kAppended;
+    appends[k] = !item.appended.empty();
     ok.emplace_back(live[k].first.get(), i);
-    if (state[k] == kAppended) appended.push_back(ok.back());
+    if (appends[k]) appended.push_back(ok.back());
   }
   // Entry order, as a caller replaying the batch one by one would append.
   std::sort(appended.begin(), appended.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -362,7 +366,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       return;
     }
     const size_t k = job - 1;
-    if (state[k] != kAppended) return;
+    if (!appends[k]) return;
     Request& req = *live[k].first;
     const StepItem& item = items[live[k].second];
     req.local.Extend(kLocalSeq, item.appended);
@@ -641,13 +645,9 @@ bool SuffixCacheStore::AdoptTreeImage(Namespace& ns, SnapshotNamespace& in, size
     SnapshotResponse& r = in.responses[i];
     auto k = keep.find(r.seq_id);
     if (k == keep.end() || k->second != i) continue;
-    const uint64_t order = first_order + i;
-    ns.cached_tokens += static_cast<int64_t>(r.tokens.size());
-    ns.used_seqs[r.seq_id] = true;
-    ns.fifo.emplace(order, r.request_id);
     last_seq = std::max(last_seq, r.seq_id);
-    ns.cached[std::move(r.request_id)] =
-        Namespace::Cached{r.seq_id, order, static_cast<int64_t>(r.tokens.size()), false};
+    ns.AddCached(std::move(r.request_id), r.seq_id, first_order + i, static_cast<int64_t>(r.tokens.size()),
+                 /*active=*/false);
   }
   ns.next_seq = (last_seq + 1) & 0x7FFFFFFF;
   return true;
@@ -686,11 +686,7 @@ SuffixCacheStore::ImportReport SuffixCacheStore::ImportSnapshot(SnapshotData dat
       const uint64_t order = first_order[k] + i;
       ns->global.Extend(seq, r.tokens);
       ns->global.Finish(seq);
-      ns->cached_tokens += static_cast<int64_t>(r.tokens.size());
-      ns->used_seqs[seq] = true;
-      ns->fifo.emplace(order, r.request_id);
-      ns->cached[std::move(r.request_id)] =
-          Namespace::Cached{seq, order, static_cast<int64_t>(r.tokens.size()), false};
+      ns->AddCached(std::move(r.request_id), seq, order, static_cast<int64_t>(r.tokens.size()), /*active=*/false);
     }
     std::lock_guard<std::mutex> l(report_mu);
     ++report.namespaces_rebuilt;

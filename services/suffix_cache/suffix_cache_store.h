@@ -40,8 +40,9 @@
 //  invisible to it).
 //
 // Memory: max_bytes bounds the global trees, whose storage holds the one
-// copy of each cached response's tokens (as measured by TrimToBudget); active requests' local trees are bounded by
-// the engine's context limit and not counted. max_cached_responses bounds
+// copy of each cached response's tokens (as measured by TrimToBudget);
+// active requests' local trees are bounded by the engine's context limit and
+// not counted. max_cached_responses bounds
 // each namespace's cached responses (active ones included, as in
 // SuffixSpeculator). Both evict FIFO, oldest first; with eviction = kUsage a
 // response whose global drafts were accepted since it was last at the front

@@ -54,23 +54,8 @@ class GrowableArray {
   // Replaces the contents with copies of items[0, n).
   void Assign(const T* items, size_t n) {
     Release();
-    const size_t bytes = n * sizeof(T);
-    if (bytes < kMapBytes) {
-      const size_t capacity = std::max<size_t>(16, n);
-      void* p = std::malloc(capacity * sizeof(T));
-      if (p == nullptr) throw std::bad_alloc();
-      data_ = static_cast<T*>(p);
-      capacity_ = capacity;
-    } else {
-      const size_t mapped = (bytes / kStepBytes + 1) * kStepBytes;
-      void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) throw std::bad_alloc();
-      madvise(p, mapped, MADV_HUGEPAGE);
-      data_ = static_cast<T*>(p);
-      mapped_bytes_ = mapped;
-      capacity_ = mapped / sizeof(T);
-    }
-    if (n > 0) std::memcpy(static_cast<void*>(data_), items, bytes);
+    Reserve(std::max<size_t>(16, n));
+    if (n > 0) std::memcpy(static_cast<void*>(data_), items, n * sizeof(T));
     size_ = n;
   }
 
@@ -89,30 +74,44 @@ class GrowableArray {
   void Grow() {
     const size_t bytes = capacity_ * sizeof(T);
     if (bytes < kMapBytes) {
-      const size_t capacity = std::max<size_t>(16, 2 * capacity_);
-      void* p = std::realloc(data_, capacity * sizeof(T));
-      if (p == nullptr) throw std::bad_alloc();
-      data_ = static_cast<T*>(p);
-      capacity_ = capacity;
+      ResizeHeap(std::max<size_t>(16, 2 * capacity_));
+    } else {
+      Reserve((bytes + std::max(bytes / 16, kStepBytes)) / sizeof(T));
+    }
+  }
+
+  void ResizeHeap(size_t capacity) {
+    void* p = std::realloc(data_, capacity * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    data_ = static_cast<T*>(p);
+    capacity_ = capacity;
+  }
+
+  // Room for at least `n` elements, keeping the first size_: on the heap
+  // below kMapBytes, else a mapping in kStepBytes units, which later growth
+  // extends by mremap (page tables move, bytes do not).
+  void Reserve(size_t n) {
+    if (n <= capacity_) return;
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kMapBytes && mapped_bytes_ == 0) {
+      ResizeHeap(n);
       return;
     }
-    size_t new_bytes = mapped_bytes_ + std::max(mapped_bytes_ / 16, kStepBytes);
-    if (mapped_bytes_ == 0) new_bytes = bytes + kStepBytes;
-    new_bytes = (new_bytes + kStepBytes - 1) / kStepBytes * kStepBytes;
+    const size_t mapped = (bytes + kStepBytes - 1) / kStepBytes * kStepBytes;
     void* p;
-    if (mapped_bytes_ == 0) {
-      p = mmap(nullptr, new_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped_bytes_ > 0) {
+      p = mremap(data_, mapped_bytes_, mapped, MREMAP_MAYMOVE);
       if (p == MAP_FAILED) throw std::bad_alloc();
-      std::memcpy(p, static_cast<void*>(data_), size_ * sizeof(T));
-      std::free(data_);
     } else {
-      p = mremap(data_, mapped_bytes_, new_bytes, MREMAP_MAYMOVE);
+      p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) throw std::bad_alloc();
+      if (size_ > 0) std::memcpy(p, static_cast<void*>(data_), size_ * sizeof(T));
+      std::free(data_);
     }
-    madvise(p, new_bytes, MADV_HUGEPAGE);  // advice only: may be refused
+    madvise(p, mapped, MADV_HUGEPAGE);  // advice only: may be refused
     data_ = static_cast<T*>(p);
-    mapped_bytes_ = new_bytes;
-    capacity_ = new_bytes / sizeof(T);
+    mapped_bytes_ = mapped;
+    capacity_ = mapped / sizeof(T);
   }
 
   void Release() {

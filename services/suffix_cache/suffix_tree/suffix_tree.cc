@@ -369,7 +369,7 @@ void SuffixTree::MaterializeSlides(int32_t slot, int32_t pos) {
   const int32_t n = seqs_[slot].active[pos];
   const int32_t c = nodes_[n].head_child;
   nodes_[n].length += slides;
-  SetRef(n, slot, p.end - nodes_[n].length);
+  SetRef(n, slot, p.n_ref);
   nodes_[c].length -= slides;
   nodes_[c].ref_idx += slides;
   nodes_[c].token = Token(c);
@@ -431,28 +431,28 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch, bool 
   // the compiler reload it for every suffix.)
   int32_t* const active = seqs_[slot].active.data();
   const int32_t* const own_tokens = seqs_[slot].tokens.data();  // stable below
-  int32_t pos = seqs_[slot].active_begin + seqs_[slot].leaf_count;
-  if (pos >= max_depth_) pos -= max_depth_;
+  const int32_t first_pos = seqs_[slot].active_begin + seqs_[slot].leaf_count;
+  const int32_t begin = first_pos >= max_depth_ ? first_pos - max_depth_ : first_pos;
+  auto next_pos = [this](int32_t p) { return p + 1 == max_depth_ ? 0 : p + 1; };
   if (prefetch) {
     // The first token of a batch may find the tree cold (one of many
     // requests' local trees): ask for the active nodes, then their first
     // children, a level at a time, instead of waiting for each suffix's
     // misses in turn. Later tokens find them in cache; there this only costs.
-    for (int32_t i = seqs_[slot].leaf_count, p = pos; i < size; ++i, p = (p + 1 == max_depth_ ? 0 : p + 1)) {
+    for (int32_t i = seqs_[slot].leaf_count, p = begin; i < size; ++i, p = next_pos(p)) {
       __builtin_prefetch(&nodes_[active[p]]);
     }
-    for (int32_t i = seqs_[slot].leaf_count, p = pos; i < size; ++i, p = (p + 1 == max_depth_ ? 0 : p + 1)) {
+    for (int32_t i = seqs_[slot].leaf_count, p = begin; i < size; ++i, p = next_pos(p)) {
       const int32_t first = nodes_[active[p]].head_child;
       if (first >= 0) __builtin_prefetch(&nodes_[first]);
     }
   }
-  for (int32_t i = seqs_[slot].leaf_count; i < size;
-       ++i, pos = (pos + 1 == max_depth_ ? 0 : pos + 1)) {
+  int32_t pos = begin;
+  for (int32_t i = seqs_[slot].leaf_count; i < size; ++i, pos = next_pos(pos)) {
     const int32_t n = active[pos];
     if (PendingSlides& p = pending_[pos]; p.slides > 0) {
       if (p.left >= 2 && (p.base != nullptr ? p.base : own_tokens)[p.next] == token) {  // slides on
         ++p.slides;
-        p.end = seq_len;
         --p.left;
         ++p.next;
         continue;
@@ -493,8 +493,10 @@ void SuffixTree::AppendToken(int32_t seq_id, int32_t token, bool prefetch, bool 
         FreeNode(n);
         active[pos] = c;
       } else if (defer && !nodes_[n].hashed) {
+        // n's label start does not move as its end does: its reference
+        // after any number of slides is the one after this first.
         const Node& cn = nodes_[c];
-        pending_[pos] = PendingSlides{1, seq_len, Length(c) - 1, cn.ref_idx + 1,
+        pending_[pos] = PendingSlides{1, seq_len - nodes_[n].length - 1, Length(c) - 1, cn.ref_idx + 1,
                                       cn.ref_seq == slot ? nullptr : seqs_[cn.ref_seq].tokens.data()};
         nodes_[n].pending = 1;
         nodes_[c].pending = 1;

@@ -303,14 +303,15 @@ class SuffixTree {
 
   int max_depth_;
   // Per ring position of the sequence being extended: the slides deferred
-  // since the last materialisation (0: none, always outside Extend), the
-  // sequence length at the last of them, and the rest of the child's label
-  // (tokens left; where the next one is: `base` is the storage of another
-  // sequence, stable during the Extend, or null for the extended sequence's
-  // own, which may move as it grows), so that a slide reads no node.
+  // since the last materialisation (0: none, always outside Extend), the end
+  // node's label reference once they are applied, and the rest of the
+  // child's label (tokens left; where the next one is: `base` is the storage
+  // of another sequence, stable during the Extend, or null for the extended
+  // sequence's own, which may move as it grows), so that a slide reads no
+  // node.
   struct PendingSlides {
     int32_t slides = 0;
-    int32_t end = 0;
+    int32_t n_ref = 0;
     int32_t left = 0;
     int32_t next = 0;
     const int32_t* base = nullptr;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes/byte_codec.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
 namespace floe::suffix_cache {
@@ -24,88 +25,33 @@ namespace {
 constexpr char kImageMagic[4] = {'S', 'X', 'T', 'I'};
 constexpr uint32_t kLayout = 1;
 
-template <typename T>
-void PutPod(std::string* out, const T& v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-template <typename T>
-void PutArray(std::string* out, const T* items, size_t n) {
-  PutPod<uint64_t>(out, n);
-  out->append(reinterpret_cast<const char*>(items), n * sizeof(T));
-}
-
-// Bounds-checked reads; the first failure sticks and names what was read.
-class ImageReader {
- public:
-  explicit ImageReader(absl::string_view bytes) : bytes_(bytes) {}
-  template <typename T>
-  bool Pod(T* v, const char* what) {
-    if (!Need(sizeof(T), what)) return false;
-    std::memcpy(v, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  // Points `items` at the next array's elements (unaligned: memcpy them out).
-  template <typename T>
-  bool Array(const char** items, size_t* n, const char* what) {
-    uint64_t count = 0;
-    if (!Pod(&count, what)) return false;
-    if (count > (bytes_.size() - pos_) / sizeof(T)) return Fail(what);
-    *items = bytes_.data() + pos_;
-    *n = count;
-    pos_ += count * sizeof(T);
-    return true;
-  }
-  template <typename T>
-  bool Vector(std::vector<T>* v, const char* what) {
-    const char* items = nullptr;
-    size_t n = 0;
-    if (!Array<T>(&items, &n, what)) return false;
-    v->resize(n);
-    if (n > 0) std::memcpy(v->data(), items, n * sizeof(T));
-    return true;
-  }
-  bool done() const { return pos_ == bytes_.size(); }
-  const std::string& error() const { return error_; }
-
- private:
-  bool Need(size_t n, const char* what) { return bytes_.size() - pos_ >= n || Fail(what); }
-  bool Fail(const char* what) {
-    if (error_.empty()) error_ = absl::StrCat("image truncated at byte ", pos_, " reading ", what);
-    return false;
-  }
-  absl::string_view bytes_;
-  size_t pos_ = 0;
-  std::string error_;
-};
-
 }  // namespace
 
 void SuffixTree::AppendImage(std::string* out) const {
   out->append(kImageMagic, sizeof(kImageMagic));
-  PutPod<uint32_t>(out, kLayout);
-  PutPod<uint32_t>(out, sizeof(Node));
-  PutPod<uint32_t>(out, sizeof(Run));
-  PutPod<uint32_t>(out, static_cast<uint32_t>(max_depth_));
-  PutArray(out, nodes_.data(), nodes_.size());
-  PutArray(out, free_nodes_.data(), free_nodes_.size());
-  PutArray(out, runs_.data(), runs_.size());
-  PutArray(out, free_runs_.data(), free_runs_.size());
-  PutArray(out, edges_.raw_keys().data(), edges_.raw_keys().size());
-  PutArray(out, edges_.raw_values().data(), edges_.raw_values().size());
-  PutPod<uint32_t>(out, static_cast<uint32_t>(seqs_.size()));
+  AppendPod<uint32_t>(out, kLayout);
+  AppendPod<uint32_t>(out, sizeof(Node));
+  AppendPod<uint32_t>(out, sizeof(Run));
+  AppendPod<uint32_t>(out, static_cast<uint32_t>(max_depth_));
+  AppendCounted<uint64_t>(out, nodes_.data(), nodes_.size());
+  AppendCounted<uint64_t>(out, free_nodes_.data(), free_nodes_.size());
+  AppendCounted<uint64_t>(out, runs_.data(), runs_.size());
+  AppendCounted<uint64_t>(out, free_runs_.data(), free_runs_.size());
+  AppendCounted<uint64_t>(out, edges_.raw_keys().data(), edges_.raw_keys().size());
+  AppendCounted<uint64_t>(out, edges_.raw_values().data(), edges_.raw_values().size());
+  AppendPod<uint32_t>(out, static_cast<uint32_t>(seqs_.size()));
   for (const Seq& s : seqs_) {
-    PutPod<int32_t>(out, s.seq_id);
-    PutPod<int32_t>(out, s.refs);
-    PutPod<uint8_t>(out, s.removed);
-    PutPod<uint8_t>(out, s.finished);
-    PutPod<int32_t>(out, s.active_begin);
-    PutPod<int32_t>(out, s.active_size);
-    PutPod<int32_t>(out, s.leaf_count);
-    PutArray(out, s.active.data(), s.active.size());
-    PutArray(out, s.tokens.data(), s.tokens.size());
+    AppendPod<int32_t>(out, s.seq_id);
+    AppendPod<int32_t>(out, s.refs);
+    AppendPod<uint8_t>(out, s.removed);
+    AppendPod<uint8_t>(out, s.finished);
+    AppendPod<int32_t>(out, s.active_begin);
+    AppendPod<int32_t>(out, s.active_size);
+    AppendPod<int32_t>(out, s.leaf_count);
+    AppendCounted<uint64_t>(out, s.active.data(), s.active.size());
+    AppendCounted<uint64_t>(out, s.tokens.data(), s.tokens.size());
   }
-  PutArray(out, free_slots_.data(), free_slots_.size());
+  AppendCounted<uint64_t>(out, free_slots_.data(), free_slots_.size());
 }
 
 absl::Status SuffixTree::LoadImage(absl::string_view image) {
@@ -118,11 +64,12 @@ absl::Status SuffixTree::LoadImage(absl::string_view image) {
       std::memcmp(image.data(), kImageMagic, sizeof(kImageMagic)) != 0) {
     return refuse("no SXTI magic");
   }
-  ImageReader r(image.substr(sizeof(kImageMagic)));
+  ByteReader r(image.substr(sizeof(kImageMagic)));
+  auto truncated = [&] { return refuse(absl::StrCat("image ", r.error())); };
   uint32_t layout = 0, node_size = 0, run_size = 0, depth = 0;
   if (!r.Pod(&layout, "layout") || !r.Pod(&node_size, "node size") || !r.Pod(&run_size, "run size") ||
       !r.Pod(&depth, "max_depth")) {
-    return refuse(r.error());
+    return truncated();
   }
   if (layout != kLayout || node_size != sizeof(Node) || run_size != sizeof(Run)) {
     return refuse(absl::StrCat("layout ", layout, " (node ", node_size, " B, run ", run_size,
@@ -134,18 +81,18 @@ absl::Status SuffixTree::LoadImage(absl::string_view image) {
   }
   const char* items = nullptr;
   size_t n = 0;
-  if (!r.Array<Node>(&items, &n, "nodes")) return refuse(r.error());
+  if (!r.CountedInPlace<uint64_t, Node>(&items, &n, "nodes")) return truncated();
   nodes_.Assign(reinterpret_cast<const Node*>(items), n);  // memcpy: alignment-free
-  if (!r.Vector(&free_nodes_, "free nodes")) return refuse(r.error());
-  if (!r.Array<Run>(&items, &n, "runs")) return refuse(r.error());
+  if (!r.Counted<uint64_t>(&free_nodes_, "free nodes")) return truncated();
+  if (!r.CountedInPlace<uint64_t, Run>(&items, &n, "runs")) return truncated();
   runs_.Assign(reinterpret_cast<const Run*>(items), n);
-  if (!r.Vector(&free_runs_, "free runs")) return refuse(r.error());
+  if (!r.Counted<uint64_t>(&free_runs_, "free runs")) return truncated();
   std::vector<uint64_t> keys;
   std::vector<int32_t> values;
-  if (!r.Vector(&keys, "edge keys") || !r.Vector(&values, "edge values")) return refuse(r.error());
+  if (!r.Counted<uint64_t>(&keys, "edge keys") || !r.Counted<uint64_t>(&values, "edge values")) return truncated();
   if (!edges_.AdoptRaw(std::move(keys), std::move(values))) return refuse("malformed edge table");
   uint32_t num_seqs = 0;
-  if (!r.Pod(&num_seqs, "sequence count")) return refuse(r.error());
+  if (!r.Pod(&num_seqs, "sequence count")) return truncated();
   seqs_.clear();
   for (uint32_t i = 0; i < num_seqs; ++i) {
     Seq s;
@@ -153,14 +100,14 @@ absl::Status SuffixTree::LoadImage(absl::string_view image) {
     if (!r.Pod(&s.seq_id, "seq id") || !r.Pod(&s.refs, "refs") || !r.Pod(&removed, "removed") ||
         !r.Pod(&finished, "finished") || !r.Pod(&s.active_begin, "active begin") ||
         !r.Pod(&s.active_size, "active size") || !r.Pod(&s.leaf_count, "leaf count") ||
-        !r.Vector(&s.active, "active ring") || !r.Vector(&s.tokens, "tokens")) {
-      return refuse(r.error());
+        !r.Counted<uint64_t>(&s.active, "active ring") || !r.Counted<uint64_t>(&s.tokens, "tokens")) {
+      return truncated();
     }
     s.removed = removed != 0;
     s.finished = finished != 0;
     seqs_.push_back(std::move(s));
   }
-  if (!r.Vector(&free_slots_, "free slots")) return refuse(r.error());
+  if (!r.Counted<uint64_t>(&free_slots_, "free slots")) return truncated();
   if (!r.done()) return refuse("trailing bytes");
   if (absl::Status st = ValidateLoaded(); !st.ok()) return refuse(st.message());
   for (size_t i = 0; i < seqs_.size(); ++i) {
