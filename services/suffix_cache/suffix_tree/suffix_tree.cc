@@ -6,8 +6,9 @@
 #include <string>
 #include <utility>
 
-#include "services/suffix_cache/suffix_tree/invariant.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "services/suffix_cache/suffix_tree/invariant.h"
 
 namespace floe::suffix_cache {
 
@@ -622,6 +623,24 @@ namespace {
 // products of ratios >= 0.99 stay above it for a few steps; 1.0 exactly when
 // every continuation seen agrees).
 constexpr float kUnanimous = 0.99f;
+// A score summed token by token may round above the same bound computed as
+// one product (at most a few hundred terms of at most 1 each): bounds stop a
+// walk only beyond this margin.
+constexpr float kBoundSlack = 1e-3f;
+
+// Tokens a match of `match_len` may draft before any extension.
+int DraftBudget(const DraftParams& params, int32_t match_len) {
+  const int b = std::min(params.max_spec_tokens,
+                         static_cast<int>(match_len * params.max_spec_factor + params.max_spec_offset + 1e-6));
+  return std::max(b, 0);
+}
+
+// Whether the confident extension applies to a match of `match_len`.
+bool ConfidentFrom(const DraftParams& params, int32_t match_len) {
+  const int confident_min =
+      params.confident_min_match >= 0 ? params.confident_min_match : params.max_spec_tokens / 3;
+  return params.confident_prob > 0.0f && match_len >= confident_min;
+}
 
 // A drafted token's share of the score (see DraftParams::score_exponent).
 float ScoreOf(float prob, const DraftParams& params) {
@@ -662,14 +681,12 @@ int32_t SuffixTree::HintedMatches(absl::Span<const int32_t> context, int32_t hin
 }
 
 template <typename Sink>
-float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
-                            int budget, bool confident_extra,
-                            const DraftParams& params, std::vector<int32_t>* window,
-                            Sink&& sink, int32_t* last_node, bool* counts_decided) const {
-  // counts_decided: every step followed from the counts alone (each branch
-  // taken had a strictly most frequent child, and the walk never reached the
-  // tree's end), so any locus with the same occurrences drafts the same.
-  bool decided = true;
+SuffixTree::Walk SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
+                                       int budget, bool confident_extra, const DraftParams& params,
+                                       WalkBounds bounds, std::vector<int32_t>* window,
+                                       Sink&& sink) const {
+  Walk walk;
+  bool& decided = walk.counts_decided;
   // Float arithmetic in the reference's order, so scores (and ties) agree.
   float prob = 1.0f;
   float score = 0.0f;
@@ -701,6 +718,12 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
                                 : nodes_[n.head_child].count;
     return support >= params.confident_min_support;
   };
+  // The most tokens this walk can draft: extensions included, and without
+  // extend_past_depth no deeper than the tree.
+  int cap = confident_extra || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens)
+                                                                : budget;
+  if (!extend) cap = std::min(cap, max_depth_ - static_cast<int>(matched.size()));
+  const bool bounded = bounds.beat >= 0.0f || bounds.reach >= 0.0f;
   while (prob >= params.min_token_prob && (emitted < budget || past_budget())) {
     const Node& n = nodes_[node];
     if (idx < Length(node)) {
@@ -710,13 +733,22 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     }
     const int32_t child = n.head_child;
     if (child >= 0) {
-      const int32_t sibling = nodes_[child].next;
-      if (sibling >= 0 && nodes_[sibling].count == nodes_[child].count) decided = false;
+      // The head child is in a run exactly when its next sibling has the
+      // same count: a tie, seen without reading that sibling.
+      if (nodes_[child].run >= 0) decided = false;
       const int32_t total = own_suffix ? n.count - 1 : n.count;
       own_suffix = false;
       prob *= static_cast<float>(nodes_[child].count) / static_cast<float>(total);
       node = child;
       idx = 0;
+      if (bounded) {
+        // Probabilities only fall along the path.
+        const float most = score + ScoreOf(prob, params) * static_cast<float>(cap - emitted) + kBoundSlack;
+        if (most <= bounds.beat || most < bounds.reach) {
+          walk.stopped = true;
+          break;
+        }
+      }
       continue;
     }
     decided = false;
@@ -747,9 +779,9 @@ float SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t>
     node = again.node;
     idx = again.idx;
   }
-  if (last_node != nullptr) *last_node = node;
-  if (counts_decided != nullptr) *counts_decided = decided;
-  return score;
+  walk.last_node = node;
+  walk.score = score;
+  return walk;
 }
 
 void SuffixTree::TreeDraft(Locus at, int budget, const DraftParams& params,
@@ -802,27 +834,32 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     if (!MatchFromRoot(context.subspan(len - m), &walked[m - k - 1])) break;
     m_max = m;
   }
-  auto locus = [&](int32_t m) -> Locus {
-    if (m > k) return walked[m - k - 1];
+  auto hinted_node = [&](int32_t m) {
     int32_t pos = hinted->active_begin + hinted->active_size - m;
     if (pos >= max_depth_) pos -= max_depth_;
-    const int32_t n = hinted->active[pos];
+    return hinted->active[pos];
+  };
+  auto locus = [&](int32_t m) -> Locus {
+    if (m > k) return walked[m - k - 1];
+    const int32_t n = hinted_node(m);
     return Locus{n, Length(n)};
   };
-  // The hinted loci's nodes are scattered (a cold tree: one of many
-  // requests' local trees); the loop below reads each one's count. Ask for
-  // them all at once instead of one miss per match length.
-  for (int32_t m = 1; m <= k; ++m) __builtin_prefetch(&nodes_[locus(m).node]);
-  auto own = [&](int32_t m) { return params.discount_own_suffix && m <= k; };
-  const int confident_min = params.confident_min_match >= 0 ? params.confident_min_match
-                                                             : params.max_spec_tokens / 3;
-  auto confident = [&](int32_t m) { return params.confident_prob > 0.0f && m >= confident_min; };
-  auto budget_for = [&](int32_t m) {
-    const int b = std::min(params.max_spec_tokens,
-                           static_cast<int>(m * params.max_spec_factor +
-                                            params.max_spec_offset + 1e-6));
-    return std::max(b, 0);
+  // Where match m ends (its count is the node's).
+  auto locus_node = [&](int32_t m) { return m > k ? walked[m - k - 1].node : hinted_node(m); };
+  // The hinted sequence's own open leaf: the context's tail is the match's
+  // only occurrence, and nothing follows it yet (an empty draft, no walk).
+  // In a request's own tree every long enough tail is one.
+  const int32_t hinted_slot = hinted == nullptr ? -1 : static_cast<int32_t>(hinted - seqs_.data());
+  auto only_own = [&](int32_t m, int32_t node) {
+    return m <= k && nodes_[node].open && nodes_[node].ref_seq == hinted_slot;
   };
+  // The hinted loci's nodes are scattered (a cold tree: one of many
+  // requests' local trees); the loops below read each one's count. Ask for
+  // them all at once instead of one miss per match length.
+  for (int32_t m = 1; m <= k; ++m) __builtin_prefetch(&nodes_[hinted_node(m)]);
+  auto own = [&](int32_t m) { return params.discount_own_suffix && m <= k; };
+  auto confident = [&](int32_t m) { return ConfidentFrom(params, m); };
+  auto budget_for = [&](int32_t m) { return DraftBudget(params, m); };
   // Longest match first: equal scores keep the longer match, and a match
   // whose budget cannot beat the best score ends the search (budgets do not
   // grow as matches shorten).
@@ -835,31 +872,92 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   const bool floor = must_beat >= 0.0f;
   auto beats_floor = [&] { return best_m > 0 && best_score > must_beat; };
   std::vector<int32_t> window;  // only for extend_past_depth
+  // Path drafts stop at the tree's depth: a match of m tokens drafts at most
+  // max_depth - m. Matches longer than m_top are cut by it, so they are
+  // searched after the others, shortest first, each only while its cut can
+  // still reach the best score (longer matches win ties): a handful of walks
+  // instead of one per length. With the supported extension this order
+  // would change the result (the break below is part of the search's
+  // definition there), so it keeps the plain order.
+  const bool depth_cut = !params.use_tree_spec && !params.extend_past_depth &&
+                         params.confident_min_support <= 0;
+  const int32_t m_top = depth_cut ? std::min(m_max, std::max(0, max_depth_ - params.max_spec_tokens)) : m_max;
   // The last match drafted, when its walk was decided by counts alone. A
   // shorter match with as many occurrences has exactly the same ones (each
   // occurrence of the longer tail is one of the shorter), so the same
   // continuations: its draft is the same path under a budget no larger, a
   // prefix scoring no more, and cannot beat the longer match. Long copied
   // spans have the same few occurrences for dozens of match lengths.
-  int32_t decided_count = -1;
-  bool decided_own = false, decided_confident = false;
-  for (int32_t m = m_max; m >= 1; --m) {
+  struct Decided {
+    int32_t count = -1;
+    bool own = false;
+    bool confident = false;
+  };
+  Decided decided;
+  auto same_occurrences = [&](const Decided& d, int32_t m, int32_t count) {
+    return count == d.count && own(m) == d.own && confident(m) == d.confident;
+  };
+  // Conversely a longer match with the same occurrences and budget walks
+  // the same path until its cut ends it: the cut matches take their scores
+  // from the last complete decided walk at or above m_top.
+  struct Source {
+    Decided occurrences;
+    int budget = 0;
+    absl::InlinedVector<float, 32> prefix;  // score after each drafted token
+  };
+  Source source, walked_source;
+  // The most tokens a draft from match m can have, the extensions past the
+  // budget included (before the tree's depth cuts it).
+  auto most_tokens = [&](int32_t m) {
+    const int budget = budget_for(m);
+    return confident(m) || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens) : budget;
+  };
+  // Drafts match m until its end or until it cannot win (`bounds`); a
+  // complete decided walk becomes `*record` when given.
+  auto walk = [&](int32_t m, int32_t count, WalkBounds bounds, Source* record) {
+    float sum = 0.0f;
+    walked_source.prefix.clear();
+    const int budget = budget_for(m);
+    const Walk w = PathDraft(locus(m), own(m), context.subspan(len - m), budget, confident(m), params, bounds,
+                             &window, [&](int32_t, float p) {
+                               if (record == nullptr) return;
+                               sum += ScoreOf(p, params);  // term by term, as the walk sums
+                               walked_source.prefix.push_back(sum);
+                             });
+    // A stopped walk could not win with every token left at its last
+    // probability; a shorter match with the same occurrences follows it that
+    // far with no more tokens left, unless the tree's depth cut this one
+    // shorter than theirs.
+    const bool depth_cut_this = !params.extend_past_depth && most_tokens(m) > max_depth_ - m;
+    decided = w.counts_decided && (!w.stopped || !depth_cut_this) ? Decided{count, own(m), confident(m)}
+                                                                    : Decided{};
+    if (record != nullptr) {
+      record->occurrences = Decided{};
+      if (decided.count >= 0 && !w.stopped) {
+        walked_source.occurrences = decided;
+        walked_source.budget = budget;
+        std::swap(*record, walked_source);
+      }
+    }
+    return w.score;
+  };
+  for (int32_t m = m_top; m >= 1; --m) {
     const int budget = budget_for(m);
     // Scores never exceed the number of drafted tokens.
     const int bound = confident(m) ? std::max(budget, params.max_spec_tokens) : budget;
     if (can_prune && best_m > 0 && best_score >= static_cast<float>(bound)) break;
     // The most this or any shorter match can score, extensions past the
     // budget included (budgets do not grow as matches shorten).
-    const int most = confident(m) || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens)
-                                                                       : budget;
+    const int most = most_tokens(m);
     if (can_prune && floor && !beats_floor() && must_beat >= static_cast<float>(most)) break;
-    const int32_t count = nodes_[locus(m).node].count;
-    if (can_prune && !params.use_tree_spec && count == decided_count && own(m) == decided_own &&
-        confident(m) == decided_confident) {
-      continue;
-    }
+    const int32_t node = locus_node(m);
+    const int32_t count = nodes_[node].count;
+    if (can_prune && !params.use_tree_spec && same_occurrences(decided, m, count)) continue;
     float score;
-    if (params.use_tree_spec) {
+    if (!params.use_tree_spec && only_own(m, node)) {
+      score = 0.0f;
+      decided = Decided{};
+    } else if (params.use_tree_spec) {
       Draft d;
       TreeDraft(locus(m), budget, params, &d);
       score = d.score;
@@ -868,14 +966,42 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
         best.match_len = m;
       }
     } else {
-      bool decided = false;
-      score = PathDraft(locus(m), own(m), context.subspan(len - m), budget, confident(m), params,
-                        &window, [](int32_t, float) {}, nullptr, &decided);
-      decided_count = decided ? count : -1;
-      decided_own = own(m);
-      decided_confident = confident(m);
+      // Only a draft scoring more than the best (shorter matches lose ties)
+      // or than the floor is of use. But where the break above is part of
+      // the search's definition (the supported extension), a stopped walk's
+      // lower score must not become the best: there only the best bounds.
+      const float beat = std::max(best_m > 0 ? best_score : -1.0f,
+                                  floor && params.confident_min_support <= 0 ? must_beat : -1.0f);
+      score = walk(m, count, WalkBounds{can_prune ? beat : -1.0f, -1.0f},
+                   depth_cut && m == m_top ? &source : nullptr);
     }
     if (improves(score)) {
+      best_m = m;
+      best_score = score;
+    }
+  }
+  for (int32_t m = m_top + 1; m <= m_max; ++m) {
+    const int cut = max_depth_ - m;
+    // Cuts only shrink from here; a longer match needs only to tie.
+    if (best_m > 0 && static_cast<float>(cut) < best_score) break;
+    if (floor && static_cast<float>(cut) <= must_beat) break;
+    const int budget = budget_for(m);
+    const int most = std::min(cut, most_tokens(m));
+    if ((best_m > 0 && static_cast<float>(most) < best_score) || (floor && static_cast<float>(most) <= must_beat)) {
+      continue;
+    }
+    const int32_t node = locus_node(m);
+    const int32_t count = nodes_[node].count;
+    float score;
+    if (only_own(m, node)) {
+      score = 0.0f;
+    } else if (same_occurrences(source.occurrences, m, count) && budget == source.budget) {
+      const int tokens = std::min<int>(cut, static_cast<int>(source.prefix.size()));
+      score = tokens == 0 ? 0.0f : source.prefix[tokens - 1];
+    } else {
+      score = walk(m, count, WalkBounds{floor ? must_beat : -1.0f, best_m > 0 ? best_score : -1.0f}, &source);
+    }
+    if (best_m == 0 || score >= best_score) {
       best_m = m;
       best_score = score;
     }
@@ -885,21 +1011,41 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     const int budget = budget_for(best_m);
     best.token_ids.reserve(budget);
     best.probs.reserve(budget);
-    int32_t last_node = kRoot;
-    best.score = PathDraft(locus(best_m), own(best_m), context.subspan(len - best_m), budget,
-                           confident(best_m), params,
-                           &window, [&](int32_t t, float p) {
-      best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
-      best.token_ids.push_back(t);
-      best.probs.push_back(p);
-    }, &last_node);
+    const Walk w = PathDraft(locus(best_m), own(best_m), context.subspan(len - best_m), budget,
+                             confident(best_m), params, WalkBounds{}, &window, [&](int32_t t, float p) {
+                               best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
+                               best.token_ids.push_back(t);
+                               best.probs.push_back(p);
+                             });
+    best.score = w.score;
     best.match_len = best_m;
-    if (!best.token_ids.empty() && last_node != kRoot) {
-      const Seq& src = seqs_[nodes_[last_node].ref_seq];
+    if (!best.token_ids.empty() && w.last_node != kRoot) {
+      const Seq& src = seqs_[nodes_[w.last_node].ref_seq];
       if (!src.removed) best.source_seq = src.seq_id;
     }
   }
   return best;
+}
+
+Draft SuffixTree::DraftForMatch(absl::Span<const int32_t> context, int32_t match_len, const DraftParams& params,
+                                bool own_suffix) const {
+  Draft d;
+  Locus at;
+  if (match_len < 1 || match_len > static_cast<int32_t>(context.size()) ||
+      !MatchFromRoot(context.subspan(context.size() - match_len), &at)) {
+    return d;
+  }
+  std::vector<int32_t> window;
+  const Walk w = PathDraft(at, own_suffix, context.subspan(context.size() - match_len), DraftBudget(params, match_len),
+                           ConfidentFrom(params, match_len), params,
+                           WalkBounds{}, &window, [&](int32_t t, float p) {
+                             d.parents.push_back(static_cast<int32_t>(d.token_ids.size()) - 1);
+                             d.token_ids.push_back(t);
+                             d.probs.push_back(p);
+                           });
+  d.score = w.score;
+  d.match_len = match_len;
+  return d;
 }
 
 int64_t SuffixTree::CountOccurrences(absl::Span<const int32_t> pattern) const {

@@ -132,6 +132,14 @@ class SuffixTree {
   Draft Speculate(absl::Span<const int32_t> context, const DraftParams& params,
                   int32_t hint_seq = -1, float must_beat = -1.0f) const;
 
+  // The path draft from exactly the match of the context's last
+  // `match_len` tokens, walked from the root with nothing pruned (empty when
+  // that tail does not occur). `own_suffix`: the match is the live
+  // sequence's own tail (see DraftParams::discount_own_suffix). The single
+  // step of the search Speculate shortens: tests rebuild the search on it.
+  Draft DraftForMatch(absl::Span<const int32_t> context, int32_t match_len, const DraftParams& params,
+                      bool own_suffix = false) const;
+
   // Occurrences of `pattern` (0 if absent; patterns longer than max_depth
   // are not indexed and give 0).
   int64_t CountOccurrences(absl::Span<const int32_t> pattern) const;
@@ -292,11 +300,28 @@ class SuffixTree {
   bool MatchFromRoot(absl::Span<const int32_t> pattern, Locus* out) const;
   int32_t HintedMatches(absl::Span<const int32_t> context, int32_t hint_seq,
                         const Seq** seq) const;
+  // What a path draft's walk found (PathDraft).
+  struct Walk {
+    float score = 0.0f;
+    int32_t last_node = 0;
+    // Every step followed from the counts alone: each branch taken had a
+    // strictly most frequent child, and the walk never reached the tree's
+    // end. A locus with the same occurrences then walks the same path.
+    bool counts_decided = true;
+    // Stopped by WalkBounds before its natural end.
+    bool stopped = false;
+  };
+  // A walk stops once even every token left at the current probability
+  // would score no more than `beat` or less than `reach` (negative: no
+  // bound), returning a score within that bound: a draft that cannot win.
+  struct WalkBounds {
+    float beat = -1.0f;
+    float reach = -1.0f;
+  };
   template <typename Sink>
-  float PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched, int budget,
-                  bool confident_extra,
-                  const DraftParams& params, std::vector<int32_t>* window, Sink&& sink,
-                  int32_t* last_node = nullptr, bool* counts_decided = nullptr) const;
+  Walk PathDraft(Locus at, bool own_suffix, absl::Span<const int32_t> matched, int budget,
+                 bool confident_extra, const DraftParams& params, WalkBounds bounds,
+                 std::vector<int32_t>* window, Sink&& sink) const;
   void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
   absl::Status ValidateLoaded() const;

@@ -328,6 +328,124 @@ TEST(SuffixTreeTest, MustBeatKeepsTheBestDraftOrReturnsNone) {
   EXPECT_GT(beaten, 500);
 }
 
+// The search by its definition, on single-match drafts: every match length
+// from the longest occurring tail down, each drafted in full; the best score
+// wins, the longer match on ties; a shorter match is not tried once the best
+// reaches its budget (the confident extension's tokens included, the
+// supported extension's not). With `must_beat`, a best scoring no more
+// gives an empty draft.
+Draft SearchByDefinition(const SuffixTree& tree, const Str& context, const DraftParams& p, const Str* hinted,
+                         float must_beat) {
+  const int32_t len = static_cast<int32_t>(context.size());
+  // The hinted sequence's own tail: the matches it covers are "own".
+  int32_t own_upto = 0;
+  if (hinted != nullptr) {
+    const int32_t active = std::min<int32_t>(static_cast<int32_t>(hinted->size()), tree.max_depth());
+    while (own_upto < std::min(active, len) && context[len - 1 - own_upto] == (*hinted)[hinted->size() - 1 - own_upto]) {
+      ++own_upto;
+    }
+  }
+  int32_t m_max = 0;
+  while (m_max + 1 < len && tree.CountOccurrences(Str(context.end() - (m_max + 1), context.end())) > 0) ++m_max;
+  const int confident_min = p.confident_min_match >= 0 ? p.confident_min_match : p.max_spec_tokens / 3;
+  Draft best;
+  bool found = false;
+  for (int32_t m = m_max; m >= 1; --m) {
+    const int budget = std::max(0, std::min(p.max_spec_tokens, static_cast<int>(m * p.max_spec_factor +
+                                                                                 p.max_spec_offset + 1e-6)));
+    const bool confident = p.confident_prob > 0.0f && m >= confident_min;
+    const int bound = confident ? std::max(budget, p.max_spec_tokens) : budget;
+    if (found && p.max_spec_factor >= 0 && best.score >= static_cast<float>(bound)) break;
+    const Draft d = tree.DraftForMatch(context, m, p, p.discount_own_suffix && m <= own_upto);
+    if (!found || d.score > best.score) {
+      best = d;
+      found = true;
+    }
+  }
+  if (must_beat >= 0 && !(found && best.score > must_beat)) return Draft();
+  return best;
+}
+
+// Speculate's shortcuts (hinted matches, skipped match lengths, walks
+// stopped once they cannot win, the longest matches searched last and
+// derived from shorter ones) against the plain search: the same draft, token
+// for token, for every option, at depths where the tree's end cuts drafts.
+TEST(SuffixTreeTest, SpeculateEqualsTheSearchByDefinition) {
+  std::mt19937 rng(2026);
+  int compared = 0, cut_matches_won = 0, floored = 0;
+  // 600 rounds: a tie broken differently under a shorter match first
+  // shows at round 333.
+  for (int round = 0; round < 600; ++round) {
+    const int max_depth = std::vector<int>{5, 12, 24, 64}[round % 4];
+    // Few tokens: ties and branching; many: long unanimous copies.
+    const int vocab = std::vector<int>{3, 8, 60}[round % 3];
+    SuffixTree tree(max_depth);
+    std::vector<Str> seqs;
+    auto make = [&] {
+      Str s;
+      const size_t length = 20 + rng() % 200;
+      while (s.size() < length) {
+        if (!seqs.empty() && rng() % 3 != 0) {  // copies: equal counts across match lengths
+          const Str& src = seqs[rng() % seqs.size()];
+          const size_t a = rng() % src.size();
+          const size_t n = 1 + rng() % 80;
+          for (size_t i = a; i < src.size() && i < a + n; ++i) s.push_back(src[i]);
+        } else {
+          s.push_back(static_cast<int32_t>(rng() % vocab));
+        }
+      }
+      return s;
+    };
+    // Sequences 100.. are added between the others and removed at the end:
+    // removals re-order equal-count siblings, so that a longer and a shorter
+    // match with the same occurrences can break a tie differently.
+    for (int id = 0; id < 10; ++id) {
+      const Str s = make();
+      tree.Extend(id, s);
+      if (id % 3 == 0) tree.Finish(id);
+      seqs.push_back(s);
+      if (id % 2 == 1) tree.Extend(100 + id, make());
+    }
+    for (int id = 1; id < 10; id += 2) ASSERT_TRUE(tree.Remove(100 + id).ok());
+    ASSERT_TRUE(tree.CheckIntegrity().ok());
+    for (int q = 0; q < 60; ++q) {
+      DraftParams p;
+      p.max_spec_tokens = 1 + rng() % 32;
+      p.max_spec_factor = std::vector<float>{1.0f, 0.5f, 2.0f}[rng() % 3];
+      p.max_spec_offset = static_cast<float>(rng() % 3);
+      p.min_token_prob = std::vector<float>{0.0f, 0.1f, 0.4f}[rng() % 3];
+      p.extend_past_depth = rng() % 4 == 0;
+      p.discount_own_suffix = rng() % 3 == 0;
+      if (rng() % 4 == 0) p.confident_prob = 0.5f;
+      if (rng() % 4 == 0) p.confident_min_support = 2;
+      if (rng() % 4 == 0) p.score_exponent = 1.5f;
+      const size_t which = rng() % seqs.size();
+      const Str& s = seqs[which];
+      // Mostly the live tail (hinted); else anywhere, unhinted.
+      const bool at_end = rng() % 3 != 0;
+      const size_t end = at_end ? s.size() : 2 + rng() % (s.size() - 1);
+      const size_t take = std::min<size_t>(end, max_depth);
+      const Str context(s.begin() + (end - take), s.begin() + end);
+      const bool hint = at_end && which % 3 != 0;  // finished sequences have no active suffixes
+      const float must_beat = rng() % 3 == 0 ? static_cast<float>(rng() % 8) * 0.75f : -1.0f;
+      const Draft want = SearchByDefinition(tree, context, p, hint ? &s : nullptr, must_beat);
+      const Draft got = tree.Speculate(context, p, hint ? static_cast<int32_t>(which) : -1, must_beat);
+      ASSERT_EQ(got.token_ids, want.token_ids) << "round " << round << " query " << q << " depth " << max_depth << " spec " << p.max_spec_tokens << " factor " << p.max_spec_factor << " off " << p.max_spec_offset << " minp " << p.min_token_prob << " ext " << p.extend_past_depth << " own " << p.discount_own_suffix << " conf " << p.confident_prob << " sup " << p.confident_min_support << " exp " << p.score_exponent << " must_beat " << must_beat << " got m " << got.match_len << " score " << got.score << " want m " << want.match_len << " score " << want.score << " hint " << hint << " ctx " << context.size();
+      ASSERT_EQ(got.probs, want.probs) << "round " << round << " query " << q;
+      ASSERT_EQ(got.parents, want.parents);
+      ASSERT_EQ(got.score, want.score);
+      ASSERT_EQ(got.match_len, want.match_len) << "round " << round << " query " << q;
+      ++compared;
+      floored += must_beat >= 0;
+      if (!want.token_ids.empty() && want.match_len > max_depth - p.max_spec_tokens) ++cut_matches_won;
+    }
+  }
+  EXPECT_EQ(compared, 36000);
+  EXPECT_GT(floored, 8000);
+  // The depth-cut matches searched last do win often enough to be tested.
+  EXPECT_GT(cut_matches_won, 2000);
+}
+
 TEST(SuffixTreeTest, TreeDraftBestFirst) {
   SuffixTree tree(8);
   tree.Extend(0, {1, 2, 3, 1, 2, 4, 1, 2, 3});
