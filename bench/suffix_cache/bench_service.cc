@@ -175,16 +175,16 @@ int Run(int argc, char** argv) {
     Start(stub.get(), r.id, r.t->prompt);
   };
   for (Replayed& r : reqs) restart(r);
-  // Server side: the store's append and speculate time of each foreground
+  // Server side: the store's two phases (StepTimings) of each foreground
   // Step (the background clients' Steps have other batch sizes).
   std::mutex phases_mu;
-  std::vector<double> append_us, speculate_us;  // guarded by phases_mu
+  std::vector<double> local_us, global_us;  // guarded by phases_mu
   bool record_phases = false;                   // guarded by phases_mu
   service.SetStepObserver([&](const StepTimings& t) {
     std::lock_guard<std::mutex> l(phases_mu);
     if (!record_phases || t.entries != batch) return;
-    append_us.push_back(t.append_seconds * 1e6);
-    speculate_us.push_back(t.speculate_seconds * 1e6);
+    local_us.push_back(t.appends_local_drafts_seconds * 1e6);
+    global_us.push_back(t.global_drafts_seconds * 1e6);
   });
   int64_t drafted = 0, errors = 0;
   const int warmup = std::min(100, iters / 10);
@@ -247,11 +247,11 @@ int Run(int argc, char** argv) {
   const int64_t background_during = background_steps.load() - background_start;
   stop.store(true);
   for (auto& t : threads) t.join();
-  std::vector<double> server_append, server_speculate;
+  std::vector<double> server_local, server_global;
   {
     std::lock_guard<std::mutex> l(phases_mu);
-    server_append = append_us;
-    server_speculate = speculate_us;
+    server_local = local_us;
+    server_global = global_us;
   }
   // process_cpu_us_per_step: CPU of the whole process during the timed calls;
   // with --background-threads 0 it is what one Step costs (client + server),
@@ -298,8 +298,8 @@ int Run(int argc, char** argv) {
       {"process_cpu_us_per_step_median", median(run_cpu)},
       // The store's own time inside the timed Steps (no gRPC, no queueing),
       // over all repeats.
-      {"server_append_us_p50", server_append.empty() ? 0.0 : median(server_append)},
-      {"server_speculate_us_p50", server_speculate.empty() ? 0.0 : median(server_speculate)},
+      {"server_appends_local_drafts_us_p50", server_local.empty() ? 0.0 : median(server_local)},
+      {"server_global_drafts_us_p50", server_global.empty() ? 0.0 : median(server_global)},
       {"draft_tokens_per_step", static_cast<double>(drafted) / ((iters + warmup) * repeats)},
       {"errors", errors},
       {"cached_responses", stats.cached},

@@ -83,16 +83,17 @@ SuffixCacheMetrics::SuffixCacheMetrics(MetricsServer& server, const SuffixCacheS
       }
     }
   });
-  // Inside a Step, the store's append and speculate time.
+  // Inside a Step, the store's two phases (see StepTimings).
   auto& phases = prometheus::BuildHistogram()
                      .Name("floe_suffix_cache_step_phase_seconds")
-                     .Help("Time of one Step spent appending (local and global trees) and speculating.")
+                     .Help("Time of one Step in the store: appends and local drafts (appends_local_drafts), "
+                           "then global drafts (global_drafts).")
                      .Register(server.registry());
-  prometheus::Histogram* append = &phases.Add({{"phase", "append"}}, buckets);
-  prometheus::Histogram* speculate = &phases.Add({{"phase", "speculate"}}, buckets);
-  service->SetStepObserver([append, speculate](const StepTimings& t) {
-    append->Observe(t.append_seconds);
-    speculate->Observe(t.speculate_seconds);
+  prometheus::Histogram* local = &phases.Add({{"phase", "appends_local_drafts"}}, buckets);
+  prometheus::Histogram* global = &phases.Add({{"phase", "global_drafts"}}, buckets);
+  service->SetStepObserver([local, global](const StepTimings& t) {
+    local->Observe(t.appends_local_drafts_seconds);
+    global->Observe(t.global_drafts_seconds);
   });
   server.Add(collector_);
 }

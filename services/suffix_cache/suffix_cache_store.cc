@@ -303,15 +303,18 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first.get() < b.first.get(); });
   for (auto& [req, i] : live) req->mu.lock();
 
-  const auto append_start = std::chrono::steady_clock::now();
-  // Which entries append: checked first, so that the global appends can run
-  // beside the local ones.
-  std::vector<char> appends(live.size(), 0);  // entry k has tokens to append
-  std::vector<std::pair<Request*, size_t>> appended;
-  std::vector<std::pair<Request*, size_t>> ok;
-  for (size_t k = 0; k < live.size(); ++k) {
-    Request& req = *live[k].first;
-    const size_t i = live[k].second;
+  const auto start = std::chrono::steady_clock::now();
+  // The entries that go ahead (checked first, so that the global appends
+  // can run beside the local work).
+  struct Entry {
+    Request* req;
+    size_t item;
+    bool global_speculate = false;  // the local draft can still lose
+  };
+  std::vector<Entry> ok;
+  std::vector<size_t> appended;  // indices into ok
+  for (auto& [req_ptr, i] : live) {
+    Request& req = *req_ptr;
     const StepItem& item = items[i];
     if (req.done) {
       (*out)[i].status = ended_error(i);
@@ -323,24 +326,33 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
                        "' is out of order: the request has ", req.response_len, " response tokens"));
       continue;
     }
-    appends[k] = !item.appended.empty();
-    ok.emplace_back(live[k].first.get(), i);
-    if (appends[k]) appended.push_back(ok.back());
+    if (!item.appended.empty()) appended.push_back(ok.size());
+    ok.push_back(Entry{&req, i});
   }
   // Entry order, as a caller replaying the batch one by one would append.
-  std::sort(appended.begin(), appended.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::sort(appended.begin(), appended.end(), [&](size_t a, size_t b) { return ok[a].item < ok[b].item; });
+  auto context_of = [&](const Request& req) {
+    absl::Span<const int32_t> context(req.context);
+    if (static_cast<int>(context.size()) > options_.max_depth) {
+      context = context.subspan(context.size() - options_.max_depth);
+    }
+    return context;
+  };
   // Item 0: every global append (one tree, so one thread); items 1..n: the
-  // local work of entry n-1, which touches only its own (locked) request.
-  // Both finish before any speculate, so drafts see the whole batch.
+  // local work of entry n-1, which touches only its own (locked) request:
+  // its local append, then its local draft while that tree is in this
+  // core's cache. Global drafts wait for every global append, so that they
+  // see the whole batch.
   auto global_appends = [&] {
     if (appended.empty() || options_.max_cached_responses == 0) return;
     if (options_.async_global_appends) {
       bool schedule;
       {
         std::lock_guard<std::mutex> p(ns_ptr->pending_mu);
-        for (auto& [req, i] : appended) {
-          ns_ptr->pending.emplace_back(items[i].request_id,
-                                       std::vector<int32_t>(items[i].appended.begin(), items[i].appended.end()));
+        for (size_t k : appended) {
+          const StepItem& item = items[ok[k].item];
+          ns_ptr->pending.emplace_back(item.request_id,
+                                       std::vector<int32_t>(item.appended.begin(), item.appended.end()));
         }
         schedule = !ns_ptr->scheduled;
         ns_ptr->scheduled = true;
@@ -354,45 +366,38 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       }
     } else {
       // One exclusive hold per request: speculates slip in between.
-      for (auto& [req, i] : appended) {
+      for (size_t k : appended) {
+        const StepItem& item = items[ok[k].item];
         std::unique_lock<std::shared_mutex> t(ns.tree_mu);
-        ApplyAppend(ns, items[i].request_id, items[i].appended);
+        ApplyAppend(ns, item.request_id, item.appended);
       }
     }
   };
-  pool_->ParallelFor(live.size() + 1, [&](size_t job) {
+  pool_->ParallelFor(ok.size() + 1, [&](size_t job) {
     if (job == 0) {
       global_appends();
       return;
     }
-    const size_t k = job - 1;
-    if (!appends[k]) return;
-    Request& req = *live[k].first;
-    const StepItem& item = items[live[k].second];
-    req.local.Extend(kLocalSeq, item.appended);
-    const int64_t accepted = req.feedback.Observe(item.appended);
-    if (accepted > 0 && req.draft_source >= 0 && options_.eviction == EvictionKind::kUsage) {
-      ns.Credit(req.draft_source, accepted);
+    Entry& entry = ok[job - 1];
+    Request& req = *entry.req;
+    const StepItem& item = items[entry.item];
+    if (!item.appended.empty()) {
+      req.local.Extend(kLocalSeq, item.appended);
+      const int64_t accepted = req.feedback.Observe(item.appended);
+      if (accepted > 0 && req.draft_source >= 0 && options_.eviction == EvictionKind::kUsage) {
+        ns.Credit(req.draft_source, accepted);
+      }
+      req.draft_source = -1;
+      req.response_len += static_cast<int64_t>(item.appended.size());
+      req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
+      if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
+        req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
+      }
     }
-    req.draft_source = -1;
-    req.response_len += static_cast<int64_t>(item.appended.size());
-    req.context.insert(req.context.end(), item.appended.begin(), item.appended.end());
-    if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
-      req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
-    }
-  });
-  const auto speculate_start = std::chrono::steady_clock::now();
-  // Speculates take shared holds only: in parallel over the pool.
-  pool_->ParallelFor(ok.size(), [&](size_t k) {
-    Request& req = *ok[k].first;
-    const size_t i = ok[k].second;
-    const StepItem& item = items[i];
     if (!item.speculate) return;
-    absl::Span<const int32_t> context(req.context);
-    if (static_cast<int>(context.size()) > options_.max_depth) {
-      context = context.subspan(context.size() - options_.max_depth);
-    }
-    Draft best = req.local.Speculate(context, req.feedback.Adjust(item.params, /*local=*/true), kLocalSeq);
+    const absl::Span<const int32_t> context = context_of(req);
+    Draft& draft = (*out)[entry.item].draft;
+    draft = req.local.Speculate(context, req.feedback.Adjust(item.params, /*local=*/true), kLocalSeq);
     req.draft_source = -1;  // this draft replaces any earlier one
     // A draft's score is at most its token count, which the global tree's
     // budget bounds (no confident extension there); ties go to the local
@@ -402,28 +407,39 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
         0, std::min(item.params.max_spec_tokens,
                     static_cast<int>((static_cast<int>(context.size()) - 1) * item.params.max_spec_factor +
                                      item.params.max_spec_offset + 1e-6)));
-    if (options_.max_cached_responses != 0 && best.score < static_cast<float>(global_bound)) {
+    entry.global_speculate = options_.max_cached_responses != 0 && draft.score < static_cast<float>(global_bound);
+    if (!entry.global_speculate) req.feedback.Proposed(draft);
+  });
+  const auto global_start = std::chrono::steady_clock::now();
+  std::vector<Entry*> global;
+  for (Entry& e : ok) {
+    if (e.global_speculate) global.push_back(&e);
+  }
+  // Speculates take shared holds only: in parallel over the pool.
+  pool_->ParallelFor(global.size(), [&](size_t k) {
+    Request& req = *global[k]->req;
+    const StepItem& item = items[global[k]->item];
+    Draft& best = (*out)[global[k]->item].draft;
+    {
       std::shared_lock<std::shared_mutex> t(ns.tree_mu);
       auto c = ns.cached.find(item.request_id);
       // The hint needs the sequence's tail to be the context's tail (with
       // async appends it may lag a step).
-      const bool current = c != ns.cached.end() &&
-                           c->second.length == req.response_len;
+      const bool current = c != ns.cached.end() && c->second.length == req.response_len;
       const int32_t hint = current ? c->second.seq_id : -1;
-      Draft global =
-          ns.global.Speculate(context, req.feedback.Adjust(item.params, /*local=*/false), hint, best.score);
-      if (global.score > best.score) {
-        best = std::move(global);
+      Draft draft = ns.global.Speculate(context_of(req), req.feedback.Adjust(item.params, /*local=*/false), hint,
+                                        best.score);
+      if (draft.score > best.score) {
+        best = std::move(draft);
         req.draft_source = best.source_seq;
       }
     }
     req.feedback.Proposed(best);
-    (*out)[i].draft = std::move(best);
   });
   if (timings != nullptr) {
     const auto end = std::chrono::steady_clock::now();
-    timings->append_seconds += std::chrono::duration<double>(speculate_start - append_start).count();
-    timings->speculate_seconds += std::chrono::duration<double>(end - speculate_start).count();
+    timings->appends_local_drafts_seconds += std::chrono::duration<double>(global_start - start).count();
+    timings->global_drafts_seconds += std::chrono::duration<double>(end - global_start).count();
   }
   for (auto& [req, i] : live) req->mu.unlock();
 }

@@ -111,12 +111,13 @@ struct StepOutcome {
   absl::Status status;
   Draft draft;
 };
-// Where one Step's time went (seconds, summed over its namespaces): appends
-// (local and global trees, or queueing them) and speculates.
+// Where one Step's time went (seconds, summed over its namespaces): first
+// every request's local append and local draft, with the global tree's
+// appends (or their queueing) beside them; then the global tree's drafts.
 struct StepTimings {
   int entries = 0;
-  double append_seconds = 0;
-  double speculate_seconds = 0;
+  double appends_local_drafts_seconds = 0;
+  double global_drafts_seconds = 0;
 };
 
 struct NamespaceStats {

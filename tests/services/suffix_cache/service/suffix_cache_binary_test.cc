@@ -174,8 +174,8 @@ TEST(SuffixCacheBinaryTest, MetricsEndpoint) {
   EXPECT_NE(text.find("floe_suffix_cache_cached_responses 1"), std::string::npos) << text.substr(0, 2000);
   EXPECT_NE(text.find("floe_suffix_cache_bytes"), std::string::npos);
   EXPECT_NE(text.find("floe_suffix_cache_rpc_latency_seconds_count{method=\"Step\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("floe_suffix_cache_step_phase_seconds_count{phase=\"append\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("floe_suffix_cache_step_phase_seconds_count{phase=\"speculate\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("floe_suffix_cache_step_phase_seconds_count{phase=\"appends_local_drafts\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("floe_suffix_cache_step_phase_seconds_count{phase=\"global_drafts\"} 1"), std::string::npos);
   EXPECT_NE(text.find("floe_suffix_cache_speculate_queries_total 1"), std::string::npos);
   EXPECT_EQ(Terminate(c), 0);
 }
