@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
+#include "common/status/status_macros.h"
 #include "services/suffix_cache/snapshot.h"
 
 namespace floe::suffix_cache {
@@ -97,6 +98,31 @@ absl::StatusOr<DraftParams> SuffixCacheService::ToDraftParams(absl::string_view 
   if (!(d.min_token_prob >= 0.0f && d.min_token_prob <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(field, "min_token_prob is ", d.min_token_prob,
                                                    "; it must be in [0, 1]"));
+  }
+  d.extend_past_depth = p.extend_past_depth();
+  d.discount_own_suffix = p.discount_own_suffix();
+  d.confident_prob = p.confident_prob();
+  d.confident_min_acceptance = p.confident_min_acceptance();
+  d.confident_min_support = p.confident_min_support();
+  if (p.has_confident_min_match()) d.confident_min_match = p.confident_min_match();
+  if (p.has_score_exponent()) d.score_exponent = p.score_exponent();
+  auto unit_range = [&](const char* name, float v) -> absl::Status {
+    if (v >= 0.0f && v <= 1.0f) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(field, name, " is ", v, "; it must be in [0, 1]"));
+  };
+  FLOE_RETURN_IF_ERROR(unit_range("confident_prob", d.confident_prob));
+  FLOE_RETURN_IF_ERROR(unit_range("confident_min_acceptance", d.confident_min_acceptance));
+  if (d.confident_min_support < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "confident_min_support is ", d.confident_min_support, "; it must be >= 0"));
+  }
+  if (p.has_confident_min_match() && d.confident_min_match < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "confident_min_match is ", d.confident_min_match, "; it must be >= 0"));
+  }
+  if (!(d.score_exponent >= 0.01f && d.score_exponent <= 100.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "score_exponent is ", d.score_exponent, "; it must be in [0.01, 100]"));
   }
   return d;
 }
@@ -211,6 +237,10 @@ grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::
   resp->set_drafts_total(drafts_total_.load());
   resp->set_rejected_overload_total(rejected_total_.load());
   resp->set_last_snapshot_unix_ms(last_snapshot_ms_.load());
+  resp->set_max_depth(store_->options().max_depth);
+  resp->set_max_cached_responses(store_->options().max_cached_responses);
+  resp->set_eviction(EvictionKindName(store_->options().eviction));
+  resp->set_async_global_appends(store_->options().async_global_appends);
   for (const NamespaceStats& n : s.namespaces) {
     floe::v1::SuffixNamespaceStats* out = resp->add_namespaces();
     out->set_namespace_(n.name);

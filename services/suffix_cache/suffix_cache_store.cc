@@ -425,13 +425,14 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       auto c = ns.cached.find(item.request_id);
       // The hint needs the sequence's tail to be the context's tail (with
       // async appends it may lag a step).
-      const bool current = c != ns.cached.end() && c->second.length == req.response_len;
-      const int32_t hint = current ? c->second.seq_id : -1;
+      const int32_t own = c != ns.cached.end() ? c->second.seq_id : -1;
+      const int32_t hint = own >= 0 && c->second.length == req.response_len ? own : -1;
       Draft draft = ns.global.Speculate(context_of(req), req.feedback.Adjust(item.params, /*local=*/false), hint,
                                         best.score);
       if (draft.score > best.score) {
         best = std::move(draft);
-        req.draft_source = best.source_seq;
+        // A draft read from the request's own response credits nothing.
+        req.draft_source = best.source_seq == own ? -1 : best.source_seq;
       }
     }
     req.feedback.Proposed(best);

@@ -74,6 +74,23 @@ void PinCallbackQueue() {
 
 }  // namespace
 
+floe::v1::SpeculateParams ToSpeculateParams(const DraftParams& params) {
+  floe::v1::SpeculateParams p;
+  p.set_max_spec_tokens(params.max_spec_tokens);
+  p.set_max_spec_factor(params.max_spec_factor);
+  p.set_max_spec_offset(params.max_spec_offset);
+  p.set_min_token_prob(params.min_token_prob);
+  p.set_use_tree_spec(params.use_tree_spec);
+  p.set_extend_past_depth(params.extend_past_depth);
+  p.set_discount_own_suffix(params.discount_own_suffix);
+  p.set_confident_prob(params.confident_prob);
+  if (params.confident_min_match >= 0) p.set_confident_min_match(params.confident_min_match);
+  p.set_confident_min_acceptance(params.confident_min_acceptance);
+  p.set_confident_min_support(params.confident_min_support);
+  if (params.score_exponent != 1.0f) p.set_score_exponent(params.score_exponent);
+  return p;
+}
+
 NamespaceRing::NamespaceRing(const std::vector<std::string>& replicas, int virtual_nodes) {
   for (int r = 0; r < static_cast<int>(replicas.size()); ++r) {
     for (int v = 0; v < virtual_nodes; ++v) points_.emplace_back(Hash64(absl::StrCat(replicas[r], "#", v)), r);

@@ -27,8 +27,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "floe/v1/suffix_cache.grpc.pb.h"
+#include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
 namespace floe::suffix_cache {
+
+// The wire form of `params`, every option included (the service checks the
+// ranges); the service's SuffixCacheService::ToDraftParams reads it back.
+floe::v1::SpeculateParams ToSpeculateParams(const DraftParams& params);
 
 struct ClientOptions {
   std::vector<std::string> addresses;  // "host:port" per replica

@@ -52,6 +52,15 @@ suffix-replay.md) and prints acceptance, latency and memory figures.
                              score that picks the draft (1.5; 1: prob)
   --tree-spec                tree drafts (best-first) instead of path drafts
   --ngram                    n-gram prompt-lookup baseline (n=3, k=10) instead
+  --server HOST:PORT         replay against a running floe-suffix-cache (one
+                             Step RPC per step: the previous step's tokens and
+                             the draft) instead of in process; it must run
+                             with this replay's --max-depth,
+                             --max-cached-requests (its --max-cached-responses)
+                             and --eviction, synchronous global appends, and
+                             an empty namespace (checked first)
+  --server-namespace NAME    namespace of the replayed requests (replay)
+  --server-deadline-ms N     deadline of each call (10000)
   --limit N                  replay only the first N requests
   --json                     print one JSON object instead of text
   --help                     this text
@@ -166,6 +175,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.options.draft.use_tree_spec = true;
     } else if (arg == "--ngram") {
       f.options.ngram = true;
+    } else if (arg == "--server") {
+      FLOE_FLAG_VALUE(f.options.server, value());
+    } else if (arg == "--server-namespace") {
+      FLOE_FLAG_VALUE(f.options.server_namespace, value());
+    } else if (arg == "--server-deadline-ms") {
+      FLOE_FLAG_VALUE(f.options.server_deadline_ms, int_value(1, 3600 * 1000));
     } else if (arg == "--limit") {
       FLOE_FLAG_VALUE(f.limit, int_value(0, int64_t{1} << 40));
     } else if (arg == "--json") {
@@ -176,6 +191,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
 #undef FLOE_FLAG_VALUE
   }
   if (f.trace.empty()) return absl::InvalidArgumentError("--trace FILE is required (see --help)");
+  if (!f.options.server.empty() && f.options.ngram) {
+    return absl::InvalidArgumentError("--server and --ngram exclude each other: the baseline has no service");
+  }
   return f;
 }
 
@@ -228,10 +246,18 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
   j["acceptance_rate"] =
       r.drafted_tokens ? static_cast<double>(r.accepted_tokens) / r.drafted_tokens : 0.0;
   j["empty_draft_share"] = r.empty_draft_steps / steps;
+  const bool remote = !o.server.empty();
+  if (remote) {
+    j["server"] = o.server;
+    j["server_namespace"] = o.server_namespace;
+    // Appends travel inside the next step's Step call.
+    j["timing"] = "speculate_* are whole Step round trips (the previous step's tokens + the draft)";
+  }
   j["speculate_p50_us"] = Percentile(r.speculate_us, 0.50);
   j["speculate_p99_us"] = Percentile(r.speculate_us, 0.99);
   j["speculate_mean_us"] = mean;
-  j["append_us_per_token"] = r.append_us / std::max<int64_t>(1, r.output_tokens);
+  j["append_us_per_token"] =
+      remote ? nlohmann::json() : nlohmann::json(r.append_us / std::max<int64_t>(1, r.output_tokens));
   j["start_us_per_prompt_token"] = r.start_us / std::max<int64_t>(1, r.prompt_tokens);
   // StartRequest is the prompt's indexing (the local tree) plus bookkeeping.
   j["prompt_index_us_per_token"] = j["start_us_per_prompt_token"];
@@ -241,7 +267,7 @@ nlohmann::json ToJson(const Flags& f, const ReplayResult& r) {
   j["global_tree_bytes"] = r.global_tree_bytes;
   j["bytes_per_cached_token"] =
       r.cached_tokens ? static_cast<double>(r.global_tree_bytes) / r.cached_tokens : 0.0;
-  j["peak_rss_mb"] = ru.ru_maxrss / 1024.0;
+  j["peak_rss_mb"] = ru.ru_maxrss / 1024.0;  // this process (not the server)
   j["wall_s"] = r.wall_s;
   j["drafted_histogram"] = r.drafted_histogram;
   j["accepted_histogram"] = r.accepted_histogram;

@@ -2,6 +2,9 @@
 // requests replayed one at a time against one speculator; each step drafts
 // from prompt + output so far, accepts the longest prefix that matches the
 // true output, emits it plus one bonus token, and appends what it emitted.
+// The speculator runs in this process, or is a floe-suffix-cache service
+// (ReplayOptions::server): one Step RPC per step carries the previous step's
+// tokens and asks for the draft, as an engine's step does.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +25,18 @@ struct ReplayOptions {
   int ngram_k = 10;
   // Responses cached before the trace's first request (each started with an
   // empty prompt, appended whole, stopped): a large cache for scale runs.
-  // Ignored by the n-gram baseline.
+  // Ignored by the n-gram baseline; in process only.
   std::vector<std::vector<int32_t>> prefill;
+  // "host:port" of a floe-suffix-cache to replay against instead of an
+  // in-process speculator. It must run with speculator.max_depth,
+  // max_cached_requests and eviction (checked first: FailedPrecondition),
+  // and hold no responses of this trace's namespace yet. Requests go to
+  // namespace `server_namespace`.
+  std::string server;
+  std::string server_namespace = "replay";
+  // Deadline of each call (a Step carries one step; Start indexes a whole
+  // prompt).
+  int64_t server_deadline_ms = 10000;
 };
 
 struct ReplayResult {
@@ -46,7 +59,7 @@ struct ReplayResult {
   int64_t prefill_tokens = 0;
   int64_t cached_tokens = 0;  // global tree at the end
   int64_t evictions = 0;
-  size_t global_tree_bytes = 0;
+  size_t global_tree_bytes = 0;  // against a server: its namespace's tree
 };
 
 // Floe's default (not reference-compatible) drafting on top of a preset's

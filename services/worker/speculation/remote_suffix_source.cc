@@ -212,10 +212,7 @@ void RemoteSuffixSource::Query(std::span<const SpecSequence> batch, int max_spec
                                std::span<DraftProposal> out) {
   floe::v1::SuffixStepRequest step;
   // Every entry carries its own params (its draft cap); the step's are unset.
-  floe::v1::SpeculateParams params;
-  params.set_max_spec_factor(params_.max_spec_factor);
-  params.set_max_spec_offset(params_.max_spec_offset);
-  params.set_min_token_prob(params_.min_token_prob);
+  floe::v1::SpeculateParams params = suffix_cache::ToSpeculateParams(params_);
   params.set_use_tree_spec(false);
   // Per replica: -1 not asked yet, 0 skipped (down), 1 admitted.
   std::vector<int> admitted(client_->addresses().size(), -1);

@@ -4,11 +4,14 @@
 // corrupt one is skipped.
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "services/suffix_cache/client/suffix_cache_client.h"
+#include "services/suffix_cache/replay/replay.h"
 #include "services/suffix_cache/replay/trace.h"
 #include "services/suffix_cache/suffix_tree/suffix_speculator.h"
 #include "tests/services/suffix_cache/service/test_server.h"
@@ -67,16 +70,6 @@ grpc::Status DoStep(TestServer& s, const SuffixStepRequest& req, SuffixStepRespo
   return s.stub->Step(&ctx, req, resp);
 }
 
-floe::v1::SpeculateParams ToProto(const DraftParams& p) {
-  floe::v1::SpeculateParams out;
-  out.set_max_spec_tokens(p.max_spec_tokens);
-  out.set_max_spec_factor(p.max_spec_factor);
-  out.set_max_spec_offset(p.max_spec_offset);
-  out.set_min_token_prob(p.min_token_prob);
-  out.set_use_tree_spec(p.use_tree_spec);
-  return out;
-}
-
 void ExpectSameDraft(const Draft& want, const floe::v1::SuffixDraft& got, const std::string& where) {
   ASSERT_EQ(got.code(), 0) << where << ": " << got.error();
   ASSERT_EQ(std::vector<int32_t>(got.token_ids().begin(), got.token_ids().end()), want.token_ids) << where;
@@ -119,9 +112,12 @@ TEST(SuffixCacheServiceTest, DraftsEqualInProcessSpeculator) {
   SuffixSpeculator reference({.max_depth = 64, .max_cached_requests = 8});
   int64_t steps = 0, nonempty = 0;
   for (int g = 0; g < kRequests; g += kGroup) {
+    // Path drafts, tree drafts, Floe's default mode (its options travel in
+    // SpeculateParams), in turn.
     DraftParams params;
     params.max_spec_tokens = 16;
-    params.use_tree_spec = (g / kGroup) % 2 == 1;
+    params.use_tree_spec = (g / kGroup) % 3 == 1;
+    if ((g / kGroup) % 3 == 2) ApplyDefaultMode(&params);
     struct Live {
       std::string id;
       std::vector<int32_t> truth, context, pending;
@@ -141,7 +137,7 @@ TEST(SuffixCacheServiceTest, DraftsEqualInProcessSpeculator) {
     }
     while (true) {
       SuffixStepRequest req;
-      *req.mutable_params() = ToProto(params);
+      *req.mutable_params() = ToSpeculateParams(params);
       std::vector<Live*> in_step;
       for (Live& l : live) {
         if (l.done) continue;
@@ -298,6 +294,26 @@ TEST(SuffixCacheServiceTest, BadInputGetsTheRightStatus) {
     AddEntry(&q, "", "r2", 0, {}, true);
     q.mutable_params()->set_max_spec_tokens(0);
     expect_invalid(q, "max_spec_tokens is 0");
+  }
+  // Floe's drafting options, each out of its range.
+  const std::vector<std::pair<std::function<void(floe::v1::SpeculateParams*)>, std::string>> bad_options = {
+      {[](floe::v1::SpeculateParams* p) { p->set_confident_prob(1.5f); }, "entries[0].params.confident_prob is 1.5"},
+      {[](floe::v1::SpeculateParams* p) { p->set_confident_min_acceptance(-0.5f); },
+       "entries[0].params.confident_min_acceptance is -0.5"},
+      {[](floe::v1::SpeculateParams* p) { p->set_confident_min_support(-1); },
+       "entries[0].params.confident_min_support is -1"},
+      {[](floe::v1::SpeculateParams* p) { p->set_confident_min_match(-2); },
+       "entries[0].params.confident_min_match is -2"},
+      {[](floe::v1::SpeculateParams* p) { p->set_score_exponent(0.0f); },
+       "entries[0].params.score_exponent is 0; it must be in [0.01, 100]"},
+  };
+  for (const auto& [set, needle] : bad_options) {
+    SuffixStepRequest q;
+    AddEntry(&q, "", "r2", 0, {}, true);
+    floe::v1::SpeculateParams* p = q.mutable_entries(0)->mutable_params();
+    p->set_max_spec_tokens(8);
+    set(p);
+    expect_invalid(q, needle);
   }
   grpc::Status s = Start(server, "", "r3", {1, -1});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
