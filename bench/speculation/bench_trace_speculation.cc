@@ -8,7 +8,7 @@
 // while RPCs, deadlines, batching and KV rollback run for real. Per request,
 // one step = one streamed chunk (the worker sends one per engine step that
 // emits tokens). The same prefix of the trace is replayed in process through
-// the replay library (floe-suffix-replay, reference-compatible, the worker's
+// the replay library (floe-suffix-replay with the worker's drafting mode and
 // parameters) for the comparison. With --cost-curve (bench_verify_cost JSON)
 // the projected speedup = tokens per step / (step time at the mean draft
 // length / plain step time), at batch = concurrency.
@@ -60,6 +60,7 @@ struct Flags {
   std::string cost_curve;
   std::string floe;
   int timeout_s = 1800;
+  bool reference_compatible = false;
 };
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -176,15 +177,19 @@ json ReplayFigures(const std::vector<suffix_cache::TraceRequest>& trace, const F
   if (f.proposer == "ngram") {
     options.ngram = true;  // the replay's baseline: n = 3, k = 10 (the worker's ngram is n = 1..4, k)
   } else {
-    // What the worker's SuffixProposer uses: reference-compatible drafts, depth 64, budget k.
+    // What the worker's SuffixProposer uses: depth 64, budget k, Floe's
+    // drafting mode unless --reference-compatible.
     options.speculator = {.max_depth = 64, .max_cached_requests = 10000};
+    if (!f.reference_compatible) suffix_cache::ApplyDefaultMode(&options.draft);
     options.draft.max_spec_tokens = f.k;
   }
   auto r = suffix_cache::RunReplay(trace, options);
   if (!r.ok()) return {{"error", std::string(r.status().message())}};
   const double steps = static_cast<double>(r->steps);
-  return {{"parameters", f.proposer == "ngram" ? "ngram n=3 k=10" : absl::StrCat("suffix depth 64, max_spec_tokens ", f.k,
-                                                                                  ", reference-compatible")},
+  return {{"parameters", f.proposer == "ngram" ? "ngram n=3 k=10"
+                                               : absl::StrCat("suffix depth 64, max_spec_tokens ", f.k,
+                                                              f.reference_compatible ? ", reference-compatible"
+                                                                                     : ", Floe's default mode")},
           {"steps", r->steps},
           {"output_tokens", r->output_tokens},
           {"tokens_per_step", r->output_tokens / steps},
@@ -213,6 +218,8 @@ int Main(int argc, char** argv) {
   parser.AddString("cost-curve", &f.cost_curve, "bench_verify_cost JSON (step_cost rows) for the projected speedup");
   parser.AddString("floe", &f.floe, "the floe binary (default: next to this one)");
   parser.AddInt("timeout-s", &f.timeout_s, "per-request deadline");
+  parser.AddBool("reference-compatible", &f.reference_compatible,
+                 "suffix: the workers (and the replay) draft exactly as Arctic Inference, not in Floe's mode");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "bench_trace_speculation")) return *exit_code;
   if (f.trace.empty() || f.concurrency < 1 || f.passes < 1 || (f.mode != "forced" && f.mode != "own") ||
       (f.proposer != "off" && f.proposer != "ngram" && f.proposer != "suffix")) {
@@ -229,6 +236,7 @@ int Main(int argc, char** argv) {
   if (f.threshold > 0) local.insert(local.end(), {"--speculative-token-threshold", std::to_string(f.threshold)});
   if (!f.overhead.empty()) local.insert(local.end(), {"--speculative-step-overhead-tokens", f.overhead});
   if (f.mode == "forced") local.push_back("--benchmark-forced-decoding");
+  if (f.reference_compatible) local.push_back("--speculative-reference-compatible");
   auto cluster = Subprocess::Spawn(local);
   if (!cluster.ok()) return std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str()), 1;
   auto address = (*cluster)->WaitForLine("router listening on ", std::chrono::seconds(300));

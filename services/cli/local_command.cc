@@ -73,7 +73,7 @@ int RunLocal(int argc, char** argv) {
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0;
   int speculative_token_threshold = 0;
-  bool benchmark_forced_decoding = false;
+  bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
   std::string speculative_step_overhead_tokens;
   double kv_cache_gb = 0.5;
   ArgParser parser("floe local [--model DIR | --builtin tiny] [--workers N] [--port P]",
@@ -91,6 +91,8 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("speculative", &speculative,
                    "off|ngram|suffix (lossless; suffix also starts a floe-suffix-cache for the global tree)");
   parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
+  parser.AddBool("speculative-reference-compatible", &speculative_reference_compatible,
+                 "workers draft suffixes exactly as Arctic Inference (default: Floe's drafting mode)");
   parser.AddInt("speculative-token-threshold", &speculative_token_threshold,
                 "workers' --speculative-token-threshold (0: the worker's default)");
   parser.AddString("speculative-step-overhead-tokens", &speculative_step_overhead_tokens,
@@ -143,6 +145,7 @@ int RunLocal(int argc, char** argv) {
                             {"--speculative-step-overhead-tokens", speculative_step_overhead_tokens});
   }
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
+  if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
   if (speculative == "suffix") {
     auto cache = Subprocess::Spawn(
         {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0", "--metrics-port", "0"});

@@ -43,6 +43,7 @@ struct WorkerFlags {
   std::string suffix_cache;
   bool benchmark_forced_decoding = false;
   bool speculative_tree = false;
+  bool speculative_reference_compatible = false;
   int metrics_port = 0;
 };
 
@@ -73,6 +74,9 @@ int Run(int argc, char** argv) {
                    "speculative decoding (lossless): off|ngram|suffix (default: suffix with --suffix-cache, else off)");
   parser.AddBool("speculative-tree", &f.speculative_tree,
                  "--speculative suffix: draft trees (k nodes, verified in one pass under a tree mask)");
+  parser.AddBool("speculative-reference-compatible", &f.speculative_reference_compatible,
+                 "--speculative suffix: Arctic Inference's drafts exactly (default: Floe's drafting mode, "
+                 "docs/suffix-cache.md)");
   parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
@@ -109,6 +113,7 @@ int Run(int argc, char** argv) {
   if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
   speculation.tree = f.speculative_tree;
+  speculation.reference_compatible = f.speculative_reference_compatible;
   if (!f.suffix_cache.empty()) {
     speculation.suffix_cache_addresses = absl::StrSplit(f.suffix_cache, ',');
     if (f.speculative == "suffix")

@@ -110,16 +110,6 @@ class SpeculatorSource final : public DraftSource {
 
 }  // namespace
 
-void ApplyDefaultMode(DraftParams* draft) {
-  draft->extend_past_depth = true;
-  draft->discount_own_suffix = true;
-  draft->confident_prob = 0.99f;
-  draft->confident_min_acceptance = 0.5f;
-  draft->confident_min_support = 3;
-  draft->score_exponent = 1.5f;
-  draft->min_token_prob = 0.13f;
-}
-
 absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
                                        const ReplayOptions& options) {
   ReplayResult res;

@@ -62,13 +62,6 @@ struct ReplayResult {
   size_t global_tree_bytes = 0;  // against a server: its namespace's tree
 };
 
-// Floe's default (not reference-compatible) drafting on top of a preset's
-// parameters: drafts continue past the tree's depth and, for requests that
-// copy, past the match-length budget; scores favour sure tokens and a higher
-// min_token_prob cuts unlikely ones, which keeps acceptance at or above the
-// reference's on the dev traces (docs/suffix-cache.md, "Drafting modes").
-void ApplyDefaultMode(DraftParams* draft);
-
 // Replays `trace` against a fresh speculator (or the n-gram baseline).
 absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
                                        const ReplayOptions& options);

@@ -12,6 +12,16 @@
 
 namespace floe::suffix_cache {
 
+void ApplyDefaultMode(DraftParams* draft) {
+  draft->extend_past_depth = true;
+  draft->discount_own_suffix = true;
+  draft->confident_prob = 0.99f;
+  draft->confident_min_acceptance = 0.5f;
+  draft->confident_min_support = 3;
+  draft->score_exponent = 1.5f;
+  draft->min_token_prob = 0.13f;
+}
+
 SuffixTree::SuffixTree(int max_depth)
     : max_depth_(max_depth), pending_(max_depth) {
   FLOE_SUFFIX_INVARIANT(max_depth > 0 && max_depth <= 65535, "max_depth in [1, 65535]");

@@ -22,6 +22,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const Specu
   }
   if (config.method == "suffix") {
     SuffixProposerOptions options;
+    if (!config.reference_compatible) suffix_cache::ApplyDefaultMode(&options.params);
     options.params.max_spec_tokens = config.num_tokens;
     options.params.use_tree_spec = config.tree;
     std::unique_ptr<GlobalDraftSource> global;

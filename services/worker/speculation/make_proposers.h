@@ -22,6 +22,10 @@ struct SpeculationConfig {
   // replica per address in order.
   std::shared_ptr<RemoteSuffixStats> suffix_cache_stats;
   bool tree = false;  // suffix only: tree drafts (k = tree nodes) instead of paths
+  // suffix only: Arctic Inference's drafts exactly, instead of Floe's
+  // default mode (suffix_tree.h ApplyDefaultMode: more accepted tokens per
+  // step on the dev traces at every budget, as sure or surer).
+  bool reference_compatible = false;
 };
 
 // INVALID_ARGUMENT naming the method when unknown, and naming --suffix-cache

@@ -324,5 +324,28 @@ TEST(MakeProposersTest, FlagsToProposers) {
   }
 }
 
+// Suffix drafts use Floe's default mode unless reference_compatible: there
+// the context's own tail is no occurrence (discount_own_suffix), so a prompt
+// repeating once drafts its copy with probability 1, not 1/2 (three tokens:
+// the budget of a 3-token match).
+TEST(MakeProposersTest, SuffixDraftsInFloesModeByDefault) {
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 5, 6, 7};
+  for (bool reference : {false, true}) {
+    SpeculationConfig config{"suffix", 4, {}, 5};
+    config.reference_compatible = reference;
+    auto proposers = MakeProposers(config);
+    ASSERT_TRUE(proposers.ok()) << proposers.status();
+    SpecSequence s;
+    s.request_id = "r";
+    s.tokens = prompt;
+    s.prompt_len = static_cast<int32_t>(prompt.size());
+    s.max_draft = 4;
+    std::vector<DraftProposal> out(1);
+    proposers->at(0)->Propose(std::span<const SpecSequence>(&s, 1), out);
+    EXPECT_EQ(out[0].tokens, (std::vector<int32_t>{8, 9, 5})) << "reference " << reference;
+    EXPECT_FLOAT_EQ(out[0].score, reference ? 1.5f : 3.0f) << "reference " << reference;
+  }
+}
+
 }  // namespace
 }  // namespace floe
