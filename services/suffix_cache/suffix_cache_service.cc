@@ -92,8 +92,14 @@ absl::StatusOr<DraftParams> SuffixCacheService::ToDraftParams(absl::string_view 
     return absl::InvalidArgumentError(absl::StrCat(field, "max_spec_tokens is ", d.max_spec_tokens,
                                                    "; it must be in [1, ", limits_.max_spec_tokens, "]"));
   }
-  if (!(d.max_spec_factor >= 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, "max_spec_factor is ", d.max_spec_factor, "; it must be >= 0"));
+  // Budgets are computed in int (DraftBudget): bounded, finite factors only.
+  if (!(d.max_spec_factor >= 0.0f && d.max_spec_factor <= 1e6f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "max_spec_factor is ", d.max_spec_factor, "; it must be in [0, 1e6]"));
+  }
+  if (!(d.max_spec_offset >= -1e6f && d.max_spec_offset <= 1e6f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "max_spec_offset is ", d.max_spec_offset, "; it must be in [-1e6, 1e6]"));
   }
   if (!(d.min_token_prob >= 0.0f && d.min_token_prob <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(field, "min_token_prob is ", d.min_token_prob,
@@ -233,6 +239,7 @@ grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::
   resp->set_bytes(s.bytes);
   resp->set_max_bytes(store_->options().max_bytes);
   resp->set_evictions_total(s.evictions_total);
+  resp->set_budget_evictions_total(s.budget_evictions_total);
   resp->set_steps_total(steps_total_.load());
   resp->set_drafts_total(drafts_total_.load());
   resp->set_rejected_overload_total(rejected_total_.load());

@@ -403,10 +403,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     // budget bounds (no confident extension there); ties go to the local
     // draft. So a local draft at that bound cannot lose: skip the global
     // tree (and its lock) altogether. Agentic copies hit this often.
-    const int global_bound = std::max(
-        0, std::min(item.params.max_spec_tokens,
-                    static_cast<int>((static_cast<int>(context.size()) - 1) * item.params.max_spec_factor +
-                                     item.params.max_spec_offset + 1e-6)));
+    const int global_bound = DraftBudget(item.params, static_cast<int32_t>(context.size()) - 1);
     entry.global_speculate = options_.max_cached_responses != 0 && draft.score < static_cast<float>(global_bound);
     if (!entry.global_speculate) req.feedback.Proposed(draft);
   });
@@ -559,6 +556,7 @@ int64_t SuffixCacheStore::TrimToBudget() {
       seq = ns.Detach(best_id);
     }
     RemoveFromTree(ns, {seq});
+    budget_evictions_total_.fetch_add(1, std::memory_order_relaxed);
     ++evicted;
     std::shared_lock<std::shared_mutex> t(ns.tree_mu);
     total += ns.EstimatedBytes() - sizes[best];
@@ -592,6 +590,7 @@ StoreStats SuffixCacheStore::Stats() const {
     stats.namespaces.push_back(std::move(n));
   }
   stats.evictions_total = evictions_total_.load();
+  stats.budget_evictions_total = budget_evictions_total_.load();
   return stats;
 }
 

@@ -135,6 +135,7 @@ struct StoreStats {
   int64_t bytes = 0;
   int64_t nodes = 0;
   int64_t evictions_total = 0;
+  int64_t budget_evictions_total = 0;  // of evictions_total, those over max_bytes
   std::vector<NamespaceStats> namespaces;
 };
 
@@ -203,6 +204,7 @@ class SuffixCacheStore {
   absl::flat_hash_map<std::string, std::shared_ptr<Namespace>> namespaces_;  // guarded by namespaces_mu_
   std::atomic<uint64_t> next_order_{0};  // FIFO position across namespaces
   std::atomic<int64_t> evictions_total_{0};
+  std::atomic<int64_t> budget_evictions_total_{0};
   std::atomic<int64_t> bytes_{0};
   std::unique_ptr<WorkerPool> pool_;
   std::mutex dirty_mu_;  // namespaces with pending appends (async mode)

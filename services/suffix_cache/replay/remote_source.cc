@@ -24,8 +24,10 @@ absl::Status EntryStatus(const floe::v1::SuffixStepResponse& resp, const std::st
 
 class RemoteSource final : public DraftSource {
  public:
-  RemoteSource(const ReplayOptions& options, std::unique_ptr<SuffixCacheClient> client)
-      : options_(options), client_(std::move(client)), params_(ToSpeculateParams(options.draft)) {}
+  RemoteSource(const ReplayOptions& options, std::unique_ptr<SuffixCacheClient> client,
+               const floe::v1::SuffixStats& at_start)
+      : options_(options), client_(std::move(client)), params_(ToSpeculateParams(options.draft)),
+        at_start_(at_start) {}
 
   absl::Status Start(const TraceRequest& r) override {
     offset_ = 0;
@@ -51,9 +53,17 @@ class RemoteSource final : public DraftSource {
     if (!pending_.empty()) FLOE_RETURN_IF_ERROR(Step(r, /*speculate=*/false).status());
     return client_->EndRequest(options_.server_namespace, r.id).status();
   }
+  void Abandon(const TraceRequest& r) override { (void)client_->AbortRequest(options_.server_namespace, r.id); }
   absl::Status Finish(ReplayResult* res) override {
     FLOE_ASSIGN_OR_RETURN(const floe::v1::SuffixStats stats, client_->GetStats(0));
-    res->evictions = stats.evictions_total();
+    const int64_t over_budget = stats.budget_evictions_total() - at_start_.budget_evictions_total();
+    if (over_budget > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the service at ", options_.server, " evicted ", over_budget,
+          " responses over its --max-bytes during the replay (a small budget, or other namespaces): its drafts "
+          "may differ from the in-process speculator's, which has no byte budget"));
+    }
+    res->evictions = stats.evictions_total() - at_start_.evictions_total();  // server-wide
     for (const floe::v1::SuffixNamespaceStats& n : stats.namespaces()) {
       if (n.namespace_() != options_.server_namespace) continue;
       res->cached_tokens = n.cached_tokens();
@@ -85,12 +95,17 @@ class RemoteSource final : public DraftSource {
   const floe::v1::SpeculateParams params_;
   int64_t offset_ = 0;            // response tokens the service holds
   std::vector<int32_t> pending_;  // emitted, not sent yet
+  const floe::v1::SuffixStats at_start_;
 };
 
 // The service drafts as the in-process speculator only with the same
 // configuration and a namespace that starts empty.
 absl::Status CheckServer(const ReplayOptions& o, const floe::v1::SuffixStats& stats) {
   const SpeculatorConfig& want = o.speculator;
+  if (stats.max_depth() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("the service at ", o.server,
+                                                      " does not report its configuration (older than the replay)"));
+  }
   std::vector<std::string> diffs;
   if (stats.max_depth() != want.max_depth) {
     diffs.push_back(absl::StrCat("--max-depth ", stats.max_depth(), " (want ", want.max_depth, ")"));
@@ -129,11 +144,11 @@ absl::StatusOr<std::unique_ptr<DraftSource>> ConnectRemoteSource(const ReplayOpt
   FLOE_ASSIGN_OR_RETURN(std::unique_ptr<SuffixCacheClient> client, SuffixCacheClient::Create(c));
   absl::StatusOr<floe::v1::SuffixStats> stats = client->GetStats(0);
   if (!stats.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the service at ", options.server, ": ",
-                                               stats.status().message()));
+    return absl::Status(stats.status().code(), absl::StrCat("GetStats from the service at ", options.server, ": ",
+                                                            stats.status().message()));
   }
   FLOE_RETURN_IF_ERROR(CheckServer(options, *stats));
-  return std::make_unique<RemoteSource>(options, std::move(client));
+  return std::make_unique<RemoteSource>(options, std::move(client), *stats);
 }
 
 }  // namespace floe::suffix_cache

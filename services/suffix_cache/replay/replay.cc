@@ -136,12 +136,19 @@ absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
     auto t0 = Clock::now();
     FLOE_RETURN_IF_ERROR(source->Start(r));
     res.start_us += MicrosSince(t0);
+    // Past Start, a failure lets go of the request before returning.
+    auto abandon_on_error = [&](absl::Status s) {
+      if (!s.ok()) source->Abandon(r);
+      return s;
+    };
     context.assign(r.prompt.begin(), r.prompt.end());
     const absl::Span<const int32_t> out(r.output);
     size_t i = 0;
     while (i < out.size()) {
       t0 = Clock::now();
-      FLOE_ASSIGN_OR_RETURN(const Draft draft, source->Propose(r, context));
+      absl::StatusOr<Draft> proposed = source->Propose(r, context);
+      FLOE_RETURN_IF_ERROR(abandon_on_error(proposed.status()));
+      const Draft& draft = *proposed;
       res.speculate_us.push_back(MicrosSince(t0));
       const int64_t accepted = AcceptedTokens(draft, tree, out.subspan(i));
       const int64_t drafted = static_cast<int64_t>(draft.token_ids.size());
@@ -158,13 +165,13 @@ absl::StatusOr<ReplayResult> RunReplay(const std::vector<TraceRequest>& trace,
       bump(res.accepted_histogram, accepted);
       const absl::Span<const int32_t> emitted = out.subspan(i, emit);
       t0 = Clock::now();
-      FLOE_RETURN_IF_ERROR(source->Append(r, emitted));
+      FLOE_RETURN_IF_ERROR(abandon_on_error(source->Append(r, emitted)));
       res.append_us += MicrosSince(t0);
       context.insert(context.end(), emitted.begin(), emitted.end());
       i += emit;
     }
     t0 = Clock::now();
-    FLOE_RETURN_IF_ERROR(source->Stop(r));
+    FLOE_RETURN_IF_ERROR(abandon_on_error(source->Stop(r)));
     res.stop_us += MicrosSince(t0);
   }
   res.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();

@@ -1,6 +1,7 @@
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <queue>
 #include <string>
@@ -20,6 +21,12 @@ void ApplyDefaultMode(DraftParams* draft) {
   draft->confident_min_support = 3;
   draft->score_exponent = 1.5f;
   draft->min_token_prob = 0.13f;
+}
+
+int DraftBudget(const DraftParams& params, int32_t match_len) {
+  const int b = std::min(params.max_spec_tokens,
+                         static_cast<int>(match_len * params.max_spec_factor + params.max_spec_offset + 1e-6));
+  return std::max(b, 0);
 }
 
 SuffixTree::SuffixTree(int max_depth)
@@ -634,15 +641,15 @@ namespace {
 // every continuation seen agrees).
 constexpr float kUnanimous = 0.99f;
 // A score summed token by token may round above the same bound computed as
-// one product (at most a few hundred terms of at most 1 each): bounds stop a
-// walk only beyond this margin.
-constexpr float kBoundSlack = 1e-3f;
+// one product: n terms of at most 1 drift by up to about n^2 float epsilons
+// (a long copy at one probability rounds the same way every step). Bounds
+// stop a walk only beyond this margin.
+float BoundSlack(int tokens) { return 1e-3f + static_cast<float>(tokens) * static_cast<float>(tokens) * FLT_EPSILON; }
 
-// Tokens a match of `match_len` may draft before any extension.
-int DraftBudget(const DraftParams& params, int32_t match_len) {
-  const int b = std::min(params.max_spec_tokens,
-                         static_cast<int>(match_len * params.max_spec_factor + params.max_spec_offset + 1e-6));
-  return std::max(b, 0);
+// The most tokens a draft from a match can have: its budget, or with an
+// extension past the budget max_spec_tokens (before the tree's depth cuts).
+int MostTokens(const DraftParams& params, int budget, bool confident_extra) {
+  return confident_extra || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens) : budget;
 }
 
 // Whether the confident extension applies to a match of `match_len`.
@@ -730,9 +737,9 @@ SuffixTree::Walk SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<con
   };
   // The most tokens this walk can draft: extensions included, and without
   // extend_past_depth no deeper than the tree.
-  int cap = confident_extra || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens)
-                                                                : budget;
+  int cap = MostTokens(params, budget, confident_extra);
   if (!extend) cap = std::min(cap, max_depth_ - static_cast<int>(matched.size()));
+  const float slack = BoundSlack(cap);
   const bool bounded = bounds.beat >= 0.0f || bounds.reach >= 0.0f;
   while (prob >= params.min_token_prob && (emitted < budget || past_budget())) {
     const Node& n = nodes_[node];
@@ -753,7 +760,7 @@ SuffixTree::Walk SuffixTree::PathDraft(Locus at, bool own_suffix, absl::Span<con
       idx = 0;
       if (bounded) {
         // Probabilities only fall along the path.
-        const float most = score + ScoreOf(prob, params) * static_cast<float>(cap - emitted) + kBoundSlack;
+        const float most = score + ScoreOf(prob, params) * static_cast<float>(cap - emitted) + slack;
         if (most <= bounds.beat || most < bounds.reach) {
           walk.stopped = true;
           break;
@@ -838,10 +845,14 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   const int32_t k = std::min(HintedMatches(context, hint_seq, &hinted), max_match);
   // Longer matches are walked from the root; a miss ends them (a longer
   // tail cannot match if a shorter one does not).
-  Locus walked[256];
+  // (Any number of them: a fixed bound here once ignored matches longer
+  // than 256 unhinted tokens at deep trees.)
+  absl::InlinedVector<Locus, 64> walked;
   int32_t m_max = k;
-  for (int32_t m = k + 1; m <= max_match && m - k <= 256; ++m) {
-    if (!MatchFromRoot(context.subspan(len - m), &walked[m - k - 1])) break;
+  for (int32_t m = k + 1; m <= max_match; ++m) {
+    Locus at;
+    if (!MatchFromRoot(context.subspan(len - m), &at)) break;
+    walked.push_back(at);
     m_max = m;
   }
   auto hinted_node = [&](int32_t m) {
@@ -918,12 +929,10 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   Source source, walked_source;
   // The most tokens a draft from match m can have, the extensions past the
   // budget included (before the tree's depth cuts it).
-  auto most_tokens = [&](int32_t m) {
-    const int budget = budget_for(m);
-    return confident(m) || params.confident_min_support > 0 ? std::max(budget, params.max_spec_tokens) : budget;
-  };
-  // Drafts match m until its end or until it cannot win (`bounds`); a
-  // complete decided walk becomes `*record` when given.
+  auto most_tokens = [&](int32_t m) { return MostTokens(params, budget_for(m), confident(m)); };
+  // Drafts match m until its end or until it cannot win (`bounds`); notes
+  // it in `decided` (for the shorter matches), and a complete decided walk
+  // becomes `*record` when given (for the cut matches).
   auto walk = [&](int32_t m, int32_t count, WalkBounds bounds, Source* record) {
     float sum = 0.0f;
     walked_source.prefix.clear();

@@ -92,6 +92,11 @@ struct DraftParams {
 // default.
 void ApplyDefaultMode(DraftParams* draft);
 
+// Tokens a match of `match_len` may draft before any extension:
+// min(max_spec_tokens, match_len * max_spec_factor + max_spec_offset), >= 0.
+// (Callers keep the factor and offset finite and modest; the service checks.)
+int DraftBudget(const DraftParams& params, int32_t match_len);
+
 struct Draft {
   std::vector<int32_t> token_ids;
   // parents[i]: index in token_ids of token i's parent, -1 for the root

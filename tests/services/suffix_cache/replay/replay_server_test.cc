@@ -5,9 +5,12 @@
 // configured otherwise, unreachable, or already holding the namespace is
 // refused before any request. Uses the dev traces (FLOE_TRACE_DIR, default
 // /work/shared/traces), like suffix_replay_exact_test.
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <ostream>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "services/suffix_cache/replay/replay.h"
@@ -94,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"chat_arctic_default_evicting", "dev-chat.jsonl", 40, 64, 16, 10, true, false}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
-TEST(ReplayServerRefusalTest, OtherConfigurationUnreachableOrUsedNamespace) {
+TEST(ReplayServerRefusalTest, OtherConfigurationBudgetEvictionsFailuresUnreachable) {
   const std::vector<TraceRequest> trace = Trace("dev-chat.jsonl", 3);
   ASSERT_FALSE(trace.empty());
   ReplayOptions o = Options(64, 16, 100000, true, false);
@@ -117,6 +120,40 @@ TEST(ReplayServerRefusalTest, OtherConfigurationUnreachableOrUsedNamespace) {
     EXPECT_NE(again.status().message().find("already holds 3 responses"), std::string::npos) << again.status();
     o.server_namespace = "another";
     EXPECT_TRUE(RunReplay(trace, o).ok());
+  }
+  {
+    // A byte budget the trace outgrows: the service evicts by bytes, which
+    // the in-process speculator never does.
+    StoreOptions small = StoreFor(o);
+    small.max_bytes = 20000;
+    TestServer server(small, ServiceLimits{});
+    o.server = server.runner->address();
+    o.server_namespace = "replay";
+    // The binary's maintenance loop, which trims to the budget.
+    std::atomic<bool> done{false};
+    std::thread trim([&] {
+      while (!done.load()) {
+        server.store.TrimToBudget();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+    absl::StatusOr<ReplayResult> r = RunReplay(Trace("dev-chat.jsonl", 20), o);
+    done.store(true);
+    trim.join();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(r.status().message().find("over its --max-bytes"), std::string::npos) << r.status();
+  }
+  {
+    // A Step the service refuses (its --max-spec-tokens is 8): the request
+    // is let go of, not left active.
+    ServiceLimits limits;
+    limits.max_spec_tokens = 8;
+    TestServer server(StoreFor(o), limits);
+    o.server = server.runner->address();
+    absl::StatusOr<ReplayResult> r = RunReplay(trace, o);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("max_spec_tokens is 16"), std::string::npos) << r.status();
+    EXPECT_EQ(server.store.Stats().active, 0);
   }
   o.server = "127.0.0.1:1";  // nothing listens there
   o.server_deadline_ms = 300;

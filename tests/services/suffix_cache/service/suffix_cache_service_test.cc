@@ -2,16 +2,17 @@
 // in-process SuffixSpeculator's, namespaces are isolated, bad input gets the
 // right status, memory bounds evict FIFO, snapshots survive a restart and a
 // corrupt one is skipped.
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/suffix_cache/client/suffix_cache_client.h"
-#include "services/suffix_cache/replay/replay.h"
 #include "services/suffix_cache/replay/trace.h"
 #include "services/suffix_cache/suffix_tree/suffix_speculator.h"
 #include "tests/services/suffix_cache/service/test_server.h"
@@ -295,8 +296,13 @@ TEST(SuffixCacheServiceTest, BadInputGetsTheRightStatus) {
     q.mutable_params()->set_max_spec_tokens(0);
     expect_invalid(q, "max_spec_tokens is 0");
   }
-  // Floe's drafting options, each out of its range.
+  // Budget terms and Floe's drafting options, each out of its range.
   const std::vector<std::pair<std::function<void(floe::v1::SpeculateParams*)>, std::string>> bad_options = {
+      {[](floe::v1::SpeculateParams* p) { p->set_max_spec_offset(std::numeric_limits<float>::infinity()); },
+       "entries[0].params.max_spec_offset is inf; it must be in [-1e6, 1e6]"},
+      {[](floe::v1::SpeculateParams* p) { p->set_max_spec_factor(1e30f); }, "entries[0].params.max_spec_factor is 1e+30"},
+      {[](floe::v1::SpeculateParams* p) { p->set_max_spec_factor(std::nanf("")); },
+       "entries[0].params.max_spec_factor is nan"},
       {[](floe::v1::SpeculateParams* p) { p->set_confident_prob(1.5f); }, "entries[0].params.confident_prob is 1.5"},
       {[](floe::v1::SpeculateParams* p) { p->set_confident_min_acceptance(-0.5f); },
        "entries[0].params.confident_min_acceptance is -0.5"},
