@@ -23,12 +23,6 @@ void ApplyDefaultMode(DraftParams* draft) {
   draft->min_token_prob = 0.13f;
 }
 
-int DraftBudget(const DraftParams& params, int32_t match_len) {
-  const int b = std::min(params.max_spec_tokens,
-                         static_cast<int>(match_len * params.max_spec_factor + params.max_spec_offset + 1e-6));
-  return std::max(b, 0);
-}
-
 SuffixTree::SuffixTree(int max_depth)
     : max_depth_(max_depth), pending_(max_depth) {
   FLOE_SUFFIX_INVARIANT(max_depth > 0 && max_depth <= 65535, "max_depth in [1, 65535]");

@@ -95,7 +95,12 @@ void ApplyDefaultMode(DraftParams* draft);
 // Tokens a match of `match_len` may draft before any extension:
 // min(max_spec_tokens, match_len * max_spec_factor + max_spec_offset), >= 0.
 // (Callers keep the factor and offset finite and modest; the service checks.)
-int DraftBudget(const DraftParams& params, int32_t match_len);
+// (Inline: Speculate asks for every match length.)
+inline int DraftBudget(const DraftParams& params, int32_t match_len) {
+  const int b = std::min(params.max_spec_tokens,
+                         static_cast<int>(match_len * params.max_spec_factor + params.max_spec_offset + 1e-6));
+  return std::max(b, 0);
+}
 
 struct Draft {
   std::vector<int32_t> token_ids;
