@@ -5,7 +5,9 @@
 // back to back). The global tree is first warmed with --warm-responses trace
 // responses. --repeats runs of --iters timed Steps; prints one JSON object
 // with each run's p50/p99 and their medians (microseconds), the server-side
-// handler time (so transport = total - server), and the whole setup.
+// handler time (so transport = total - server), a same-run baseline (the
+// same entries with no tokens and no drafts, under the same load), and the
+// whole setup.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -244,6 +246,25 @@ int Run(int argc, char** argv) {
   run_cpu.push_back(cpu_us / us.size());
   }
   const double bench_seconds = std::chrono::duration<double>(Clock::now() - bench_start).count();
+  // The same-run baseline: the same 64 entries with nothing to append and no
+  // draft asked, under the same background load: what a Step costs before
+  // any tree work (gRPC, the service's checks, the store's lookups and locks).
+  std::vector<double> empty_us;
+  for (int it = 0; it < iters; ++it) {
+    floe::v1::SuffixStepRequest req;
+    for (const Replayed& r : reqs) {
+      auto* e = req.add_entries();
+      e->set_request_id(r.id);
+      e->set_response_offset(static_cast<int64_t>(r.pos));
+    }
+    floe::v1::SuffixStepResponse resp;
+    grpc::ClientContext ctx;
+    const auto t0 = Clock::now();
+    grpc::Status s = direct ? service.Step(nullptr, &req, &resp) : stub->Step(&ctx, req, &resp);
+    empty_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!s.ok()) ++errors;
+  }
+  std::sort(empty_us.begin(), empty_us.end());
   const int64_t background_during = background_steps.load() - background_start;
   stop.store(true);
   for (auto& t : threads) t.join();
@@ -296,6 +317,11 @@ int Run(int argc, char** argv) {
       {"last_run", {{"p50_us", pct(0.50)}, {"p90_us", pct(0.90)}, {"p99_us", pct(0.99)}, {"max_us", us.back()},
                     {"mean_us", mean}}},
       {"process_cpu_us_per_step_median", median(run_cpu)},
+      {"empty_step_baseline", {{"what", "the same entries, no tokens, no drafts, same load"},
+                               {"p50_us", empty_us[empty_us.size() / 2]},
+                               {"p99_us", empty_us[std::min(empty_us.size() - 1,
+                                                            static_cast<size_t>(0.99 * empty_us.size()))]}}},
+      {"p50_over_empty_step", median(run_p50) / std::max(1.0, empty_us[empty_us.size() / 2])},
       // The store's own time inside the timed Steps (no gRPC, no queueing),
       // over all repeats.
       {"server_appends_local_drafts_us_p50", server_local.empty() ? 0.0 : median(server_local)},
