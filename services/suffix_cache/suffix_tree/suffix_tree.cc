@@ -921,9 +921,6 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     absl::InlinedVector<float, 32> prefix;  // score after each drafted token
   };
   Source source, walked_source;
-  // The most tokens a draft from match m can have, the extensions past the
-  // budget included (before the tree's depth cuts it).
-  auto most_tokens = [&](int32_t m) { return MostTokens(params, budget_for(m), confident(m)); };
   // Drafts match m until its end or until it cannot win (`bounds`); notes
   // it in `decided` (for the shorter matches), and a complete decided walk
   // becomes `*record` when given (for the cut matches).
@@ -941,7 +938,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     // probability; a shorter match with the same occurrences follows it that
     // far with no more tokens left, unless the tree's depth cut this one
     // shorter than theirs.
-    const bool depth_cut_this = !params.extend_past_depth && most_tokens(m) > max_depth_ - m;
+    const bool depth_cut_this = !params.extend_past_depth && MostTokens(params, budget, confident(m)) > max_depth_ - m;
     decided = w.counts_decided && (!w.stopped || !depth_cut_this) ? Decided{count, own(m), confident(m)}
                                                                     : Decided{};
     if (record != nullptr) {
@@ -961,7 +958,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     if (can_prune && best_m > 0 && best_score >= static_cast<float>(bound)) break;
     // The most this or any shorter match can score, extensions past the
     // budget included (budgets do not grow as matches shorten).
-    const int most = most_tokens(m);
+    const int most = MostTokens(params, budget, confident(m));
     if (can_prune && floor && !beats_floor() && must_beat >= static_cast<float>(most)) break;
     const int32_t node = locus_node(m);
     const int32_t count = nodes_[node].count;
@@ -999,7 +996,7 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
     if (best_m > 0 && static_cast<float>(cut) < best_score) break;
     if (floor && static_cast<float>(cut) <= must_beat) break;
     const int budget = budget_for(m);
-    const int most = std::min(cut, most_tokens(m));
+    const int most = std::min(cut, MostTokens(params, budget, confident(m)));
     if ((best_m > 0 && static_cast<float>(most) < best_score) || (floor && static_cast<float>(most) <= must_beat)) {
       continue;
     }
@@ -1021,44 +1018,42 @@ Draft SuffixTree::Speculate(absl::Span<const int32_t> context, const DraftParams
   }
   if (floor && !beats_floor()) return Draft();
   if (best_m > 0 && !params.use_tree_spec) {
-    const int budget = budget_for(best_m);
-    best.token_ids.reserve(budget);
-    best.probs.reserve(budget);
-    const Walk w = PathDraft(locus(best_m), own(best_m), context.subspan(len - best_m), budget,
-                             confident(best_m), params, WalkBounds{}, &window, [&](int32_t t, float p) {
-                               best.parents.push_back(static_cast<int32_t>(best.token_ids.size()) - 1);
-                               best.token_ids.push_back(t);
-                               best.probs.push_back(p);
-                             });
-    best.score = w.score;
-    best.match_len = best_m;
-    if (!best.token_ids.empty() && w.last_node != kRoot) {
-      const Seq& src = seqs_[nodes_[w.last_node].ref_seq];
-      if (!src.removed) best.source_seq = src.seq_id;
-    }
+    best = PathDraftAt(locus(best_m), own(best_m), context.subspan(len - best_m), params, &window);
   }
   return best;
 }
 
-Draft SuffixTree::DraftForMatch(absl::Span<const int32_t> context, int32_t match_len, const DraftParams& params,
-                                bool own_suffix) const {
+Draft SuffixTree::PathDraftAt(Locus at, bool own_suffix, absl::Span<const int32_t> matched,
+                              const DraftParams& params, std::vector<int32_t>* window) const {
+  const int32_t match_len = static_cast<int32_t>(matched.size());
+  const int budget = DraftBudget(params, match_len);
   Draft d;
-  Locus at;
-  if (match_len < 1 || match_len > static_cast<int32_t>(context.size()) ||
-      !MatchFromRoot(context.subspan(context.size() - match_len), &at)) {
-    return d;
-  }
-  std::vector<int32_t> window;
-  const Walk w = PathDraft(at, own_suffix, context.subspan(context.size() - match_len), DraftBudget(params, match_len),
-                           ConfidentFrom(params, match_len), params,
-                           WalkBounds{}, &window, [&](int32_t t, float p) {
+  d.token_ids.reserve(budget);
+  d.probs.reserve(budget);
+  const Walk w = PathDraft(at, own_suffix, matched, budget, ConfidentFrom(params, match_len), params, WalkBounds{},
+                           window, [&](int32_t t, float p) {
                              d.parents.push_back(static_cast<int32_t>(d.token_ids.size()) - 1);
                              d.token_ids.push_back(t);
                              d.probs.push_back(p);
                            });
   d.score = w.score;
   d.match_len = match_len;
+  if (!d.token_ids.empty() && w.last_node != kRoot) {
+    const Seq& src = seqs_[nodes_[w.last_node].ref_seq];
+    if (!src.removed) d.source_seq = src.seq_id;
+  }
   return d;
+}
+
+Draft SuffixTree::DraftForMatch(absl::Span<const int32_t> context, int32_t match_len, const DraftParams& params,
+                                bool own_suffix) const {
+  Locus at;
+  if (match_len < 1 || match_len > static_cast<int32_t>(context.size()) ||
+      !MatchFromRoot(context.subspan(context.size() - match_len), &at)) {
+    return Draft();
+  }
+  std::vector<int32_t> window;
+  return PathDraftAt(at, own_suffix, context.subspan(context.size() - match_len), params, &window);
 }
 
 int64_t SuffixTree::CountOccurrences(absl::Span<const int32_t> pattern) const {

@@ -342,6 +342,10 @@ class SuffixTree {
                  bool confident_extra, const DraftParams& params, WalkBounds bounds,
                  std::vector<int32_t>* window, Sink&& sink) const;
   void TreeDraft(Locus at, int budget, const DraftParams& params, Draft* out) const;
+  // The whole path draft of the match ending at `at` (its tokens `matched`,
+  // the context's tail), with its source sequence.
+  Draft PathDraftAt(Locus at, bool own_suffix, absl::Span<const int32_t> matched, const DraftParams& params,
+                    std::vector<int32_t>* window) const;
   absl::Status CheckNode(int32_t n, int depth, std::vector<int32_t>* stack) const;
   absl::Status ValidateLoaded() const;
 

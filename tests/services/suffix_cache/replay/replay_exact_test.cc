@@ -3,19 +3,14 @@
 // issue #6's acceptance targets there. The traces live outside the
 // repository: FLOE_TRACE_DIR, default /work/shared/traces. Without them the
 // test fails rather than skips: a skipped exactness check would hide a regression.
-#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "services/suffix_cache/replay/replay.h"
+#include "tests/services/suffix_cache/dev_traces.h"
 
 namespace floe::suffix_cache {
 namespace {
-
-std::string TracePath(const std::string& name) {
-  const char* dir = std::getenv("FLOE_TRACE_DIR");
-  return std::string(dir ? dir : "/work/shared/traces") + "/" + name;
-}
 
 ReplayOptions Preset(int depth, int spec_tokens, int64_t cached) {
   ReplayOptions o;
@@ -38,7 +33,7 @@ class ReplayExactTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ReplayExactTest, StepCountMatchesReference) {
   const Case& c = GetParam();
-  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(TracePath(c.trace));
+  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(DevTracePath(c.trace));
   ASSERT_TRUE(trace.ok()) << trace.status() << " (the traces live in ../shared/traces beside the checkout)";
   ReplayOptions o;
   const std::string s = c.speculator;
@@ -78,7 +73,7 @@ class DefaultModeTest : public ::testing::TestWithParam<Target> {};
 
 TEST_P(DefaultModeTest, MeetsAcceptanceTargets) {
   const Target& t = GetParam();
-  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(TracePath(t.trace));
+  absl::StatusOr<std::vector<TraceRequest>> trace = LoadTrace(DevTracePath(t.trace));
   ASSERT_TRUE(trace.ok()) << trace.status() << " (the traces live in ../shared/traces beside the checkout)";
   ReplayOptions o = Preset(64, t.spec_tokens, 100000);
   ApplyDefaultMode(&o.draft);

@@ -7,21 +7,20 @@
 // /work/shared/traces), like suffix_replay_exact_test.
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <ostream>
 #include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "services/suffix_cache/replay/replay.h"
+#include "tests/services/suffix_cache/dev_traces.h"
 #include "tests/services/suffix_cache/service/test_server.h"
 
 namespace floe::suffix_cache {
 namespace {
 
 std::vector<TraceRequest> Trace(const std::string& name, size_t limit) {
-  const char* dir = std::getenv("FLOE_TRACE_DIR");
-  absl::StatusOr<std::vector<TraceRequest>> t = LoadTrace(std::string(dir ? dir : "/work/shared/traces") + "/" + name);
+  absl::StatusOr<std::vector<TraceRequest>> t = LoadTrace(DevTracePath(name));
   EXPECT_TRUE(t.ok()) << t.status() << " (the traces live in ../shared/traces beside the checkout)";
   if (!t.ok()) return {};
   if (t->size() > limit) t->resize(limit);

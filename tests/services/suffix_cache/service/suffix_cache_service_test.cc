@@ -15,6 +15,7 @@
 #include "services/suffix_cache/client/suffix_cache_client.h"
 #include "services/suffix_cache/replay/trace.h"
 #include "services/suffix_cache/suffix_tree/suffix_speculator.h"
+#include "tests/services/suffix_cache/dev_traces.h"
 #include "tests/services/suffix_cache/service/test_server.h"
 
 namespace floe::suffix_cache {
@@ -22,11 +23,6 @@ namespace {
 
 using floe::v1::SuffixStepRequest;
 using floe::v1::SuffixStepResponse;
-
-std::string TracePath() {
-  const char* dir = std::getenv("FLOE_TRACE_DIR");
-  return std::string(dir ? dir : "/work/shared/traces") + "/dev-agentic.jsonl";
-}
 
 grpc::Status Start(TestServer& s, const std::string& ns, const std::string& id, const std::vector<int32_t>& prompt) {
   floe::v1::SuffixStartRequest req;
@@ -100,7 +96,7 @@ int Accepted(const Draft& d, const std::vector<int32_t>& truth, size_t pos) {
 // group step) against the service and, with the same operations in the same
 // order, against SuffixSpeculator; every draft must match.
 TEST(SuffixCacheServiceTest, DraftsEqualInProcessSpeculator) {
-  auto trace = LoadTrace(TracePath());
+  auto trace = LoadTrace(DevTracePath("dev-agentic.jsonl"));
   ASSERT_TRUE(trace.ok()) << trace.status() << " (the traces live in ../shared/traces beside the checkout)";
   ASSERT_GE(trace->size(), 20u);
   constexpr int kRequests = 20, kGroup = 4;
