@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-scripts/build.sh floe floe-router floe-worker
+scripts/build.sh floe-local  # every binary `floe local` starts (services/CMakeLists.txt)
 
 log=$(mktemp -d)/floe-local
 ./build/bin/floe local --builtin tiny --workers 1 >"$log.out" 2>"$log.err" &
@@ -27,5 +27,10 @@ echo "----------------------------------------------------------------------"
   --prompt "The tiny built-in model has random weights, so expect word salad: "
 echo "----------------------------------------------------------------------"
 kill -TERM $local_pid
-wait $local_pid && echo "[demo] cluster stopped cleanly"
 trap - EXIT
+if ! wait $local_pid; then
+  cat "$log.err" >&2
+  echo "[demo] the cluster did not stop cleanly" >&2
+  exit 1
+fi
+echo "[demo] cluster stopped cleanly"

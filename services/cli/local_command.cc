@@ -58,6 +58,19 @@ absl::StatusOr<std::string> EnsureBuiltinModel(const std::string& name) {
   return fs::canonical(dir).string();
 }
 
+// Every binary this run will start, checked before anything starts, so a
+// partial build fails with the build command instead of half a cluster.
+absl::Status CheckBinaries(const fs::path& dir, bool suffix_cache) {
+  std::vector<std::string> missing;
+  for (const char* name : {"floe-worker", "floe-router", "floe-suffix-cache"}) {
+    if (!suffix_cache && std::string(name) == "floe-suffix-cache") continue;
+    if (::access((dir / name).c_str(), X_OK) != 0) missing.push_back((dir / name).string());
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("cannot start ", absl::StrJoin(missing, ", "),
+                                          ": not built (build them all with: scripts/build.sh floe-local)"));
+}
+
 bool RouterReady(const std::string& address) {
   auto stub = floe::v1::Floe::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
@@ -112,6 +125,11 @@ int RunLocal(int argc, char** argv) {
     std::fprintf(stderr, "floe local: --workers must be in [1, 64]\n");
     return 2;
   }
+  const fs::path bin = ExecutableDir();
+  if (absl::Status s = CheckBinaries(bin, speculative == "suffix"); !s.ok()) {
+    std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   if (!builtin.empty()) {
     auto dir = EnsureBuiltinModel(builtin);
     if (!dir.ok()) {
@@ -121,7 +139,6 @@ int RunLocal(int argc, char** argv) {
     model = *dir;
   }
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
-  const fs::path bin = ExecutableDir();
 
   std::vector<std::unique_ptr<Subprocess>> children;
   std::vector<std::string> names;  // parallel to children, for the metrics lines
