@@ -248,7 +248,6 @@ std::string StepCost(const Options& opt) {
       std::vector<int32_t> prompt;
       for (int i = 0; i < 64; ++i) prompt.push_back((s * 7919 + i * 131) % vocab);
       EngineRequest r = Request(absl::StrCat("b", s), prompt, opt.steps + 64);  // drafts never capped by max_tokens
-      if (auto v = (*core)->Validate(r); !v.ok()) Die(v);
       (*core)->Add(std::move(r));
     }
     if (auto s = (*core)->Step(); !s.ok()) Die(s);  // prefill
@@ -319,7 +318,6 @@ RunStats RunAll(EngineCore& core, const std::vector<EngineRequest>& requests, bo
     EngineRequest r = proto;
     std::vector<int32_t>* out = &st.outputs[r.id];
     r.sink = [out](const RequestOutput& o) { out->insert(out->end(), o.new_tokens.begin(), o.new_tokens.end()); };
-    if (auto v = core.Validate(r); !v.ok()) Die(v);
     core.Add(std::move(r));
   };
   auto drain = [&] {

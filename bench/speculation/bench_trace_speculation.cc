@@ -65,9 +65,9 @@ struct Flags {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-constexpr const char* kCounters[] = {"floe_spec_decode_draft_tokens_total", "floe_spec_decode_accepted_tokens_total",
-                                     "floe_spec_decode_drafts_total", "floe_generation_tokens_total",
-                                     "floe_preemptions_total"};
+constexpr const char* kCounters[] = {"floe_spec_decode_num_draft_tokens_total", "floe_spec_decode_num_accepted_tokens_total",
+                                     "floe_spec_decode_num_drafts_total", "floe_generation_tokens_total",
+                                     "floe_num_preemptions_total"};
 
 std::map<std::string, double> Scrape(const std::vector<std::string>& urls) {
   std::map<std::string, double> out;
@@ -254,8 +254,8 @@ int Main(int argc, char** argv) {
     const auto after = Scrape(worker_metrics);
     auto delta = [&](const char* name) { return after.at(name) - before.at(name); };
     const double steps = static_cast<double>(r.steps);
-    const double drafted = delta("floe_spec_decode_draft_tokens_total");
-    const double accepted = delta("floe_spec_decode_accepted_tokens_total");
+    const double drafted = delta("floe_spec_decode_num_draft_tokens_total");
+    const double accepted = delta("floe_spec_decode_num_accepted_tokens_total");
     json p = {{"pass", pass},
               {"requests", r.requests},
               {"failed", r.failed},
@@ -266,7 +266,7 @@ int Main(int argc, char** argv) {
               {"accepted_per_step", accepted / steps},
               {"acceptance_rate", drafted > 0 ? accepted / drafted : 0.0},
               {"server_generated_tokens", delta("floe_generation_tokens_total")},
-              {"preemptions", delta("floe_preemptions_total")},
+              {"preemptions", delta("floe_num_preemptions_total")},
               {"wall_s", r.wall_s},
               {"tokens_per_s", r.tokens / r.wall_s},
               {"output_hash", absl::StrCat(r.output_hash)}};

@@ -47,6 +47,11 @@ absl::StatusOr<std::vector<std::string>> WorkerAddresses(const RouterFlags& f) {
     nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (config.is_discarded() || !config.contains("workers") || !config["workers"].is_array())
       return absl::InvalidArgumentError(absl::StrCat("--config ", f.config, ": expected {\"workers\": [\"host:port\", ...]}"));
+    for (const auto& item : config.items()) {
+      if (item.key() != "workers")
+        return absl::InvalidArgumentError(absl::StrCat("--config ", f.config, ": unknown key \"", item.key(),
+                                                       "\" (the file holds only \"workers\")"));
+    }
     for (const auto& w : config["workers"]) {
       if (!w.is_string()) return absl::InvalidArgumentError("--config: workers entries must be \"host:port\" strings");
       addresses.push_back(w.get<std::string>());

@@ -7,6 +7,7 @@
 #include "common/rpc/status_conversion.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/stop_string_matcher.h"
+#include "services/request/resolve_request.h"
 
 namespace floe {
 namespace {
@@ -46,47 +47,20 @@ grpc::Status RouterService::CheckModel(const std::string& model) const {
 
 absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& request) const {
   GenerateRequest out = request;
-  int32_t max_context, vocab;
+  RequestLimits limits;
   {
     std::lock_guard<std::mutex> lock(model_mu_);
-    max_context = model_info_.max_context();
-    vocab = model_info_.vocab_size();
+    limits = LimitsOf(model_info_);
   }
-  std::vector<int32_t> ids;
   if (request.prompt_case() == GenerateRequest::kText) {
     if (request.text().empty()) return absl::InvalidArgumentError("prompt is empty: text has no characters");
     auto encoded = tokenizer_->Encode(request.text(), !request.has_add_special_tokens() || request.add_special_tokens());
     if (!encoded.ok())
       return absl::InvalidArgumentError(absl::StrCat("prompt text: ", encoded.status().message()));
-    ids = std::move(encoded).value();
-  } else if (request.prompt_case() == GenerateRequest::kTokenIds) {
-    ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] < 0 || ids[i] >= vocab)
-        return absl::InvalidArgumentError(absl::StrCat("token_ids[", i, "] = ", ids[i],
-                                                       " is outside the vocabulary [0, ", vocab, ")"));
-    }
+    out.mutable_token_ids()->mutable_ids()->Assign(encoded->begin(), encoded->end());
   }
-  if (ids.empty()) return absl::InvalidArgumentError("prompt is empty: set text or token_ids");
-  // Forced decoding (benchmarks): ids are checked here like prompt ids; whether
-  // the mode is allowed at all is the worker's call (--benchmark-forced-decoding).
-  for (int i = 0; i < request.forced_output_ids_size(); ++i) {
-    if (request.forced_output_ids(i) < 0 || request.forced_output_ids(i) >= vocab)
-      return absl::InvalidArgumentError(absl::StrCat("forced_output_ids[", i, "] = ", request.forced_output_ids(i),
-                                                     " is outside the vocabulary [0, ", vocab, ")"));
-  }
-  if (static_cast<int32_t>(ids.size()) >= max_context)
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", ids.size(), " tokens; the model's context is ",
-                                                   max_context, " tokens (max prompt ", max_context - 1, ")"));
+  if (absl::Status s = ResolveRequest(limits, out); !s.ok()) return s;
   const auto& stopping = request.stopping();
-  if (stopping.has_max_tokens()) {
-    if (stopping.max_tokens() <= 0)
-      return absl::InvalidArgumentError(absl::StrCat("stopping.max_tokens must be > 0, got ", stopping.max_tokens()));
-    if (static_cast<int64_t>(ids.size()) + stopping.max_tokens() > max_context)
-      return absl::OutOfRangeError(absl::StrCat("stopping.max_tokens = ", stopping.max_tokens(), " with a ",
-                                                ids.size(), "-token prompt exceeds the model's context of ",
-                                                max_context, " tokens"));
-  }
   if (stopping.stop_size() > options_.max_stop_strings)
     return absl::InvalidArgumentError(absl::StrCat("stopping.stop has ", stopping.stop_size(),
                                                    " strings; the limit is ", options_.max_stop_strings));
@@ -95,7 +69,6 @@ absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& re
       return absl::InvalidArgumentError(absl::StrCat("stopping.stop strings must have 1..",
                                                      options_.max_stop_string_bytes, " bytes"));
   }
-  out.mutable_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
   if (out.request_id().empty()) {
     static thread_local std::mt19937_64 rng(std::random_device{}());
     out.set_request_id(absl::StrCat("req-", next_request_number_.fetch_add(1), "-", rng() % 1000000000));

@@ -44,6 +44,7 @@ struct WorkerFlags {
   bool benchmark_forced_decoding = false;
   bool speculative_tree = false;
   bool speculative_reference_compatible = false;
+  std::string speculative_default_namespace;
   int metrics_port = 0;
 };
 
@@ -77,6 +78,8 @@ int Run(int argc, char** argv) {
   parser.AddBool("speculative-reference-compatible", &f.speculative_reference_compatible,
                  "--speculative suffix: Arctic Inference's drafts exactly (default: Floe's drafting mode, "
                  "docs/suffix-cache.md)");
+  parser.AddString("speculative-default-namespace", &f.speculative_default_namespace,
+                   "suffix-tree namespace of requests that name none (default: the shared default namespace)");
   parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
@@ -164,7 +167,6 @@ int Run(int argc, char** argv) {
   engine_options.max_num_seqs = f.max_num_seqs;
   engine_options.max_waiting = f.max_waiting;
   engine_options.max_model_len = f.max_model_len;
-  engine_options.max_tokens_limit = f.max_tokens_limit;
   engine_options.enable_prefix_caching = !f.no_prefix_caching;
   engine_options.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
   engine_options.num_speculative_tokens = proposers->empty() ? 0 : f.num_speculative_tokens;
@@ -181,9 +183,13 @@ int Run(int argc, char** argv) {
     if (speculation.suffix_cache_stats) metrics->AttachSuffixCacheStats(speculation.suffix_cache_stats);
     service.SetMetrics(metrics.get());
   }
-  service.AttachEngine(engine->get(), {f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
-                                       config.bos_token_id, engine_options.eos_token_ids,
-                                       f.benchmark_forced_decoding});
+  WorkerServiceOptions description{f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
+                                   config.bos_token_id, engine_options.eos_token_ids, f.benchmark_forced_decoding};
+  description.limits = {.vocab_size = config.vocab_size,
+                        .max_context = (*engine)->max_model_len(),
+                        .max_tokens_limit = f.max_tokens_limit};
+  description.default_namespace = f.speculative_default_namespace;
+  service.AttachEngine(engine->get(), std::move(description));
   (*runner)->SetServing(true);
   EngineLoad load_report = (*engine)->Load();
   LogEvent(LogLevel::kInfo, "worker", "ready",

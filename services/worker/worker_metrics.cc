@@ -4,6 +4,7 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include <chrono>
 #include <limits>
 
 #include "common/metrics/metric_family.h"
@@ -15,7 +16,7 @@ prometheus::MetricFamily Family(const std::string& name, const std::string& help
                                 const std::string& model, double value) {
   prometheus::MetricFamily family = MakeFamily(name, help, type);
   prometheus::ClientMetric metric;
-  metric.label = {{"model", model}};
+  metric.label = {{"model_name", model}};
   if (type == prometheus::MetricType::Counter) {
     metric.counter.value = value;
   } else {
@@ -47,10 +48,10 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     auto family = [](const char* name, const char* help) {
       return MakeFamily(name, help, prometheus::MetricType::Counter);
     };
-    auto drafts = family("floe_spec_decode_drafts_total", "Drafts verified.");
-    auto draft_tokens = family("floe_spec_decode_draft_tokens_total", "Draft tokens verified.");
-    auto accepted = family("floe_spec_decode_accepted_tokens_total", "Draft tokens accepted.");
-    auto per_position = family("floe_spec_decode_accepted_per_position_total", "Drafts whose token at this position was accepted.");
+    auto drafts = family("floe_spec_decode_num_drafts_total", "Drafts verified.");
+    auto draft_tokens = family("floe_spec_decode_num_draft_tokens_total", "Draft tokens verified.");
+    auto accepted = family("floe_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.");
+    auto per_position = family("floe_spec_decode_num_accepted_tokens_per_pos_total", "Drafts whose token at this position was accepted.");
     auto add = [&](prometheus::MetricFamily& f, prometheus::Labels labels, double value) {
       prometheus::ClientMetric m;
       m.label = {};
@@ -59,7 +60,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
       f.metric.push_back(std::move(m));
     };
     for (const SpeculationCounters& s : c.speculation) {
-      const prometheus::Labels labels = {{"model", model_}, {"proposer", s.proposer}};
+      const prometheus::Labels labels = {{"model_name", model_}, {"proposer", s.proposer}};
       add(drafts, labels, static_cast<double>(s.drafts));
       add(draft_tokens, labels, static_cast<double>(s.draft_tokens));
       add(accepted, labels, static_cast<double>(s.accepted_tokens));
@@ -82,7 +83,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                                             prometheus::MetricType::Histogram);
     for (const SpeculationCounters& s : c.speculation) {
       prometheus::ClientMetric m;
-      m.label = {{"model", model_}, {"proposer", s.proposer}};
+      m.label = {{"model_name", model_}, {"proposer", s.proposer}};
       for (size_t n = 0; n < s.accepted_per_position.size(); ++n) {
         m.histogram.bucket.push_back(
             {static_cast<uint64_t>(s.drafts - s.accepted_per_position[n]), static_cast<double>(n)});
@@ -111,7 +112,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                           "Suffix-cache calls not sent because the replica is down (backoff).", MetricType::Counter);
     for (int call = 0; call < RemoteSuffixStats::kNumCalls; ++call) {
       const auto c = static_cast<RemoteSuffixStats::Call>(call);
-      const prometheus::ClientMetric::Label model{"model", model_}, call_label{"call", RemoteSuffixStats::CallName(c)};
+      const prometheus::ClientMetric::Label model{"model_name", model_}, call_label{"call", RemoteSuffixStats::CallName(c)};
       prometheus::ClientMetric h;
       h.label = {model, call_label};
       const RemoteSuffixStats::Latency& l = s.latency[call];
@@ -145,7 +146,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                          "Probe calls sent to a down replica after its backoff.", MetricType::Counter);
     for (const RemoteSuffixStats::Replica& r : s.replicas) {
       prometheus::ClientMetric m;
-      m.label = {{"model", model_}, {"replica", r.address}};
+      m.label = {{"model_name", model_}, {"replica", r.address}};
       m.gauge.value = r.up ? 1 : 0;
       up.metric.push_back(m);
       m.gauge = {};
@@ -157,7 +158,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     auto dropped = family("floe_suffix_cache_client_dropped_lifecycle_total",
                           "Start/End calls dropped because the lifecycle queue was full.", MetricType::Counter);
     prometheus::ClientMetric d;
-    d.label = {{"model", model_}};
+    d.label = {{"model_name", model_}};
     d.counter.value = static_cast<double>(s.dropped_lifecycle);
     dropped.metric.push_back(std::move(d));
     for (auto* f : {&latency, &failures, &skipped, &up, &went_down, &probes, &dropped}) out.push_back(std::move(*f));
@@ -175,13 +176,10 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     const EngineLoad load = engine->Load();
     const EngineCounters c = engine->Counters();
     std::vector<prometheus::MetricFamily> families = {
-        Family("floe_requests_running", "Requests in the running batch.", MetricType::Gauge, model_, load.running),
-        Family("floe_requests_waiting", "Requests waiting to be scheduled.", MetricType::Gauge, model_, load.waiting),
-        Family("floe_kv_cache_usage_ratio", "Share of KV-cache blocks in use (0-1).", MetricType::Gauge, model_,
+        Family("floe_num_requests_running", "Requests in the running batch.", MetricType::Gauge, model_, load.running),
+        Family("floe_num_requests_waiting", "Requests waiting to be scheduled.", MetricType::Gauge, model_, load.waiting),
+        Family("floe_kv_cache_usage_perc", "KV-cache usage (0-1, as vLLM's).", MetricType::Gauge, model_,
                load.kv_usage),
-        Family("floe_kv_cache_block_size", "Tokens per KV-cache block.", MetricType::Gauge, model_, load.block_size),
-        Family("floe_kv_cache_blocks_total", "KV-cache blocks in the pool.", MetricType::Gauge, model_,
-               load.total_blocks),
         Family("floe_prompt_tokens_total", "Prompt tokens computed (prefill).", MetricType::Counter, model_,
                static_cast<double>(c.prompt_tokens_computed)),
         Family("floe_generation_tokens_total", "Tokens generated.", MetricType::Counter, model_,
@@ -190,11 +188,21 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                model_, static_cast<double>(c.prefix_query_tokens)),
         Family("floe_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", MetricType::Counter, model_,
                static_cast<double>(c.prefix_hit_tokens)),
-        Family("floe_preemptions_total", "Sequences preempted (recomputed later).", MetricType::Counter, model_,
+        Family("floe_num_preemptions_total", "Sequences preempted (recomputed later).", MetricType::Counter, model_,
                static_cast<double>(c.preemptions)),
         Family("floe_engine_steps_total", "Engine steps (forward passes).", MetricType::Counter, model_,
                static_cast<double>(c.steps)),
     };
+    // vLLM's info gauge: the cache's configuration as labels, value 1.
+    prometheus::MetricFamily info = MakeFamily("floe_cache_config_info", "Information of the KV cache's configuration.",
+                                               MetricType::Gauge);
+    prometheus::ClientMetric config;
+    config.label = {{"model_name", model_},
+                    {"block_size", std::to_string(load.block_size)},
+                    {"num_gpu_blocks", std::to_string(load.total_blocks)}};
+    config.gauge.value = 1;
+    info.metric.push_back(std::move(config));
+    families.push_back(std::move(info));
     AppendSpeculation(c, families);
     AppendSuffixCache(families);
     // Shift parallelism reports its mode here; the CPU backend is one rank in
@@ -205,7 +213,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     mode.type = MetricType::Gauge;
     for (const char* m : {"tp", "sp"}) {
       prometheus::ClientMetric metric;
-      metric.label = {{"model", model_}, {"mode", m}};
+      metric.label = {{"model_name", model_}, {"mode", m}};
       metric.gauge.value = std::string(m) == "tp" ? 1 : 0;
       mode.metric.push_back(metric);
     }
@@ -225,7 +233,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
 WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, int max_model_len)
     : collector_(std::make_shared<EngineCollector>(model)), model_(model) {
   prometheus::Registry& registry = server.registry();
-  const prometheus::Labels labels = {{"model", model}};
+  const prometheus::Labels labels = {{"model_name", model}};
   auto histogram = [&](const std::string& name, const std::string& help, const std::vector<double>& buckets) {
     return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(labels, buckets);
   };
@@ -241,11 +249,14 @@ WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, in
   const std::vector<double> token_buckets = OneTwoFiveBuckets(max_model_len);
   prompt_tokens_ = histogram("floe_request_prompt_tokens", "Prompt tokens per request.", token_buckets);
   generation_tokens_ = histogram("floe_request_generation_tokens", "Generated tokens per request.", token_buckets);
+  inference_ = histogram("floe_request_inference_time_seconds", "First scheduled to last token.",
+                         RequestLatencyBuckets());
   finished_ = &prometheus::BuildCounter()
-                   .Name("floe_requests_finished_total")
+                   .Name("floe_request_success_total")
                    .Help("Finished requests by finish reason.")
                    .Register(registry);
-  for (const char* reason : {"length", "stop", "abort", "context"}) finished_->Add({{"model", model}, {"finish_reason", reason}});
+  for (const char* reason : {"length", "stop", "abort", "context"})
+    finished_->Add({{"model_name", model}, {"finished_reason", reason}});
   server.Add(collector_);
 }
 
@@ -263,12 +274,13 @@ void WorkerMetrics::ObserveTokens(double gap_s, int tokens) {
   for (int i = 0; i < tokens; ++i) itl_->Observe(share);
 }
 
-void WorkerMetrics::ObserveFinished(const RequestOutput& out, double e2e_s) {
-  finished_->Add({{"model", model_}, {"finish_reason", FinishReasonLabel(out.finish_reason)}}).Increment();
-  e2e_->Observe(e2e_s);
+void WorkerMetrics::ObserveFinished(const RequestOutput& out) {
+  finished_->Add({{"model_name", model_}, {"finished_reason", FinishReasonLabel(out.finish_reason)}}).Increment();
+  e2e_->Observe(std::chrono::duration<double>(out.time - out.arrival).count());
   queue_->Observe(out.queue_time_s);
   prefill_->Observe(out.prefill_time_s);
   decode_->Observe(out.decode_time_s);
+  inference_->Observe(out.prefill_time_s + out.decode_time_s);
   prompt_tokens_->Observe(out.prompt_tokens);
   generation_tokens_->Observe(out.completion_tokens);
   if (out.completion_tokens > 1) tpot_->Observe(out.decode_time_s / (out.completion_tokens - 1));

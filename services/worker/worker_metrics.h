@@ -1,7 +1,9 @@
-// The worker's Prometheus metrics, named and bucketed as vLLM's (with the
-// floe_ prefix) so existing dashboards translate one to one. Engine gauges and
-// counters are read at scrape time; request histograms are observed by the
-// service as requests stream.
+// The worker's Prometheus metrics, named, labelled (model_name) and bucketed
+// exactly as vLLM's after the floe_ prefix, so a vLLM dashboard or an
+// inference-gateway scraper ports by changing the prefix (mapping table:
+// deploy/README.md). Engine gauges and counters are read at scrape time;
+// request histograms are observed by the service from the engine's
+// timestamps (RequestOutput::time), one clock per request.
 //
 // Thread-safe: observers are called from gRPC threads, Collect from the
 // exposer's thread.
@@ -35,7 +37,8 @@ class WorkerMetrics {
   // `tokens` arrived together `gap_s` after the previous ones: counted as that
   // many inter-token gaps of equal share, as vLLM counts per token.
   void ObserveTokens(double gap_s, int tokens);
-  void ObserveFinished(const RequestOutput& final_output, double e2e_s);
+  // e2e = final_output.time - final_output.arrival = queue + prefill + decode.
+  void ObserveFinished(const RequestOutput& final_output);
 
  private:
   class EngineCollector;
@@ -47,6 +50,7 @@ class WorkerMetrics {
   prometheus::Histogram* queue_;
   prometheus::Histogram* prefill_;
   prometheus::Histogram* decode_;
+  prometheus::Histogram* inference_;
   prometheus::Histogram* prompt_tokens_;
   prometheus::Histogram* generation_tokens_;
   prometheus::Family<prometheus::Counter>* finished_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
+#include "services/request/resolve_request.h"
 
 namespace floe {
 namespace {
@@ -33,17 +34,16 @@ floe::v1::FinishReason ToProto(FinishReason reason) {
   return floe::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-absl::StatusOr<EngineRequest> FromProto(const GenerateRequest& in) {
+// A resolved request (ResolveRequest) in the engine's terms: no checks left.
+EngineRequest FromProto(const GenerateRequest& in, const std::string& default_namespace) {
   EngineRequest out;
-  if (in.prompt_case() == GenerateRequest::kText)
-    return absl::InvalidArgumentError("worker Generate takes token_ids; send text prompts to the router");
   out.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
   const auto& s = in.sampling();
   out.sampling.temperature = s.temperature();
   out.sampling.top_k = s.top_k();
   out.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
   out.sampling.min_p = s.min_p();
-  out.sampling.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  out.sampling.repetition_penalty = s.repetition_penalty();
   out.sampling.presence_penalty = s.presence_penalty();
   out.sampling.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) {
@@ -51,17 +51,14 @@ absl::StatusOr<EngineRequest> FromProto(const GenerateRequest& in) {
     out.sampling.seed = s.seed();
   }
   const auto& stop = in.stopping();
-  if (stop.has_max_tokens() && stop.max_tokens() <= 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("stopping.max_tokens must be > 0, got ", stop.max_tokens()));
-  out.stop.max_tokens = stop.has_max_tokens() ? stop.max_tokens() : 0;
+  out.stop.max_tokens = stop.max_tokens();
   out.stop.min_tokens = stop.min_tokens();
   out.stop.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
   out.stop.ignore_eos = stop.ignore_eos();
   out.logprobs = in.logprobs().enabled();
   out.top_logprobs = in.logprobs().top_n();
   out.speculation.disable = in.speculation().disable();
-  out.speculation.ns = in.speculation().namespace_();
+  out.speculation.ns = in.speculation().namespace_().empty() ? default_namespace : in.speculation().namespace_();
   out.sampling.forced_tokens.assign(in.forced_output_ids().begin(), in.forced_output_ids().end());
   return out;
 }
@@ -89,6 +86,7 @@ void WorkerService::StartDraining() { draining_.store(true); }
 
 grpc::Status WorkerService::Generate(grpc::ServerContext* context, const GenerateRequest* request,
                                      grpc::ServerWriter<GenerateResponse>* writer) {
+  const auto arrival = std::chrono::steady_clock::now();
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
@@ -96,9 +94,10 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "forced_output_ids is a benchmark mode: this worker was not started with "
                         "--benchmark-forced-decoding");
-  absl::StatusOr<EngineRequest> converted = FromProto(*request);
-  if (!converted.ok()) return ToGrpcStatus(converted.status());
-  EngineRequest engine_request = std::move(converted).value();
+  GenerateRequest resolved = *request;
+  if (absl::Status s = ResolveRequest(options_.limits, resolved); !s.ok()) return ToGrpcStatus(s);
+  EngineRequest engine_request = FromProto(resolved, options_.default_namespace);
+  engine_request.arrival = arrival;
   engine_request.id = request->request_id().empty()
                           ? absl::StrCat("worker-", next_request_number_.fetch_add(1))
                           : request->request_id();
@@ -119,8 +118,10 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   if (!submitted.ok()) return ToGrpcStatus(submitted);
 
   bool abort_sent = false;
-  const auto start = std::chrono::steady_clock::now();
-  auto last_token = start;
+  // Latency metrics read the engine's timestamps (RequestOutput::time), the
+  // one clock of the request's timeline, not when this thread woke up.
+  using Seconds = std::chrono::duration<double>;
+  auto last_token = arrival;
   bool first_token_seen = false;
   for (;;) {
     std::deque<RequestOutput> batch;
@@ -137,17 +138,16 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
     for (const RequestOutput& output : batch) {
       if (!output.status.ok()) return ToGrpcStatus(output.status);
       if (metrics_) {
-        const auto now = std::chrono::steady_clock::now();
         const int n = static_cast<int>(output.new_tokens.size());
         if (n > 0 && !first_token_seen) {
-          metrics_->ObserveFirstToken(std::chrono::duration<double>(now - start).count());
+          metrics_->ObserveFirstToken(Seconds(output.time - arrival).count());
           first_token_seen = true;
           if (n > 1) metrics_->ObserveTokens(0.0, n - 1);
         } else if (n > 0) {
-          metrics_->ObserveTokens(std::chrono::duration<double>(now - last_token).count(), n);
+          metrics_->ObserveTokens(Seconds(output.time - last_token).count(), n);
         }
-        if (n > 0) last_token = now;
-        if (output.finished()) metrics_->ObserveFinished(output, std::chrono::duration<double>(now - start).count());
+        if (n > 0) last_token = output.time;
+        if (output.finished()) metrics_->ObserveFinished(output);
       }
       GenerateResponse response;
       response.set_request_id(id);
@@ -209,8 +209,7 @@ grpc::Status WorkerService::GetModelInfo(grpc::ServerContext*, const floe::v1::G
   const ModelConfig& config = engine->model_config();
   response->set_name(options_.model_name);
   response->set_architecture(config.architecture_name);
-  response->set_vocab_size(config.vocab_size);
-  response->set_max_context(engine->max_model_len());
+  WriteLimits(options_.limits, response);
   response->set_num_layers(config.num_layers);
   response->set_hidden_size(config.hidden_size);
   response->set_dtype(options_.dtype_name);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "floe/v1/worker.grpc.pb.h"
+#include "services/request/resolve_request.h"
 #include "services/worker/engine/engine.h"
 #include "services/worker/worker_metrics.h"
 
@@ -24,6 +25,10 @@ struct WorkerServiceOptions {
   // floe-worker --benchmark-forced-decoding: requests may carry
   // forced_output_ids; without it they are answered FAILED_PRECONDITION.
   bool allow_forced_decoding = false;
+  // What a request is resolved against (and GetModelInfo reports).
+  RequestLimits limits;
+  // Suffix-tree namespace of requests that name none (--speculative-default-namespace).
+  std::string default_namespace;
 };
 
 class WorkerService final : public floe::v1::Worker::Service {

@@ -12,17 +12,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard_queries  # noqa: E402
 
 COUNTERS_AND_GAUGES = {
-    # worker (label model)
-    "floe_requests_running", "floe_requests_waiting", "floe_kv_cache_usage_ratio", "floe_kv_cache_block_size",
-    "floe_kv_cache_blocks_total", "floe_prompt_tokens_total", "floe_generation_tokens_total",
-    "floe_prefix_cache_queries_total", "floe_prefix_cache_hits_total", "floe_preemptions_total",
-    "floe_engine_steps_total", "floe_requests_finished_total",
+    # worker (label model_name)
+    "floe_num_requests_running", "floe_num_requests_waiting", "floe_kv_cache_usage_perc", "floe_cache_config_info",
+    "floe_prompt_tokens_total", "floe_generation_tokens_total",
+    "floe_prefix_cache_queries_total", "floe_prefix_cache_hits_total", "floe_num_preemptions_total",
+    "floe_engine_steps_total", "floe_request_success_total",
     # router
     "floe_router_requests_total", "floe_router_requests_in_flight", "floe_router_admission_rejections_total",
     "floe_router_retries_total", "floe_router_worker_healthy", "floe_router_worker_outstanding",
     "floe_router_worker_ejections_total",
     # speculative decoding, suffix cache, shift parallelism
-    "floe_spec_decode_draft_tokens_total", "floe_spec_decode_accepted_tokens_total", "floe_spec_decode_drafts_total",
+    "floe_spec_decode_num_draft_tokens_total", "floe_spec_decode_num_accepted_tokens_total", "floe_spec_decode_num_drafts_total",
     "floe_suffix_cache_cached_responses", "floe_suffix_cache_bytes", "floe_parallel_mode",
     "floe_suffix_cache_drafts_total", "floe_suffix_cache_speculate_queries_total",
     # the worker's view of its suffix-cache replicas
@@ -34,6 +34,7 @@ HISTOGRAMS = {
     "floe_time_to_first_token_seconds", "floe_inter_token_latency_seconds",
     "floe_request_time_per_output_token_seconds", "floe_e2e_request_latency_seconds",
     "floe_request_queue_time_seconds", "floe_request_prefill_time_seconds", "floe_request_decode_time_seconds",
+    "floe_request_inference_time_seconds",
     "floe_request_prompt_tokens", "floe_request_generation_tokens", "floe_router_time_to_first_token_seconds",
     "floe_suffix_cache_rpc_latency_seconds", "floe_spec_decode_accepted_length",
     "floe_suffix_cache_client_rpc_latency_seconds", "floe_suffix_cache_step_phase_seconds",
@@ -45,11 +46,11 @@ REQUIRED = {
     "throughput": {"floe_generation_tokens_total", "floe_router_requests_total"},
     "TTFT/ITL/E2E quantiles": {"floe_time_to_first_token_seconds_bucket", "floe_inter_token_latency_seconds_bucket",
                                "floe_e2e_request_latency_seconds_bucket"},
-    "running vs waiting": {"floe_requests_running", "floe_requests_waiting"},
-    "KV usage": {"floe_kv_cache_usage_ratio"},
+    "running vs waiting": {"floe_num_requests_running", "floe_num_requests_waiting"},
+    "KV usage": {"floe_kv_cache_usage_perc"},
     "prefix hit rate": {"floe_prefix_cache_hits_total", "floe_prefix_cache_queries_total"},
-    "speculation": {"floe_spec_decode_accepted_tokens_total", "floe_spec_decode_draft_tokens_total",
-                    "floe_spec_decode_drafts_total"},
+    "speculation": {"floe_spec_decode_num_accepted_tokens_total", "floe_spec_decode_num_draft_tokens_total",
+                    "floe_spec_decode_num_drafts_total"},
     "suffix cache": {"floe_suffix_cache_cached_responses", "floe_suffix_cache_bytes",
                      "floe_suffix_cache_rpc_latency_seconds_bucket"},
     "router health and rejections": {"floe_router_worker_healthy", "floe_router_admission_rejections_total"},

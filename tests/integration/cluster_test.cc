@@ -173,6 +173,46 @@ TEST_F(ClusterTest, BadInputGetsTheRightStatusAndServiceKeepsServing) {
   EXPECT_EQ(ok.token_ids.size(), 4u);
 }
 
+// One rule resolves a request (services/request/): a client that calls the
+// worker directly gets the router's answer, status and message alike.
+TEST_F(ClusterTest, WorkerAndRouterResolveARequestAlike) {
+  const std::vector<std::pair<const char*, std::function<void(GenerateRequest&)>>> cases = {
+      {"max_tokens over limit", [](GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(600); }},
+      {"max_tokens over context", [](GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(1022); }},
+      {"prompt over context", [](GenerateRequest& r) {
+         for (int i = 0; i < 1100; ++i) r.mutable_token_ids()->add_ids(100 + i);
+       }},
+      {"id outside vocabulary", [](GenerateRequest& r) { r.mutable_token_ids()->add_ids(999999); }},
+      {"min_tokens over max_tokens", [](GenerateRequest& r) { r.mutable_stopping()->set_min_tokens(9); }},
+      {"top_n", [](GenerateRequest& r) { r.mutable_logprobs()->set_top_n(99); }},
+      {"top_p", [](GenerateRequest& r) { r.mutable_sampling()->set_top_p(2.0f); }},
+  };
+  auto router = cluster_->RouterStub();
+  auto worker = cluster_->WorkerStub(0);
+  for (const auto& [name, mutate] : cases) {
+    GenerateRequest r;
+    for (int id : {128000, 9906, 1917}) r.mutable_token_ids()->add_ids(id);
+    r.mutable_stopping()->set_max_tokens(4);
+    mutate(r);
+    Generation via_router = Generate(*router, r);
+    grpc::ClientContext context;
+    auto reader = worker->Generate(&context, r);
+    floe::v1::GenerateResponse ignored;
+    while (reader->Read(&ignored)) {
+    }
+    grpc::Status direct = reader->Finish();
+    EXPECT_NE(via_router.status.error_code(), grpc::StatusCode::OK) << name;
+    EXPECT_EQ(direct.error_code(), via_router.status.error_code()) << name << ": " << direct.error_message();
+    EXPECT_EQ(direct.error_message(), via_router.status.error_message()) << name;
+  }
+  // ModelInfo carries the worker's limits, so the router knew them.
+  grpc::ClientContext context;
+  floe::v1::ModelInfo info;
+  ASSERT_TRUE(worker->GetModelInfo(&context, floe::v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.max_tokens_limit(), 512);
+  EXPECT_EQ(info.max_context(), 1024);
+}
+
 TEST_F(ClusterTest, ClientCancellationAbortsAndFreesKv) {
   auto stub = cluster_->RouterStub();
   grpc::ClientContext context;

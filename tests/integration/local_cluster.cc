@@ -134,10 +134,15 @@ Generation Generate(floe::v1::Floe::Stub& stub, const floe::v1::GenerateRequest&
   Generation out;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  const auto sent = std::chrono::steady_clock::now();
+  auto seconds_since_sent = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  };
   auto reader = stub.Generate(&context, request);
   floe::v1::GenerateResponse response;
   while (reader->Read(&response)) {
     if (response.has_chunk()) {
+      if (out.ttft_s < 0 && response.chunk().token_ids_size() > 0) out.ttft_s = seconds_since_sent();
       ++out.chunks;
       out.token_ids.insert(out.token_ids.end(), response.chunk().token_ids().begin(),
                            response.chunk().token_ids().end());
@@ -147,6 +152,7 @@ Generation Generate(floe::v1::Floe::Stub& stub, const floe::v1::GenerateRequest&
     }
   }
   out.status = reader->Finish();
+  out.e2e_s = seconds_since_sent();
   return out;
 }
 

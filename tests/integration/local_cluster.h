@@ -78,6 +78,9 @@ struct Generation {
   std::string text;
   floe::v1::Complete complete;
   int chunks = 0;
+  // As the client saw them: send -> first chunk with tokens, send -> end.
+  double ttft_s = -1.0;
+  double e2e_s = 0.0;
 };
 Generation Generate(floe::v1::Floe::Stub& stub, const floe::v1::GenerateRequest& request,
                     int timeout_ms = 60000);

@@ -106,8 +106,8 @@ void ExpectLosslessWithAcceptedDrafts(LocalCluster& cluster, const std::string& 
   }
   const auto samples = Scrape(MetricsUrl(cluster.worker(0)));
   const std::string label = absl::StrCat("proposer=\"", proposer, "\"");
-  const double drafts = SumByLabels(samples, "floe_spec_decode_drafts_total", {label});
-  const double accepted = SumByLabels(samples, "floe_spec_decode_accepted_tokens_total", {label});
+  const double drafts = SumByLabels(samples, "floe_spec_decode_num_drafts_total", {label});
+  const double accepted = SumByLabels(samples, "floe_spec_decode_num_accepted_tokens_total", {label});
   EXPECT_GT(drafts, 0);
   EXPECT_GT(accepted, 0) << proposer << ": no draft token accepted";
   // The accepted-length histogram is the same verification seen per draft.
@@ -116,7 +116,7 @@ void ExpectLosslessWithAcceptedDrafts(LocalCluster& cluster, const std::string& 
   EXPECT_EQ(SumByLabels(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"+Inf\""}), drafts);
   // Drafts accepting no token: all drafts minus those whose first token was.
   EXPECT_EQ(SumByLabels(samples, "floe_spec_decode_accepted_length_bucket", {label, "le=\"0\""}),
-            drafts - SumByLabels(samples, "floe_spec_decode_accepted_per_position_total", {label, "position=\"0\""}));
+            drafts - SumByLabels(samples, "floe_spec_decode_num_accepted_tokens_per_pos_total", {label, "position=\"0\""}));
 }
 
 TEST(SpeculationTest, NgramIsLosslessAndAcceptsDrafts) {

@@ -10,8 +10,8 @@ namespace {
 
 constexpr const char* kCounters[] = {
     "floe_prefix_cache_queries_total",       "floe_prefix_cache_hits_total",
-    "floe_spec_decode_draft_tokens_total",   "floe_spec_decode_accepted_tokens_total",
-    "floe_spec_decode_drafts_total",         "floe_preemptions_total",
+    "floe_spec_decode_num_draft_tokens_total",   "floe_spec_decode_num_accepted_tokens_total",
+    "floe_spec_decode_num_drafts_total",         "floe_num_preemptions_total",
     "floe_generation_tokens_total",          "floe_prompt_tokens_total",
 };
 
@@ -42,10 +42,10 @@ nlohmann::json ServerDelta(const MetricsSnapshot& before, const MetricsSnapshot&
   for (const char* name : kCounters) out["delta"][name] = delta(name);
   out["prefix_hit_rate"] = ratio(delta("floe_prefix_cache_hits_total"), delta("floe_prefix_cache_queries_total"));
   out["spec_acceptance_rate"] =
-      ratio(delta("floe_spec_decode_accepted_tokens_total"), delta("floe_spec_decode_draft_tokens_total"));
+      ratio(delta("floe_spec_decode_num_accepted_tokens_total"), delta("floe_spec_decode_num_draft_tokens_total"));
   out["spec_mean_accepted_length"] =
-      ratio(delta("floe_spec_decode_accepted_tokens_total"), delta("floe_spec_decode_drafts_total"));
-  out["preemptions"] = delta("floe_preemptions_total");
+      ratio(delta("floe_spec_decode_num_accepted_tokens_total"), delta("floe_spec_decode_num_drafts_total"));
+  out["preemptions"] = delta("floe_num_preemptions_total");
   return out;
 }
 

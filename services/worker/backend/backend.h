@@ -58,6 +58,8 @@ class Backend {
   // Runs the model over every sequence of the batch, writing K/V of each new
   // token into its block slot, and the logits rows (vocab_size floats each) of
   // every sequence's last num_logits tokens into `logits`, sequences in order.
+  // Token ids are in [0, vocab_size): the engine runs only resolved prompts
+  // (ResolveRequest), sampled tokens and range-checked drafts.
   virtual absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) = 0;
 
   // The final hidden states of the last Forward's logits rows (hidden_size

@@ -16,14 +16,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
 
 Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {
   load_ = core_->Load();
+  counters_ = core_->counters();  // every series exists, at 0, before the first request
   thread_ = std::thread([this] { Loop(); });
 }
 
 Engine::~Engine() { Stop(); }
 
 absl::Status Engine::Submit(EngineRequest request) {
-  absl::Status valid = core_->Validate(request);
-  if (!valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("engine is shutting down");
   if (queued_ >= core_->options().max_waiting)

@@ -23,7 +23,7 @@ class Engine {
       std::vector<std::unique_ptr<Proposer>> proposers = {});
   ~Engine();  // Stop()s
 
-  // Validates and queues. INVALID_ARGUMENT/OUT_OF_RANGE for bad requests,
+  // Queues a resolved request (EngineCore::Add says what that means).
   // RESOURCE_EXHAUSTED when the waiting queue is at its bound, UNAVAILABLE
   // once stopping. The sink is not called when Submit fails.
   absl::Status Submit(EngineRequest request);
@@ -33,7 +33,6 @@ class Engine {
   EngineCounters Counters() const;
   const ModelConfig& model_config() const { return core_->model_config(); }
   int max_model_len() const { return core_->max_model_len(); }
-  int max_tokens_limit() const { return core_->options().max_tokens_limit; }
 
   // Aborts everything still live and joins the thread. Idempotent.
   void Stop();

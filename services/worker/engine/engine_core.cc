@@ -9,6 +9,8 @@
 
 namespace floe {
 
+using Clock = std::chrono::steady_clock;
+
 struct EngineCore::Sequence {
   EngineRequest request;
   std::vector<int32_t> tokens;  // prompt followed by output
@@ -34,7 +36,7 @@ struct EngineCore::Sequence {
   // kept only when a proposer wants_last_hidden().
   std::vector<float> last_hidden;
   // Timeline for metrics (steady clock).
-  std::chrono::steady_clock::time_point arrival, first_scheduled, first_token;
+  Clock::time_point arrival, first_scheduled, first_token;
   bool scheduled_once = false, has_first_token = false;
 
   int32_t total_len() const { return static_cast<int32_t>(tokens.size()); }
@@ -92,45 +94,6 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
 
 EngineCore::~EngineCore() = default;
 
-absl::Status EngineCore::Validate(EngineRequest& request) const {
-  const int32_t vocab = backend_->config().vocab_size;
-  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  if (static_cast<int>(request.prompt.size()) >= max_model_len_)
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", request.prompt.size(),
-                                                   " tokens; the limit is max_model_len - 1 = ",
-                                                   max_model_len_ - 1));
-  for (size_t i = 0; i < request.prompt.size(); ++i) {
-    int32_t t = request.prompt[i];
-    if (t < 0 || t >= vocab)
-      return absl::InvalidArgumentError(absl::StrCat("prompt token_ids[", i, "] = ", t,
-                                                     " is outside the vocabulary [0, ", vocab, ")"));
-  }
-  for (int32_t t : request.stop.stop_token_ids) {
-    if (t < 0 || t >= vocab)
-      return absl::InvalidArgumentError(
-          absl::StrCat("stopping.stop_token_ids contains ", t, ", outside the vocabulary [0, ", vocab, ")"));
-  }
-  StopOptions& stop = request.stop;
-  if (stop.max_tokens < 0)
-    return absl::InvalidArgumentError(absl::StrCat("stopping.max_tokens must be > 0, got ", stop.max_tokens));
-  if (stop.max_tokens == 0) {
-    stop.max_tokens = std::min<int32_t>(options_.max_tokens_limit,
-                                        max_model_len_ - static_cast<int32_t>(request.prompt.size()));
-  }
-  if (stop.max_tokens > options_.max_tokens_limit)
-    return absl::OutOfRangeError(absl::StrCat("stopping.max_tokens = ", stop.max_tokens,
-                                              " exceeds the server limit of ", options_.max_tokens_limit));
-  if (stop.min_tokens < 0 || stop.min_tokens > stop.max_tokens)
-    return absl::InvalidArgumentError(absl::StrCat("stopping.min_tokens must be in [0, max_tokens = ",
-                                                   stop.max_tokens, "], got ", stop.min_tokens));
-  if (request.top_logprobs < 0 || request.top_logprobs > 20)
-    return absl::InvalidArgumentError(
-        absl::StrCat("logprobs.top_n must be in [0, 20], got ", request.top_logprobs));
-  auto sampling = ValidateSamplingOptions(request.sampling, vocab);
-  if (!sampling.ok()) return sampling;
-  return absl::OkStatus();
-}
-
 void EngineCore::Add(EngineRequest request) {
   if (sequences_.contains(request.id)) {
     RequestOutput rejected;
@@ -149,8 +112,8 @@ void EngineCore::Add(EngineRequest request) {
   if (!request.stop.ignore_eos) seq->banned = options_.eos_token_ids;
   seq->banned.insert(seq->banned.end(), request.stop.stop_token_ids.begin(),
                      request.stop.stop_token_ids.end());
+  seq->arrival = request.arrival == Clock::time_point{} ? Clock::now() : request.arrival;
   seq->request = std::move(request);
-  seq->arrival = std::chrono::steady_clock::now();
   Sequence* raw = seq.get();
   sequences_[raw->request.id] = std::move(seq);
   waiting_.push_back(raw);
@@ -231,7 +194,7 @@ bool EngineCore::Admit(Sequence& seq, int32_t budget, std::vector<Planned>& plan
   if (!seq.admitted_once) {
     seq.cached_prompt_tokens = seq.num_computed;
     seq.admitted_once = true;
-    seq.first_scheduled = std::chrono::steady_clock::now();
+    seq.first_scheduled = Clock::now();
     seq.scheduled_once = true;
   }
   seq.admission = admission_counter_++;
@@ -353,6 +316,17 @@ void EngineCore::ProposeDrafts() {
 }
 
 void EngineCore::AssignDraft(Sequence& seq, const DraftProposal& proposal, int32_t max_draft) {
+  // Drafts are the one input that changes per step and comes from outside
+  // (a suffix cache may hold another model's ids): a draft with a token
+  // outside the vocabulary is dropped, never run.
+  const int32_t vocab = backend_->config().vocab_size;
+  for (int32_t t : proposal.tokens) {
+    if (t < 0 || t >= vocab) {
+      seq.draft.clear();
+      seq.draft_parents.clear();
+      return;
+    }
+  }
   const size_t n = std::min<size_t>(proposal.tokens.size(), max_draft);
   seq.draft.assign(proposal.tokens.begin(), proposal.tokens.begin() + n);
   seq.draft_parents.clear();
@@ -569,6 +543,13 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
       RegisterFullBlocks(seq);
     }
   }
+  // The request's timeline runs on this one clock: the first token's time
+  // is the time of the output that carries it.
+  output.time = Clock::now();
+  if (!seq.has_first_token && !output.new_tokens.empty()) {
+    seq.first_token = output.time;
+    seq.has_first_token = true;
+  }
   if (reason != FinishReason::kNone) {
     Finish(seq, output, reason);
   } else {
@@ -582,9 +563,11 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
 void EngineCore::Finish(Sequence& seq, RequestOutput& output, FinishReason reason) {
   output.finish_reason = reason;
   using Seconds = std::chrono::duration<double>;
-  const auto now = std::chrono::steady_clock::now();
+  if (output.time == Clock::time_point{}) output.time = Clock::now();  // aborts
+  const auto now = output.time;
   const auto scheduled = seq.scheduled_once ? seq.first_scheduled : now;
   const auto first_token = seq.has_first_token ? seq.first_token : now;
+  output.arrival = seq.arrival;
   output.queue_time_s = Seconds(scheduled - seq.arrival).count();
   output.prefill_time_s = Seconds(first_token - scheduled).count();
   output.decode_time_s = Seconds(now - first_token).count();

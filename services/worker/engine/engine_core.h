@@ -80,12 +80,11 @@ class EngineCore {
       std::vector<std::unique_ptr<Proposer>> proposers = {});
   ~EngineCore();
 
-  // Checks a request against the model and engine limits; INVALID_ARGUMENT or
-  // OUT_OF_RANGE naming the field and the limit. Also fills a default
-  // max_tokens. Reads only immutable state: safe from any thread.
-  absl::Status Validate(EngineRequest& request) const;
-  // Queues a validated request; it joins the batch at the next Step. A
-  // request whose id is live already is answered ALREADY_EXISTS via its sink.
+  // Queues a request resolved by ResolveRequest (services/request/): prompt
+  // ids in the vocabulary and shorter than max_model_len(), max_tokens > 0
+  // and within the context, sampling values in range. Nothing here checks it
+  // again. It joins the batch at the next Step. A request whose id is live
+  // already is answered ALREADY_EXISTS via its sink.
   void Add(EngineRequest request);
   // Ends a live request with `reason` (emitting its final output) and frees its blocks.
   bool Abort(const std::string& id, FinishReason reason = FinishReason::kAbort,

@@ -17,8 +17,6 @@ struct EngineOptions {
   int max_waiting = 256;
   // 0: the model's max_position_embeddings.
   int max_model_len = 0;
-  // Upper bound on a request's max_tokens; also the default when unset.
-  int max_tokens_limit = 4096;
   bool enable_prefix_caching = true;
   // EOS ids of the served model (from its tokenizer/generation config).
   std::vector<int32_t> eos_token_ids;

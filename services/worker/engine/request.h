@@ -1,6 +1,7 @@
 // What the engine accepts and what it emits, free of gRPC and of devices.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -40,8 +41,15 @@ struct RequestOutput {
   // Why the engine itself ended the request (shutdown, backend failure,
   // duplicate id); OK for normal finishes and client aborts.
   absl::Status status;
-  // Set on the final output: seconds spent waiting before first scheduled,
-  // in prefill (first scheduled -> first token), and decoding after it.
+  // When the engine emitted this output. A request's whole timeline is read
+  // on this one clock: arrival (EngineRequest::arrival), first scheduled,
+  // first token (the time of the first output with tokens), finished (the
+  // time of the final output).
+  std::chrono::steady_clock::time_point time;
+  // Set on the final output: the arrival, the seconds spent waiting before
+  // first scheduled, in prefill (first scheduled -> first token) and decoding
+  // after it; they add up to time - arrival exactly.
+  std::chrono::steady_clock::time_point arrival;
   double queue_time_s = 0.0;
   double prefill_time_s = 0.0;
   double decode_time_s = 0.0;
@@ -59,6 +67,9 @@ struct SpeculationRequest {
 
 struct EngineRequest {
   std::string id;  // unique among live requests
+  // When the request reached the server (the start of its latency);
+  // unset: when the engine queued it.
+  std::chrono::steady_clock::time_point arrival;
   std::vector<int32_t> prompt;
   SamplingOptions sampling;
   bool seeded = false;  // false: the engine draws a seed

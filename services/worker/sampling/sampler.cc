@@ -66,32 +66,6 @@ std::vector<Candidate> TopCandidates(std::span<const float> logits, size_t k) {
 
 }  // namespace
 
-absl::Status ValidateSamplingOptions(const SamplingOptions& o, int32_t vocab_size) {
-  if (!(o.temperature >= 0.0f) || std::isinf(o.temperature))
-    return absl::InvalidArgumentError(absl::StrCat("sampling.temperature must be >= 0 and finite, got ", o.temperature));
-  if (o.top_k < 0)
-    return absl::InvalidArgumentError(absl::StrCat("sampling.top_k must be >= 0 (0 disables), got ", o.top_k));
-  if (!(o.top_p > 0.0f && o.top_p <= 1.0f))
-    return absl::InvalidArgumentError(absl::StrCat("sampling.top_p must be in (0, 1], got ", o.top_p));
-  if (!(o.min_p >= 0.0f && o.min_p < 1.0f))
-    return absl::InvalidArgumentError(absl::StrCat("sampling.min_p must be in [0, 1), got ", o.min_p));
-  if (!(o.repetition_penalty > 0.0f) || std::isinf(o.repetition_penalty))
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.repetition_penalty must be > 0 and finite, got ", o.repetition_penalty));
-  if (!(std::fabs(o.presence_penalty) <= 2.0f))
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.presence_penalty must be in [-2, 2], got ", o.presence_penalty));
-  if (!(std::fabs(o.frequency_penalty) <= 2.0f))
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.frequency_penalty must be in [-2, 2], got ", o.frequency_penalty));
-  for (size_t i = 0; i < o.forced_tokens.size(); ++i) {
-    if (o.forced_tokens[i] < 0 || o.forced_tokens[i] >= vocab_size)
-      return absl::InvalidArgumentError(absl::StrCat("forced_output_ids[", i, "] = ", o.forced_tokens[i],
-                                                     " is outside the vocabulary [0, ", vocab_size, ")"));
-  }
-  return absl::OkStatus();
-}
-
 int32_t Sampler::Sample(const SamplingOptions& options, const SamplingContext& context,
                         std::span<float> logits) {
   // The forced stage (benchmarks) overrides every other stage.

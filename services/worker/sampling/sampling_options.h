@@ -25,7 +25,4 @@ struct SamplingOptions {
   bool greedy() const { return temperature == 0.0f; }
 };
 
-// INVALID_ARGUMENT naming the field and its allowed range.
-absl::Status ValidateSamplingOptions(const SamplingOptions& options, int32_t vocab_size);
-
 }  // namespace floe

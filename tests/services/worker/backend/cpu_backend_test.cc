@@ -127,10 +127,9 @@ TEST(CpuBackendTest, RejectsBadInputs) {
   const int32_t table2[] = {0, 5};
   seq.block_table = table2;
   EXPECT_EQ(b.Forward({&seq, 1}, logits.data()).code(), absl::StatusCode::kInvalidArgument);  // block 5 >= 2
+  // Token ids are not checked here: the engine runs only resolved prompts,
+  // sampled tokens and range-checked drafts (backend.h).
   const int32_t table3[] = {0, 1};
-  const int32_t bad_tokens[] = {1, 100000};
-  ForwardSequence bad{bad_tokens, 0, table3, 1};
-  EXPECT_EQ(b.Forward({&bad, 1}, logits.data()).code(), absl::StatusCode::kInvalidArgument);
   seq.block_table = table3;
   seq.num_logits = 4;
   EXPECT_EQ(b.Forward({&seq, 1}, logits.data()).code(), absl::StatusCode::kInvalidArgument);

@@ -92,7 +92,6 @@ class EngineHarness : public testing::Test {
         }
         slot->cached_prompt_tokens = out.cached_prompt_tokens;
       };
-      EXPECT_TRUE(core.Validate(r).ok()) << core.Validate(r);
       core.Add(std::move(r));
     }
     for (int steps = 0; core.HasWork(); ++steps) {

@@ -249,6 +249,31 @@ TEST_F(SpeculativeDecodingTest, DraftBudgetShrinksWithLoadAndRequestsMayOptOut) 
   EXPECT_EQ(run_with(1 << 20, true).draft_tokens, 0);
 }
 
+// Drafts are the one per-step input from outside the engine (a suffix cache
+// may hold another model's ids): one with an id outside the vocabulary is
+// dropped whole, never run, and the output is plain decoding's.
+TEST_F(SpeculativeDecodingTest, DraftsOutsideTheVocabularyAreDroppedNotRun) {
+  class OutOfVocabulary final : public Proposer {
+   public:
+    std::string_view name() const override { return "bad-ids"; }
+    void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        out[i].tokens = {1, (i % 2) ? -5 : (1 << 30), 2};
+        out[i].score = 1.0f;
+      }
+    }
+  };
+  auto requests = RepetitiveBatch(4, /*seeded=*/true);
+  auto want = RunWithoutSpeculation(requests, SpecOptions(4));
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<OutOfVocabulary>());
+  EngineOptions options = SpecOptions(4);
+  options.speculative_step_overhead_tokens = -1;  // no cost model: every draft would be verified
+  auto core = MakeEngine(options, std::move(p));
+  ExpectSameTokens(Run(*core, requests), want);
+  EXPECT_EQ(Only(*core).draft_tokens, 0);
+}
+
 TEST_F(SpeculativeDecodingTest, SuffixProposerDraftsFromEarlierResponsesPerNamespace) {
   std::mt19937 rng(9);
   auto prompt = RandomPrompt(rng, 12);

@@ -1,0 +1,105 @@
+#include "services/request/resolve_request.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace floe {
+namespace {
+
+using floe::v1::GenerateRequest;
+
+template <typename Ids>
+absl::Status CheckVocabulary(const char* field, const Ids& ids, int32_t vocab) {
+  for (int i = 0; i < static_cast<int>(ids.size()); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab)
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "] = ", ids[i], " is outside the vocabulary [0, ", vocab, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveSampling(floe::v1::SamplingParams& s) {
+  if (!(s.temperature() >= 0.0f) || std::isinf(s.temperature()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.temperature must be >= 0 and finite, got ", s.temperature()));
+  if (s.top_k() < 0)
+    return absl::InvalidArgumentError(absl::StrCat("sampling.top_k must be >= 0 (0 disables), got ", s.top_k()));
+  if (s.has_top_p() && !(s.top_p() > 0.0f && s.top_p() <= 1.0f))
+    return absl::InvalidArgumentError(absl::StrCat("sampling.top_p must be in (0, 1], got ", s.top_p()));
+  if (!(s.min_p() >= 0.0f && s.min_p() < 1.0f))
+    return absl::InvalidArgumentError(absl::StrCat("sampling.min_p must be in [0, 1), got ", s.min_p()));
+  if (s.repetition_penalty() == 0.0f) s.set_repetition_penalty(1.0f);
+  if (!(s.repetition_penalty() > 0.0f) || std::isinf(s.repetition_penalty()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.repetition_penalty must be > 0 and finite (1 or unset: off), got ", s.repetition_penalty()));
+  if (!(std::fabs(s.presence_penalty()) <= 2.0f))
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.presence_penalty must be in [-2, 2], got ", s.presence_penalty()));
+  if (!(std::fabs(s.frequency_penalty()) <= 2.0f))
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.frequency_penalty must be in [-2, 2], got ", s.frequency_penalty()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RequestLimits LimitsOf(const floe::v1::ModelInfo& info) {
+  RequestLimits limits;
+  limits.vocab_size = info.vocab_size();
+  limits.max_context = info.max_context();
+  limits.max_tokens_limit = info.max_tokens_limit() > 0 ? info.max_tokens_limit() : info.max_context();
+  return limits;
+}
+
+void WriteLimits(const RequestLimits& limits, floe::v1::ModelInfo* info) {
+  info->set_vocab_size(limits.vocab_size);
+  info->set_max_context(limits.max_context);
+  info->set_max_tokens_limit(limits.max_tokens_limit);
+}
+
+absl::Status ResolveRequest(const RequestLimits& limits, GenerateRequest& request) {
+  if (request.prompt_case() == GenerateRequest::kText)
+    return absl::InvalidArgumentError("the prompt must be token_ids here (text is tokenized by the router)");
+  const auto& ids = request.token_ids().ids();
+  const int32_t prompt = ids.size();
+  if (prompt == 0) return absl::InvalidArgumentError("prompt is empty: set text or token_ids");
+  if (prompt >= limits.max_context)
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt, " tokens; the model's context is ",
+                                                   limits.max_context, " tokens (max prompt ",
+                                                   limits.max_context - 1, ")"));
+  if (absl::Status s = CheckVocabulary("token_ids", ids, limits.vocab_size); !s.ok()) return s;
+  // Forced decoding (benchmarks): whether it is allowed at all is the worker's call.
+  if (absl::Status s = CheckVocabulary("forced_output_ids", request.forced_output_ids(), limits.vocab_size); !s.ok())
+    return s;
+
+  floe::v1::StoppingParams& stop = *request.mutable_stopping();
+  if (!stop.has_max_tokens()) {
+    stop.set_max_tokens(std::min(limits.max_tokens_limit, limits.max_context - prompt));
+  } else if (stop.max_tokens() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("stopping.max_tokens must be > 0, got ", stop.max_tokens()));
+  } else if (int64_t{prompt} + stop.max_tokens() > limits.max_context) {
+    return absl::OutOfRangeError(absl::StrCat("stopping.max_tokens = ", stop.max_tokens(), " with a ", prompt,
+                                              "-token prompt exceeds the model's context of ", limits.max_context,
+                                              " tokens"));
+  } else if (stop.max_tokens() > limits.max_tokens_limit) {
+    return absl::OutOfRangeError(absl::StrCat("stopping.max_tokens = ", stop.max_tokens(),
+                                              " exceeds the server limit of ", limits.max_tokens_limit));
+  }
+  if (stop.min_tokens() < 0 || stop.min_tokens() > stop.max_tokens())
+    return absl::InvalidArgumentError(absl::StrCat("stopping.min_tokens must be in [0, max_tokens = ",
+                                                   stop.max_tokens(), "], got ", stop.min_tokens()));
+  if (stop.stop_token_ids_size() > limits.max_stop_token_ids)
+    return absl::InvalidArgumentError(absl::StrCat("stopping.stop_token_ids has ", stop.stop_token_ids_size(),
+                                                   " ids; the limit is ", limits.max_stop_token_ids));
+  if (absl::Status s = CheckVocabulary("stopping.stop_token_ids", stop.stop_token_ids(), limits.vocab_size); !s.ok())
+    return s;
+  const int32_t top_n = request.logprobs().top_n();
+  if (top_n < 0 || top_n > limits.max_top_logprobs)
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs.top_n must be in [0, ", limits.max_top_logprobs, "], got ", top_n));
+  return ResolveSampling(*request.mutable_sampling());
+}
+
+}  // namespace floe

@@ -1,0 +1,46 @@
+// One place resolves a GenerateRequest: its defaults, its limits and the
+// context rule. The router calls it before picking a worker (with the limits
+// the workers report in ModelInfo) and the worker calls it again for clients
+// that reach it directly, so the two can never disagree. What it accepts the
+// engine runs without further checks; only what changes per step (drafts) is
+// checked per step.
+//
+// Stateless; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "floe/v1/generate.pb.h"
+
+namespace floe {
+
+struct RequestLimits {
+  int32_t vocab_size = 0;
+  // Prompt + output tokens of one request (the worker's max_model_len).
+  int32_t max_context = 0;
+  // The largest stopping.max_tokens a request may ask for (--max-tokens-limit).
+  int32_t max_tokens_limit = 0;
+  int32_t max_top_logprobs = 20;
+  int32_t max_stop_token_ids = 64;
+};
+
+// The limits a worker reports (ModelInfo.vocab_size, max_context,
+// max_tokens_limit); a worker that reports no max_tokens_limit (older)
+// allows up to its context.
+RequestLimits LimitsOf(const floe::v1::ModelInfo& info);
+void WriteLimits(const RequestLimits& limits, floe::v1::ModelInfo* info);
+
+// Checks `request`, whose prompt must be token ids (the router tokenizes text
+// first), against `limits` and fills its defaults in place:
+// - the prompt: 1 .. max_context - 1 ids, each in [0, vocab_size);
+// - stopping.max_tokens: unset means min(max_tokens_limit, max_context -
+//   prompt); set, it must be > 0, prompt + max_tokens must fit the context
+//   and max_tokens <= max_tokens_limit (OUT_OF_RANGE, never a silent cut);
+// - min_tokens in [0, max_tokens]; stop_token_ids and forced_output_ids in
+//   the vocabulary; logprobs.top_n in [0, max_top_logprobs];
+// - sampling values in their ranges; repetition_penalty 0 (unset) becomes 1.
+// Errors are INVALID_ARGUMENT or OUT_OF_RANGE and name the field and the limit.
+absl::Status ResolveRequest(const RequestLimits& limits, floe::v1::GenerateRequest& request);
+
+}  // namespace floe
