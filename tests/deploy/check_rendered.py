@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the objects `helm template` rendered from deploy/helm/floe.
 
-    check_rendered.py RENDERED.yaml [--expect KEY=VALUE ...]
+    check_rendered.py RENDERED.yaml [--values FILE] [--expect KEY=VALUE ...]
         [--help-of worker=BIN --help-of router=BIN --help-of suffix-cache=BIN]
 
 Invariants checked on every value set: the kinds are there; every container's
@@ -12,6 +12,11 @@ memory, GPUs >= TP x SP; the router's config lists the worker pods' DNS names on
 the worker port; PDB, Service and KEDA selectors hit a workload; the
 PrometheusRule holds deploy/prometheus/floe-alerts.yaml; every flag passed
 exists in the binary's --help (PENDING_FLAGS excepted, reported).
+Each value's effect: the chart's values.yaml merged with --values (as Helm
+merges them, each modelSpec entry over modelDefaults) gives every worker's
+expected engine and speculation flags, compared with the rendered args; a
+worker with suffix speculation lists exactly the suffix-cache pods on their
+port when the suffix cache is enabled, and none otherwise.
 --expect pins facts of one value set (workers=N, gpu=N, tp=N, kinds=A,B, ...).
 """
 import json
@@ -63,9 +68,12 @@ def main(argv):
     path = argv[0]
     expect = {}
     helps = {}
+    values_file = None
     i = 1
     while i < len(argv):
-        if argv[i] == "--expect":
+        if argv[i] == "--values":
+            values_file = argv[i + 1] or None
+        elif argv[i] == "--expect":
             k, _, v = argv[i + 1].partition("=")
             expect[k] = v
         elif argv[i] == "--help-of":
@@ -231,8 +239,8 @@ def main(argv):
         elif "replicas" in statefulsets[target["name"]]["spec"]:
             fail(f"StatefulSet {target['name']} sets replicas although KEDA scales it")
         for t in so["spec"]["triggers"]:
-            if "floe_requests_waiting" not in t["metadata"].get("query", ""):
-                fail(f"ScaledObject {so['metadata']['name']}: trigger does not query floe_requests_waiting")
+            if "floe_num_requests_waiting" not in t["metadata"].get("query", ""):
+                fail(f"ScaledObject {so['metadata']['name']}: trigger does not query floe_num_requests_waiting")
 
     for pr in by_kind.get("PrometheusRule", []):
         with open(os.path.join(ROOT, "deploy", "prometheus", "floe-alerts.yaml")) as f:
@@ -250,6 +258,8 @@ def main(argv):
         for s in hit:
             if "metrics" not in {p["name"] for p in s["spec"]["ports"]}:
                 fail(f"Service {s['metadata']['name']}: scraped but has no metrics port")
+
+    check_values(load_values(values_file), workers, caches, routers, configmaps)
 
     for comp, binary in helps.items():
         check_flags(comp, binary, flags_used.get(comp, set()))
@@ -279,6 +289,97 @@ def check_worker_addresses(router, addrs, model_name, statefulsets, services):
             fail(f"{router}: {addr}: port {port} != worker --port {a.get('--port')}")
         if a.get("--model-name") != model_name:
             fail(f"{router}: routes model {model_name} to {sts} serving {a.get('--model-name')}")
+
+
+def merge(base, over):
+    """Helm's merge of values: maps merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = merge(base.get(k), v) if k in base else v
+        return out
+    return over
+
+
+def load_values(values_file):
+    with open(os.path.join(ROOT, "deploy", "helm", "floe", "values.yaml")) as f:
+        values = yaml.safe_load(f)
+    if values_file:
+        with open(values_file) as f:
+            values = merge(values, yaml.safe_load(f) or {})
+    return values
+
+
+def expected_worker_args(model, values):
+    """The flags a worker of `model` (merged over modelDefaults) must get from its values."""
+    spec = values["servingEngineSpec"]
+    served = model.get("servedModelName") or model["name"]
+    want = {
+        "--model": model["modelPath"],
+        "--model-name": served,
+        "--load-format": model["loadFormat"],
+        "--port": str(spec["port"]),
+        "--metrics-port": str(spec["metricsPort"]),
+        "--threads": str(int(model["threads"])),
+        "--kv-cache-gb": str(model["kvCacheGB"]),
+        "--max-model-len": str(int(model["maxModelLen"])),
+        "--block-size": str(int(model["blockSize"])),
+        "--max-num-seqs": str(int(model["maxNumSeqs"])),
+        "--max-waiting": str(int(model["maxWaiting"])),
+        "--drain-timeout-s": str(spec["drainTimeoutSeconds"]),
+        "--tensor-parallel-size": str(model["tensorParallelSize"]) if model["tensorParallelSize"] > 1 else None,
+        "--sequence-parallel-size": str(model["sequenceParallelSize"]) if model["sequenceParallelSize"] > 1 else None,
+    }
+    sp = model["speculation"]
+    want["--speculative"] = sp["method"]
+    want["--num-speculative-tokens"] = str(sp["numSpeculativeTokens"]) if sp["method"] != "off" else None
+    suffix = sp["method"] == "suffix"
+    want["--speculative-default-namespace"] = (sp["defaultNamespace"] or served) if suffix else None
+    want["--speculative-tree"] = "" if suffix and sp["tree"] else None
+    want["--speculative-reference-compatible"] = "" if suffix and sp["referenceCompatible"] else None
+    return want
+
+
+def check_values(values, workers, caches, routers, configmaps):
+    spec = values["servingEngineSpec"]
+    by_model = {pod_labels(w).get("floe.ai/model"): w for w in workers}
+    cache_cfg = values["suffixCacheSpec"]
+    for entry in spec["modelSpec"]:
+        model = merge(spec["modelDefaults"], entry)
+        w = by_model.get(model["name"])
+        if not w:
+            fail(f"model {model['name']}: no worker StatefulSet rendered")
+            continue
+        name = w["metadata"]["name"]
+        args = args_of(w["spec"]["template"]["spec"]["containers"][0])
+        for flag, value in expected_worker_args(model, values).items():
+            if value is None and flag in args:
+                fail(f"{name}: {flag}={args[flag]} rendered, but its values turn it off")
+            elif value is not None and args.get(flag) != value:
+                fail(f"{name}: {flag}={args.get(flag)!r}, its values give {value!r}")
+        # The global tree: every suffix-cache pod, on the suffix cache's port.
+        suffix = model["speculation"]["method"] == "suffix"
+        if suffix and cache_cfg["enabled"]:
+            if len(caches) != 1:
+                fail(f"{name}: suffix speculation with {len(caches)} suffix-cache StatefulSets rendered")
+                continue
+            sts = caches[0]
+            port = args_of(sts["spec"]["template"]["spec"]["containers"][0]).get("--port")
+            want = [f"{sts['metadata']['name']}-{i}.{sts['spec']['serviceName']}.serving.svc."
+                    f"{values['clusterDomain']}:{port}" for i in range(int(sts["spec"]["replicas"]))]
+            if int(sts["spec"]["replicas"]) != int(cache_cfg["replicaCount"]):
+                fail(f"{sts['metadata']['name']}: {sts['spec']['replicas']} replicas, values give {cache_cfg['replicaCount']}")
+            if args.get("--suffix-cache", "").split(",") != want:
+                fail(f"{name}: --suffix-cache={args.get('--suffix-cache')!r}, expected the suffix-cache pods {want}")
+        elif "--suffix-cache" in args:
+            fail(f"{name}: --suffix-cache rendered without suffix speculation on an enabled suffix cache")
+    # The router's config holds what the router reads, nothing else.
+    for cm in configmaps.values():
+        if "router.json" in cm.get("data", {}):
+            keys = set(json.loads(cm["data"]["router.json"]))
+            if keys != {"workers"}:
+                fail(f"ConfigMap {cm['metadata']['name']}: router.json has keys {sorted(keys)}; "
+                     f"floe-router --config reads only workers")
 
 
 def check_flags(comp, binary, used):

@@ -26,7 +26,7 @@ run() {  # NAME VALUES_FILE(or "") EXPECT...
   local expects=(); for e in "$@"; do expects+=(--expect "$e"); done
   if $HELM lint "$CHART" "${vf[@]}" --strict >"$TMP/$name.lint" 2>&1 &&
      $HELM template floe "$CHART" -n serving "${vf[@]}" >"$TMP/$name.yaml" 2>"$TMP/$name.err" &&
-     $PY "$(dirname "$0")/check_rendered.py" "$TMP/$name.yaml" "${expects[@]}" "${helps[@]}"; then
+     $PY "$(dirname "$0")/check_rendered.py" "$TMP/$name.yaml" --values "$values" "${expects[@]}" "${helps[@]}"; then
     echo "ok: $name"; passed=$((passed + 1))
   else
     cat "$TMP/$name.lint" "$TMP/$name.err" 2>/dev/null | grep -v 'symbolic link' || true
@@ -80,6 +80,8 @@ refused no-model-source "give modelURL, modelVolume.pvcName or modelVolume.hostP
 servingEngineSpec:
   modelSpec:
     - {name: m, modelPath: /models/m, modelVolume: {pvcName: ""}}'
+refused bad-speculation "method" '
+servingEngineSpec: {modelDefaults: {speculation: {method: eagle}}}'
 refused unknown-key "additional properties|additionalProperties|not allowed" '
 routerSpec: {replicas: 3}'
 

@@ -112,6 +112,16 @@ ports:
 {{- toJson $addrs -}}
 {{- end -}}
 
+{{/* The suffix-cache pods' addresses, comma-separated (the worker's --suffix-cache; its client hashes namespaces over them). */}}
+{{- define "floe.suffixCacheAddresses" -}}
+{{- $name := include "floe.suffixCacheName" . -}}
+{{- $addrs := list -}}
+{{- range $i := until (int .Values.suffixCacheSpec.replicaCount) -}}
+{{- $addrs = append $addrs (printf "%s-%d.%s.%s.svc.%s:%d" $name $i $name $.Release.Namespace $.Values.clusterDomain (int $.Values.suffixCacheSpec.port)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
 {{/* The model specs, each merged over servingEngineSpec.modelDefaults, as a JSON list. */}}
 {{- define "floe.models" -}}
 {{- $out := list -}}
