@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "common/metrics/http_get.h"
 #include "common/metrics/prometheus_text.h"
+#include "floe/v1/suffix_cache.grpc.pb.h"
 #include "tests/integration/local_cluster.h"
 
 namespace floe::testing {
@@ -129,9 +130,23 @@ TEST(SpeculationTest, SuffixWithSuffixCacheIsLosslessAndUsesTheService) {
   SuffixCacheProcess cache;
   ASSERT_TRUE(cache.Start());
   // No --speculative: with a suffix-cache the worker's default is suffix.
-  LocalCluster cluster(1, {"--suffix-cache", cache.address(), "--num-speculative-tokens", "8"});
+  // Requests that name no namespace go to the worker's default (the Helm
+  // chart sets it to the served model's name).
+  LocalCluster cluster(1, {"--suffix-cache", cache.address(), "--num-speculative-tokens", "8",
+                           "--speculative-default-namespace", "tenant-a"});
   ASSERT_TRUE(cluster.ok());
   ExpectLosslessWithAcceptedDrafts(cluster, "suffix");
+  {
+    auto service = floe::v1::SuffixCache::NewStub(
+        grpc::CreateChannel(cache.address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    floe::v1::SuffixStats stats;
+    ASSERT_TRUE(service->GetStats(&context, floe::v1::SuffixStatsRequest(), &stats).ok());
+    std::map<std::string, int64_t> cached;
+    for (const auto& ns : stats.namespaces()) cached[ns.namespace_()] = ns.cached_responses();
+    EXPECT_GT(cached["tenant-a"], 0);
+    for (const auto& [name, count] : cached) EXPECT_TRUE(name == "tenant-a" || count == 0) << name << ": " << count;
+  }
   const auto samples = Scrape(MetricsUrl(cluster.worker(0)));
   const double steps = SumByLabels(samples, "floe_suffix_cache_client_rpc_latency_seconds_count", {"call=\"step\""});
   EXPECT_GT(steps, 0);
