@@ -15,21 +15,6 @@ namespace {
 
 using cpu::PackedMatrix;
 
-absl::Status CheckTensor(const TensorView& t, absl::string_view name, std::vector<int64_t> shape,
-                         bool matrix) {
-  if (!t.present()) return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is missing"));
-  if (t.shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat("weight ", name, " has shape ",
-                                                   ShapeToString(t.shape), ", expected ",
-                                                   ShapeToString(shape)));
-  }
-  if (matrix && t.dtype == DType::kF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight ", name, " is f16; the CPU backend takes bf16 or f32 matrices"));
-  }
-  return absl::OkStatus();
-}
-
 std::vector<float> ToF32(const TensorView& t) {
   std::vector<float> out(t.numel());
   const auto* bits = static_cast<const uint16_t*>(t.data);
@@ -45,104 +30,22 @@ std::vector<float> ToF32(const TensorView& t) {
 
 }  // namespace
 
-struct CpuBackend::Layer {
-  std::vector<float> input_norm, post_norm, qkv_bias, q_norm, k_norm;
-  PackedMatrix qkv, o, gate_up, down;
-};
-
-CpuBackend::CpuBackend(const ModelConfig& config, const ModelWeights& weights, int num_threads)
-    : config_(config), weights_(weights), pool_(num_threads) {}
+CpuBackend::CpuBackend(const ModelConfig& config, int num_threads) : config_(config), pool_(num_threads) {}
 
 CpuBackend::~CpuBackend() = default;
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
                                                                const ModelWeights& weights,
                                                                const CpuBackendOptions& options) {
-  const int64_t h = config.hidden_size, hd = config.head_dim;
-  if (h <= 0 || hd <= 0 || hd % 2 != 0 || config.num_heads <= 0 || config.num_kv_heads <= 0 ||
-      config.num_heads % config.num_kv_heads != 0 || config.vocab_size <= 0 ||
-      config.intermediate_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config: need positive hidden_size, intermediate_size, vocab_size, even head_dim, and "
-        "num_heads a multiple of num_kv_heads; got hidden ", h, ", head_dim ", hd, ", heads ",
-        config.num_heads, "/", config.num_kv_heads));
-  }
-  const std::string& rope = config.rope_scaling.type;
-  if (!rope.empty() && rope != "default" && rope != "linear" && rope != "llama3") {
-    return absl::InvalidArgumentError(absl::StrCat("config: rope_scaling type '", rope, "' is not supported"));
-  }
-  if (static_cast<int>(weights.layers.size()) != config.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("weights: ", weights.layers.size(),
-                                                   " layers, config says ", config.num_layers));
-  }
-  const int64_t q_dim = config.num_heads * hd, kv_dim = config.num_kv_heads * hd;
-  const int64_t inter = config.intermediate_size, vocab = config.vocab_size;
-  FLOE_RETURN_IF_ERROR(CheckTensor(weights.embed_tokens, "embed_tokens", {vocab, h}, false));
-  FLOE_RETURN_IF_ERROR(CheckTensor(weights.final_norm, "norm", {h}, false));
-  FLOE_RETURN_IF_ERROR(CheckTensor(weights.lm_head, "lm_head", {vocab, h}, true));
-  DType matrix_dtype = weights.lm_head.dtype;
-  for (int i = 0; i < config.num_layers; ++i) {
-    const LayerWeights& l = weights.layers[i];
-    const std::string p = absl::StrCat("layers.", i, ".");
-    FLOE_RETURN_IF_ERROR(CheckTensor(l.input_norm, p + "input_layernorm", {h}, false));
-    FLOE_RETURN_IF_ERROR(CheckTensor(l.post_attention_norm, p + "post_attention_layernorm", {h}, false));
-    const std::pair<const TensorView*, std::pair<const char*, std::vector<int64_t>>> mats[] = {
-        {&l.q_proj, {"self_attn.q_proj", {q_dim, h}}},
-        {&l.k_proj, {"self_attn.k_proj", {kv_dim, h}}},
-        {&l.v_proj, {"self_attn.v_proj", {kv_dim, h}}},
-        {&l.o_proj, {"self_attn.o_proj", {h, q_dim}}},
-        {&l.gate_proj, {"mlp.gate_proj", {inter, h}}},
-        {&l.up_proj, {"mlp.up_proj", {inter, h}}},
-        {&l.down_proj, {"mlp.down_proj", {h, inter}}}};
-    for (const auto& [t, spec] : mats) {
-      FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
-      if (t->dtype != matrix_dtype) {
-        return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ",
-                                                       DTypeName(t->dtype), ", lm_head is ",
-                                                       DTypeName(matrix_dtype)));
-      }
-    }
-    if (config.attention_bias) {
-      FLOE_RETURN_IF_ERROR(CheckTensor(l.q_bias, p + "self_attn.q_proj.bias", {q_dim}, false));
-      FLOE_RETURN_IF_ERROR(CheckTensor(l.k_bias, p + "self_attn.k_proj.bias", {kv_dim}, false));
-      FLOE_RETURN_IF_ERROR(CheckTensor(l.v_bias, p + "self_attn.v_proj.bias", {kv_dim}, false));
-    }
-    if (config.qk_norm) {
-      FLOE_RETURN_IF_ERROR(CheckTensor(l.q_norm, p + "self_attn.q_norm", {hd}, false));
-      FLOE_RETURN_IF_ERROR(CheckTensor(l.k_norm, p + "self_attn.k_norm", {hd}, false));
-    }
-  }
-
   int threads = options.num_threads > 0 ? options.num_threads
                                         : static_cast<int>(std::thread::hardware_concurrency());
-  std::unique_ptr<CpuBackend> backend(new CpuBackend(config, weights, std::max(1, threads)));
-  backend->q_dim_ = static_cast<int>(q_dim);
-  backend->kv_dim_ = static_cast<int>(kv_dim);
-  cpu::ThreadPool& pool = backend->pool_;
-  for (const LayerWeights& l : weights.layers) {
-    Layer layer;
-    layer.input_norm = ToF32(l.input_norm);
-    layer.post_norm = ToF32(l.post_attention_norm);
-    if (config.attention_bias) {
-      for (const TensorView* b : {&l.q_bias, &l.k_bias, &l.v_bias}) {
-        std::vector<float> part = ToF32(*b);
-        layer.qkv_bias.insert(layer.qkv_bias.end(), part.begin(), part.end());
-      }
-    }
-    if (config.qk_norm) {
-      layer.q_norm = ToF32(l.q_norm);
-      layer.k_norm = ToF32(l.k_norm);
-    }
-    const TensorView qkv[] = {l.q_proj, l.k_proj, l.v_proj};
-    layer.qkv = cpu::PackMatrix(qkv, pool);
-    layer.o = cpu::PackMatrix({&l.o_proj, 1}, pool);
-    const TensorView gate_up[] = {l.gate_proj, l.up_proj};
-    layer.gate_up = cpu::PackMatrix(gate_up, pool);
-    layer.down = cpu::PackMatrix({&l.down_proj, 1}, pool);
-    backend->layers_.push_back(std::move(layer));
-  }
-  backend->final_norm_ = ToF32(weights.final_norm);
-  backend->lm_head_ = cpu::PackMatrix({&weights.lm_head, 1}, pool);
+  std::unique_ptr<CpuBackend> backend(new CpuBackend(config, std::max(1, threads)));
+  backend->q_dim_ = config.num_heads * config.head_dim;
+  backend->kv_dim_ = config.num_kv_heads * config.head_dim;
+  // The model checks the config and every weight, then prepares them here.
+  auto model = LlamaForward::Create(config, weights, *backend);
+  if (!model.ok()) return model.status();
+  backend->model_ = std::move(model).value();
   cpu::RopeParams rope_params;
   rope_params.head_dim = config.head_dim;
   rope_params.theta = config.rope_theta;
@@ -153,6 +56,21 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   rope_params.original_max_position_embeddings = config.rope_scaling.original_max_position_embeddings;
   backend->inv_freq_ = cpu::RopeInvFreq(rope_params);
   return backend;
+}
+
+WeightId CpuBackend::PrepareMatrix(std::span<const TensorView> parts) {
+  matrices_.push_back(cpu::PackMatrix(parts, pool_));
+  return static_cast<WeightId>(matrices_.size() - 1);
+}
+
+WeightId CpuBackend::PrepareVector(std::span<const TensorView> parts) {
+  std::vector<float> v;
+  for (const TensorView& part : parts) {
+    std::vector<float> f = ToF32(part);
+    v.insert(v.end(), f.begin(), f.end());
+  }
+  vectors_.push_back(std::move(v));
+  return static_cast<WeightId>(vectors_.size() - 1);
 }
 
 size_t CpuBackend::KvBytesPerBlock(int block_size) const {
@@ -215,22 +133,6 @@ absl::Status CpuBackend::ValidateBatch(std::span<const ForwardSequence> batch) c
   return absl::OkStatus();
 }
 
-void CpuBackend::EnsureWorkspace(int64_t rows, int64_t logit_rows, int64_t max_context) {
-  auto grow = [](std::vector<float>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
-  };
-  const int64_t h = config_.hidden_size;
-  grow(x_, rows * h);
-  grow(xn_, rows * h);
-  grow(qkv_, rows * (q_dim_ + 2 * kv_dim_));
-  grow(attn_, rows * q_dim_);
-  grow(gate_up_, rows * 2 * config_.intermediate_size);
-  grow(cos_, rows * config_.head_dim / 2);
-  grow(sin_, rows * config_.head_dim / 2);
-  grow(scratch_, static_cast<int64_t>(pool_.num_threads()) * max_context);
-  grow(final_rows_, logit_rows * h);
-}
-
 cpu::KvLayer CpuBackend::LayerKv(int layer) {
   const size_t layer_floats = KvBytesPerBlock(block_size_) / sizeof(float) * num_blocks_ / config_.num_layers;
   cpu::KvLayer kv;
@@ -277,103 +179,172 @@ void CpuBackend::ForRows(int64_t rows, const Fn& fn) {
 absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* logits) {
   hidden_rows_ = 0;
   FLOE_RETURN_IF_ERROR(ValidateBatch(batch));
-  if (batch.empty()) return absl::OkStatus();
-  const int64_t h = config_.hidden_size, hd = config_.head_dim, inter = config_.intermediate_size;
-  const int64_t qkv_dim = q_dim_ + 2 * kv_dim_;
-  const float eps = config_.rms_norm_eps;
+  model_->Run(batch, logits);
+  hidden_rows_ = model_->num_logit_rows();
+  return absl::OkStatus();
+}
 
+float* CpuBackend::Rows(Activation a) {
+  switch (a) {
+    case Activation::kX: return x_.data();
+    case Activation::kXn: return xn_.data();
+    case Activation::kQkv: return qkv_.data();
+    case Activation::kAttn: return attn_.data();
+    case Activation::kGateUp: return gate_up_.data();
+    case Activation::kFinal: return final_rows_.data();
+  }
+  return nullptr;
+}
+
+int64_t CpuBackend::Width(Activation a) const {
+  switch (a) {
+    case Activation::kX:
+    case Activation::kXn:
+    case Activation::kFinal: return config_.hidden_size;
+    case Activation::kQkv: return q_dim_ + 2 * kv_dim_;
+    case Activation::kAttn: return q_dim_;
+    case Activation::kGateUp: return 2 * config_.intermediate_size;
+  }
+  return 0;
+}
+
+void CpuBackend::BeginStep(const StepRows& rows) {
+  tokens_ = rows.tokens;
+  positions_ = rows.positions;
+  logit_rows_ = rows.logit_rows;
+  rows_ = static_cast<int64_t>(rows.tokens.size());
+  max_context_ = rows.max_context;
   seqs_.clear();
-  tokens_.clear();
-  positions_.clear();
-  logit_rows_.clear();
   tree_path_begin_.clear();
   tree_paths_.clear();
-  int64_t max_context = 0;
-  for (const ForwardSequence& seq : batch) {
+  int64_t first_row = 0;
+  for (const ForwardSequence& seq : rows.batch) {
     cpu::AttentionSeq a;
-    a.first_row = static_cast<int64_t>(tokens_.size());
+    a.first_row = first_row;
     a.num_tokens = static_cast<int32_t>(seq.tokens.size());
     a.start_pos = seq.start_pos;
     a.block_table = seq.block_table.data();
     if (!seq.parents.empty()) cpu::AppendTreePaths(seq.parents, seq.start_pos, tree_path_begin_, tree_paths_);
     seqs_.push_back(a);
-    const size_t first_position = positions_.size();
-    for (int32_t i = 0; i < a.num_tokens; ++i) {
-      tokens_.push_back(seq.tokens[i]);
-      // A tree token's position id is its depth past start_pos (parents precede children).
-      positions_.push_back(i == 0 || seq.parents.empty() ? seq.start_pos + i
-                                                         : positions_[first_position + seq.parents[i]] + 1);
-    }
-    for (int32_t i = a.num_tokens - seq.num_logits; i < a.num_tokens; ++i) {
-      logit_rows_.push_back(a.first_row + i);
-    }
-    max_context = std::max<int64_t>(max_context, seq.start_pos + a.num_tokens);
+    first_row += a.num_tokens;
   }
   // The root paths of every tree token, built once for all layers; pointed
   // to once complete (appending may move them).
-  for (size_t s = 0, next = 0; s < batch.size(); ++s) {
-    if (batch[s].parents.empty()) continue;
+  for (size_t s = 0, next = 0; s < rows.batch.size(); ++s) {
+    if (rows.batch[s].parents.empty()) continue;
     seqs_[s].tree_path_begin = tree_path_begin_.data() + next;
     seqs_[s].tree_paths = tree_paths_.data();
-    next += batch[s].parents.size() + 1;
+    next += rows.batch[s].parents.size() + 1;
   }
-  const int64_t m = static_cast<int64_t>(tokens_.size());
-  EnsureWorkspace(m, static_cast<int64_t>(logit_rows_.size()), max_context);
+  auto grow = [](std::vector<float>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
+  };
+  const int64_t m = rows_, h = config_.hidden_size;
+  grow(x_, m * h);
+  grow(xn_, m * h);
+  grow(qkv_, m * Width(Activation::kQkv));
+  grow(attn_, m * q_dim_);
+  grow(gate_up_, m * Width(Activation::kGateUp));
+  grow(cos_, m * config_.head_dim / 2);
+  grow(sin_, m * config_.head_dim / 2);
+  grow(scratch_, static_cast<int64_t>(pool_.num_threads()) * max_context_);
+  grow(final_rows_, static_cast<int64_t>(logit_rows_.size()) * h);
+}
 
-  const int64_t half = hd / 2;
-  ForRows(m, [&](int64_t r) {
-    cpu::EmbeddingLookup(weights_.embed_tokens, {&tokens_[r], 1}, &x_[r * h]);
+void CpuBackend::Embed(Activation x) {
+  const int64_t h = config_.hidden_size, half = config_.head_dim / 2;
+  float* out = Rows(x);
+  ForRows(rows_, [&](int64_t r) {
+    cpu::EmbeddingLookup(embed_tokens_, {&tokens_[r], 1}, &out[r * h]);
     cpu::RopeCosSin(inv_freq_, positions_[r], &cos_[r * half], &sin_[r * half]);
   });
+}
 
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  for (int li = 0; li < config_.num_layers; ++li) {
-    const Layer& layer = layers_[li];
-    ForRows(m, [&](int64_t r) {
-      cpu::RmsNorm(&x_[r * h], layer.input_norm.data(), eps, h, &xn_[r * h]);
-    });
-    Matmul(xn_.data(), m, layer.qkv, qkv_.data());
-    ForRows(m, [&](int64_t r) {
-      float* row = &qkv_[r * qkv_dim];
-      if (!layer.qkv_bias.empty()) cpu::AddInPlace(row, layer.qkv_bias.data(), qkv_dim);
-      if (config_.qk_norm) {
-        for (int hh = 0; hh < config_.num_heads; ++hh) {
-          cpu::RmsNorm(row + hh * hd, layer.q_norm.data(), eps, hd, row + hh * hd);
-        }
-        for (int hh = 0; hh < config_.num_kv_heads; ++hh) {
-          float* k = row + q_dim_ + hh * hd;
-          cpu::RmsNorm(k, layer.k_norm.data(), eps, hd, k);
-        }
+void CpuBackend::RmsNorm(Activation in, WeightId weight, Activation out) {
+  const int64_t h = Width(in), ho = Width(out);
+  const float *src = Rows(in), *w = vectors_[weight].data();
+  float* dst = Rows(out);
+  ForRows(rows_, [&](int64_t r) { cpu::RmsNorm(&src[r * h], w, config_.rms_norm_eps, h, &dst[r * ho]); });
+}
+
+void CpuBackend::Matmul(Activation in, WeightId matrix, Activation out) {
+  // `in` may be wider than the matrix's input (kGateUp): its row stride is its width.
+  cpu::Matmul(Rows(in), rows_, matrices_[matrix], Rows(out), pool_, Width(in), &matmul_scratch_);
+}
+
+void CpuBackend::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
+  const int64_t hd = config_.head_dim, half = hd / 2, width = Width(qkv);
+  const float eps = config_.rms_norm_eps;
+  float* rows = Rows(qkv);
+  const float* b = bias == kNoWeight ? nullptr : vectors_[bias].data();
+  const float* qn = q_norm == kNoWeight ? nullptr : vectors_[q_norm].data();
+  const float* kn = k_norm == kNoWeight ? nullptr : vectors_[k_norm].data();
+  ForRows(rows_, [&](int64_t r) {
+    float* row = &rows[r * width];
+    if (b) cpu::AddInPlace(row, b, width);
+    if (qn) {
+      for (int hh = 0; hh < config_.num_heads; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
+    }
+    if (kn) {
+      for (int hh = 0; hh < config_.num_kv_heads; ++hh) {
+        float* k = row + q_dim_ + hh * hd;
+        cpu::RmsNorm(k, kn, eps, hd, k);
       }
-      cpu::ApplyRope(row, config_.num_heads, hd, &cos_[r * half], &sin_[r * half]);
-      cpu::ApplyRope(row + q_dim_, config_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
-    });
-    const cpu::KvLayer kv = LayerKv(li);
-    cpu::WriteKv(kv, seqs_, qkv_.data() + q_dim_, qkv_.data() + q_dim_ + kv_dim_, qkv_dim);
-    cpu::PagedAttention(qkv_.data(), qkv_dim, seqs_, kv, config_.num_heads, scale, attn_.data(),
-                        q_dim_, scratch_.data(), max_context, pool_);
-    Matmul(attn_.data(), m, layer.o, xn_.data());
-    ForRows(m, [&](int64_t r) {
-      cpu::AddInPlace(&x_[r * h], &xn_[r * h], h);
-      cpu::RmsNorm(&x_[r * h], layer.post_norm.data(), eps, h, &xn_[r * h]);
-    });
-    Matmul(xn_.data(), m, layer.gate_up, gate_up_.data());
-    ForRows(m, [&](int64_t r) {
-      float* row = &gate_up_[r * 2 * inter];
-      cpu::SiluMul(row, row + inter, inter, row);
-    });
-    Matmul(gate_up_.data(), m, layer.down, xn_.data(), /*ldx=*/2 * inter);
-    ForRows(m, [&](int64_t r) { cpu::AddInPlace(&x_[r * h], &xn_[r * h], h); });
-  }
-
-  const int64_t num_logit_rows = static_cast<int64_t>(logit_rows_.size());
-  hidden_rows_ = num_logit_rows;
-  if (num_logit_rows == 0) return absl::OkStatus();
-  ForRows(num_logit_rows, [&](int64_t i) {
-    cpu::RmsNorm(&x_[logit_rows_[i] * h], final_norm_.data(), eps, h, &final_rows_[i * h]);
+    }
+    cpu::ApplyRope(row, config_.num_heads, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row + q_dim_, config_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
   });
-  Matmul(final_rows_.data(), num_logit_rows, lm_head_, logits);
-  return absl::OkStatus();
+}
+
+void CpuBackend::WriteKv(int layer, Activation qkv) {
+  const float* rows = Rows(qkv);
+  cpu::WriteKv(LayerKv(layer), seqs_, rows + q_dim_, rows + q_dim_ + kv_dim_, Width(qkv));
+}
+
+void CpuBackend::Attention(int layer, Activation qkv, Activation out) {
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+  cpu::PagedAttention(Rows(qkv), Width(qkv), seqs_, LayerKv(layer), config_.num_heads, scale, Rows(out),
+                      Width(out), scratch_.data(), max_context_, pool_);
+}
+
+void CpuBackend::AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) {
+  const int64_t h = config_.hidden_size;
+  float *xr = Rows(x), *o = Rows(out);
+  const float *d = Rows(delta), *w = vectors_[weight].data();
+  ForRows(rows_, [&](int64_t r) {
+    cpu::AddInPlace(&xr[r * h], &d[r * h], h);
+    cpu::RmsNorm(&xr[r * h], w, config_.rms_norm_eps, h, &o[r * h]);
+  });
+}
+
+void CpuBackend::SiluMul(Activation gate_up) {
+  const int64_t inter = config_.intermediate_size;
+  float* rows = Rows(gate_up);
+  ForRows(rows_, [&](int64_t r) {
+    float* row = &rows[r * 2 * inter];
+    cpu::SiluMul(row, row + inter, inter, row);
+  });
+}
+
+void CpuBackend::Add(Activation x, Activation delta) {
+  const int64_t h = config_.hidden_size;
+  float* xr = Rows(x);
+  const float* d = Rows(delta);
+  ForRows(rows_, [&](int64_t r) { cpu::AddInPlace(&xr[r * h], &d[r * h], h); });
+}
+
+void CpuBackend::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
+  const int64_t h = config_.hidden_size;
+  const float *src = Rows(in), *w = vectors_[weight].data();
+  float* dst = Rows(out);
+  ForRows(static_cast<int64_t>(logit_rows_.size()), [&](int64_t i) {
+    cpu::RmsNorm(&src[logit_rows_[i] * h], w, config_.rms_norm_eps, h, &dst[i * h]);
+  });
+}
+
+void CpuBackend::Logits(Activation in, WeightId matrix, float* logits) {
+  cpu::Matmul(Rows(in), static_cast<int64_t>(logit_rows_.size()), matrices_[matrix], logits, pool_, -1,
+              &matmul_scratch_);
 }
 
 std::span<const float> CpuBackend::LastHiddenStates() const {

@@ -1,5 +1,7 @@
-// The CPU implementation of Backend: the Llama-family forward pass (Llama,
-// Mistral, Qwen2 with qkv bias, Qwen3 with q/k norm) over a paged f32 KV cache.
+// The CPU implementation of Backend: it owns the memory (packed weights,
+// the paged f32 KV cache, the step's activations) and implements ModelOps
+// over kernels/cpu; the model itself (services/worker/model/llama_forward.h)
+// is written once over those ops.
 //
 // Weights: matrices are repacked once at construction into panel form (see
 // kernels/cpu/matmul.h), with q|k|v and gate|up fused; norms and biases are
@@ -23,6 +25,8 @@
 #include "kernels/cpu/thread_pool.h"
 #include "services/worker/backend/backend.h"
 #include "services/worker/model/checkpoint.h"
+#include "services/worker/model/llama_forward.h"
+#include "services/worker/model/model_ops.h"
 
 namespace floe {
 
@@ -30,7 +34,7 @@ struct CpuBackendOptions {
   int num_threads = 0;  // 0: std::thread::hardware_concurrency()
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, private ModelOps {
  public:
   // Validates every weight's shape and dtype against `config` (errors name the
   // tensor) and packs the matrices.
@@ -47,38 +51,51 @@ class CpuBackend final : public Backend {
   absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
 
  private:
-  struct Layer;
-  CpuBackend(const ModelConfig& config, const ModelWeights& weights, int num_threads);
+  CpuBackend(const ModelConfig& config, int num_threads);
   absl::Status ValidateBatch(std::span<const ForwardSequence> batch) const;
   cpu::KvLayer LayerKv(int layer);
-  void EnsureWorkspace(int64_t rows, int64_t logit_rows, int64_t max_context);
   template <class Fn>
   void ForRows(int64_t rows, const Fn& fn);
-  // cpu::Matmul on the backend's pool and scratch.
-  void Matmul(const float* x, int64_t rows, const cpu::PackedMatrix& w, float* y,
-              int64_t ldx = -1) {
-    cpu::Matmul(x, rows, w, y, pool_, ldx, &matmul_scratch_);
-  }
+  float* Rows(Activation a);
+  int64_t Width(Activation a) const;
+
+  // ModelOps over kernels/cpu.
+  WeightId PrepareMatrix(std::span<const TensorView> parts) override;
+  WeightId PrepareVector(std::span<const TensorView> parts) override;
+  void PrepareEmbedding(const TensorView& table) override { embed_tokens_ = table; }
+  void BeginStep(const StepRows& rows) override;
+  void Embed(Activation x) override;
+  void RmsNorm(Activation in, WeightId weight, Activation out) override;
+  void Matmul(Activation in, WeightId matrix, Activation out) override;
+  void PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) override;
+  void WriteKv(int layer, Activation qkv) override;
+  void Attention(int layer, Activation qkv, Activation out) override;
+  void AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) override;
+  void SiluMul(Activation gate_up) override;
+  void Add(Activation x, Activation delta) override;
+  void GatherRmsNorm(Activation in, WeightId weight, Activation out) override;
+  void Logits(Activation in, WeightId matrix, float* logits) override;
 
   ModelConfig config_;
-  const ModelWeights& weights_;
   cpu::ThreadPool pool_;
-  std::vector<Layer> layers_;
-  std::vector<float> final_norm_;
-  cpu::PackedMatrix lm_head_;
+  std::unique_ptr<LlamaForward> model_;
+  TensorView embed_tokens_;
+  std::vector<cpu::PackedMatrix> matrices_;  // by WeightId
+  std::vector<std::vector<float>> vectors_;  // by WeightId
   std::vector<float> inv_freq_;
   int q_dim_ = 0, kv_dim_ = 0;
 
   int num_blocks_ = 0, block_size_ = 0;
   std::vector<float> kv_cache_;  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]
 
-  // Activations, grown on demand and reused across steps.
+  // The step (BeginStep) and its activations, grown on demand and reused.
+  std::span<const int32_t> tokens_, positions_;
+  std::span<const int64_t> logit_rows_;
+  int64_t rows_ = 0, max_context_ = 0;
   std::vector<float> x_, xn_, qkv_, attn_, gate_up_, cos_, sin_, scratch_, final_rows_;
   cpu::MatmulScratch matmul_scratch_;
   std::vector<cpu::AttentionSeq> seqs_;
-  std::vector<int32_t> tokens_, positions_;
   std::vector<int32_t> tree_path_begin_, tree_paths_;  // cpu::AppendTreePaths of the step's trees
-  std::vector<int64_t> logit_rows_;
   int64_t hidden_rows_ = 0;  // rows of final_rows_ the last Forward filled
 };
 

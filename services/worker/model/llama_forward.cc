@@ -1,0 +1,150 @@
+#include "services/worker/model/llama_forward.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace floe {
+namespace {
+
+absl::Status CheckTensor(const TensorView& t, absl::string_view name, std::vector<int64_t> shape, bool matrix) {
+  if (!t.present()) return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is missing"));
+  if (t.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", name, " has shape ", ShapeToString(t.shape),
+                                                   ", expected ", ShapeToString(shape)));
+  }
+  if (matrix && t.dtype == DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is f16; matrices must be bf16 or f32"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckConfig(const ModelConfig& config) {
+  const int64_t h = config.hidden_size, hd = config.head_dim;
+  if (h <= 0 || hd <= 0 || hd % 2 != 0 || config.num_heads <= 0 || config.num_kv_heads <= 0 ||
+      config.num_heads % config.num_kv_heads != 0 || config.vocab_size <= 0 || config.intermediate_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: need positive hidden_size, intermediate_size, vocab_size, even head_dim, and "
+        "num_heads a multiple of num_kv_heads; got hidden ", h, ", head_dim ", hd, ", heads ",
+        config.num_heads, "/", config.num_kv_heads));
+  }
+  const std::string& rope = config.rope_scaling.type;
+  if (!rope.empty() && rope != "default" && rope != "linear" && rope != "llama3") {
+    return absl::InvalidArgumentError(absl::StrCat("config: rope_scaling type '", rope, "' is not supported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights) {
+  if (static_cast<int>(weights.layers.size()) != config.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: ", weights.layers.size(), " layers, config says ", config.num_layers));
+  }
+  const int64_t h = config.hidden_size, hd = config.head_dim;
+  const int64_t q_dim = config.num_heads * hd, kv_dim = config.num_kv_heads * hd;
+  const int64_t inter = config.intermediate_size, vocab = config.vocab_size;
+  FLOE_RETURN_IF_ERROR(CheckTensor(weights.embed_tokens, "embed_tokens", {vocab, h}, false));
+  FLOE_RETURN_IF_ERROR(CheckTensor(weights.final_norm, "norm", {h}, false));
+  FLOE_RETURN_IF_ERROR(CheckTensor(weights.lm_head, "lm_head", {vocab, h}, true));
+  const DType matrix_dtype = weights.lm_head.dtype;
+  for (int i = 0; i < config.num_layers; ++i) {
+    const LayerWeights& l = weights.layers[i];
+    const std::string p = absl::StrCat("layers.", i, ".");
+    FLOE_RETURN_IF_ERROR(CheckTensor(l.input_norm, p + "input_layernorm", {h}, false));
+    FLOE_RETURN_IF_ERROR(CheckTensor(l.post_attention_norm, p + "post_attention_layernorm", {h}, false));
+    const std::pair<const TensorView*, std::pair<const char*, std::vector<int64_t>>> mats[] = {
+        {&l.q_proj, {"self_attn.q_proj", {q_dim, h}}},   {&l.k_proj, {"self_attn.k_proj", {kv_dim, h}}},
+        {&l.v_proj, {"self_attn.v_proj", {kv_dim, h}}},  {&l.o_proj, {"self_attn.o_proj", {h, q_dim}}},
+        {&l.gate_proj, {"mlp.gate_proj", {inter, h}}},   {&l.up_proj, {"mlp.up_proj", {inter, h}}},
+        {&l.down_proj, {"mlp.down_proj", {h, inter}}}};
+    for (const auto& [t, spec] : mats) {
+      FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
+      if (t->dtype != matrix_dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ", DTypeName(t->dtype),
+                                                       ", lm_head is ", DTypeName(matrix_dtype)));
+      }
+    }
+    if (config.attention_bias) {
+      FLOE_RETURN_IF_ERROR(CheckTensor(l.q_bias, p + "self_attn.q_proj.bias", {q_dim}, false));
+      FLOE_RETURN_IF_ERROR(CheckTensor(l.k_bias, p + "self_attn.k_proj.bias", {kv_dim}, false));
+      FLOE_RETURN_IF_ERROR(CheckTensor(l.v_bias, p + "self_attn.v_proj.bias", {kv_dim}, false));
+    }
+    if (config.qk_norm) {
+      FLOE_RETURN_IF_ERROR(CheckTensor(l.q_norm, p + "self_attn.q_norm", {hd}, false));
+      FLOE_RETURN_IF_ERROR(CheckTensor(l.k_norm, p + "self_attn.k_norm", {hd}, false));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelConfig& config,
+                                                                   const ModelWeights& weights, ModelOps& ops) {
+  FLOE_RETURN_IF_ERROR(CheckConfig(config));
+  FLOE_RETURN_IF_ERROR(CheckWeights(config, weights));
+  std::unique_ptr<LlamaForward> forward(new LlamaForward(config, ops));
+  for (const LayerWeights& l : weights.layers) {
+    Layer layer;
+    layer.input_norm = ops.PrepareVector({&l.input_norm, 1});
+    layer.post_norm = ops.PrepareVector({&l.post_attention_norm, 1});
+    const TensorView qkv_bias[] = {l.q_bias, l.k_bias, l.v_bias};
+    layer.qkv_bias = config.attention_bias ? ops.PrepareVector(qkv_bias) : kNoWeight;
+    layer.q_norm = config.qk_norm ? ops.PrepareVector({&l.q_norm, 1}) : kNoWeight;
+    layer.k_norm = config.qk_norm ? ops.PrepareVector({&l.k_norm, 1}) : kNoWeight;
+    const TensorView qkv[] = {l.q_proj, l.k_proj, l.v_proj};
+    layer.qkv = ops.PrepareMatrix(qkv);
+    layer.o = ops.PrepareMatrix({&l.o_proj, 1});
+    const TensorView gate_up[] = {l.gate_proj, l.up_proj};
+    layer.gate_up = ops.PrepareMatrix(gate_up);
+    layer.down = ops.PrepareMatrix({&l.down_proj, 1});
+    forward->layers_.push_back(layer);
+  }
+  forward->final_norm_ = ops.PrepareVector({&weights.final_norm, 1});
+  forward->lm_head_ = ops.PrepareMatrix({&weights.lm_head, 1});
+  ops.PrepareEmbedding(weights.embed_tokens);
+  return forward;
+}
+
+void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits) {
+  tokens_.clear();
+  positions_.clear();
+  logit_rows_.clear();
+  int64_t max_context = 0;
+  for (const ForwardSequence& seq : batch) {
+    const int64_t first_row = static_cast<int64_t>(tokens_.size());
+    const int32_t n = static_cast<int32_t>(seq.tokens.size());
+    for (int32_t i = 0; i < n; ++i) {
+      tokens_.push_back(seq.tokens[i]);
+      // A tree token's position id is its depth past start_pos (parents precede children).
+      positions_.push_back(i == 0 || seq.parents.empty() ? seq.start_pos + i
+                                                         : positions_[first_row + seq.parents[i]] + 1);
+    }
+    for (int32_t i = n - seq.num_logits; i < n; ++i) logit_rows_.push_back(first_row + i);
+    max_context = std::max<int64_t>(max_context, seq.start_pos + n);
+  }
+  if (tokens_.empty()) return;
+  using A = Activation;
+  ops_.BeginStep({batch, tokens_, positions_, logit_rows_, max_context});
+  ops_.Embed(A::kX);
+  for (int li = 0; li < config_.num_layers; ++li) {
+    const Layer& layer = layers_[li];
+    ops_.RmsNorm(A::kX, layer.input_norm, A::kXn);
+    ops_.Matmul(A::kXn, layer.qkv, A::kQkv);
+    ops_.PrepareQk(A::kQkv, layer.qkv_bias, layer.q_norm, layer.k_norm);
+    ops_.WriteKv(li, A::kQkv);
+    ops_.Attention(li, A::kQkv, A::kAttn);
+    ops_.Matmul(A::kAttn, layer.o, A::kXn);
+    ops_.AddRmsNorm(A::kX, A::kXn, layer.post_norm, A::kXn);
+    ops_.Matmul(A::kXn, layer.gate_up, A::kGateUp);
+    ops_.SiluMul(A::kGateUp);
+    ops_.Matmul(A::kGateUp, layer.down, A::kXn);
+    ops_.Add(A::kX, A::kXn);
+  }
+  if (logit_rows_.empty()) return;
+  ops_.GatherRmsNorm(A::kX, final_norm_, A::kFinal);
+  ops_.Logits(A::kFinal, lm_head_, logits);
+}
+
+}  // namespace floe

@@ -1,0 +1,54 @@
+// The Llama-family forward pass (Llama 2/3, Mistral, Qwen2 with qkv bias,
+// Qwen3 with q/k norm), written once over ModelOps: embedding -> layers
+// (RMSNorm, fused qkv, RoPE, paged attention, o_proj, residual, RMSNorm,
+// fused gate|up, SiLU*up, down, residual) -> final RMSNorm -> lm_head. Every
+// backend runs this code; what differs per device is behind ModelOps.
+//
+// Create checks every weight against the config (errors name the tensor)
+// and prepares them on the ops. Run takes a batch the backend has checked
+// against its memory (block tables, tree shapes).
+//
+// Not thread-safe: the backend's Forward calls Run.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/worker/model/checkpoint.h"
+#include "services/worker/model/forward_batch.h"
+#include "services/worker/model/model_config.h"
+#include "services/worker/model/model_ops.h"
+
+namespace floe {
+
+class LlamaForward {
+ public:
+  // `ops` must outlive the forward.
+  static absl::StatusOr<std::unique_ptr<LlamaForward>> Create(const ModelConfig& config,
+                                                               const ModelWeights& weights, ModelOps& ops);
+
+  // Runs every sequence of the batch, writing its new tokens' KV and the
+  // logits rows of each sequence's last num_logits tokens into `logits`.
+  void Run(std::span<const ForwardSequence> batch, float* logits);
+  // Logits rows of the last Run.
+  int64_t num_logit_rows() const { return static_cast<int64_t>(logit_rows_.size()); }
+
+ private:
+  struct Layer {
+    WeightId input_norm, post_norm, qkv_bias, q_norm, k_norm;
+    WeightId qkv, o, gate_up, down;
+  };
+  LlamaForward(const ModelConfig& config, ModelOps& ops) : config_(config), ops_(ops) {}
+
+  ModelConfig config_;
+  ModelOps& ops_;
+  std::vector<Layer> layers_;
+  WeightId final_norm_ = kNoWeight, lm_head_ = kNoWeight;
+  // The step's rows, rebuilt by each Run (capacity reused).
+  std::vector<int32_t> tokens_, positions_;
+  std::vector<int64_t> logit_rows_;
+};
+
+}  // namespace floe

@@ -1,0 +1,86 @@
+// The operations the model's forward (llama_forward.h) is written in. A
+// device implements them over its own memory: the model names activations
+// by role and weights by the id their Prepare call returned, and never sees
+// a pointer, so the same model code runs on the CPU (CpuBackend over
+// kernels/cpu), on a GPU, or on one rank of several.
+//
+// Every op runs over all of the step's rows (the tokens of BeginStep, in
+// order) unless it says otherwise, and reads or writes whole rows of the
+// activations it names.
+//
+// Threading: one caller (the backend's Forward); an implementation may use
+// its own threads inside an op.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/tensor/tensor_view.h"
+#include "services/worker/model/forward_batch.h"
+
+namespace floe {
+
+// The step's activation buffers, each `rows` rows of its width:
+//   kX, kXn: hidden_size (the residual stream and a normed or projected copy)
+//   kQkv:    (num_heads + 2 num_kv_heads) head_dim, q | k | v
+//   kAttn:   num_heads head_dim
+//   kGateUp: 2 intermediate_size, gate | up
+//   kFinal:  hidden_size, one row per logits row only
+enum class Activation { kX, kXn, kQkv, kAttn, kGateUp, kFinal };
+
+// A weight prepared on the device; kNoWeight where the model has none.
+using WeightId = int32_t;
+inline constexpr WeightId kNoWeight = -1;
+
+// What the model tells the device about a step, once, before its ops.
+struct StepRows {
+  std::span<const ForwardSequence> batch;  // block tables, tree masks
+  std::span<const int32_t> tokens;         // every row's token id
+  std::span<const int32_t> positions;      // every row's position id (RoPE)
+  std::span<const int64_t> logit_rows;     // rows whose logits are wanted, in order
+  int64_t max_context = 0;                 // the longest sequence's end position
+};
+
+class ModelOps {
+ public:
+  virtual ~ModelOps() = default;
+
+  // Weights, prepared once before the first step.
+  // y = x W^T for W the parts' rows stacked (q|k|v, gate|up); bf16 or f32.
+  virtual WeightId PrepareMatrix(std::span<const TensorView> parts) = 0;
+  // The parts concatenated (norm weights, biases), kept in f32.
+  virtual WeightId PrepareVector(std::span<const TensorView> parts) = 0;
+  // The token embedding table [vocab, hidden].
+  virtual void PrepareEmbedding(const TensorView& table) = 0;
+
+  // Sizes the step's activations and lays out its attention (block tables,
+  // tree masks) and RoPE angles.
+  virtual void BeginStep(const StepRows& rows) = 0;
+  // x = the embedding rows of the step's tokens.
+  virtual void Embed(Activation x) = 0;
+  // out = RMSNorm(in) * weight.
+  virtual void RmsNorm(Activation in, WeightId weight, Activation out) = 0;
+  // out = in W^T; `in` is read up to W's input width (the first half of
+  // kGateUp after SiluMul).
+  virtual void Matmul(Activation in, WeightId matrix, Activation out) = 0;
+  // On q|k|v rows: + bias, per-head RMSNorm of q and k (Qwen3), RoPE of q
+  // and k at each row's position. Ids may be kNoWeight.
+  virtual void PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) = 0;
+  // Stores every row's k and v in the KV cache of `layer`.
+  virtual void WriteKv(int layer, Activation qkv) = 0;
+  // out = causal (or tree-masked) attention of every row's q over `layer`'s
+  // cache, GQA.
+  virtual void Attention(int layer, Activation qkv, Activation out) = 0;
+  // x += delta; out = RMSNorm(x) * weight.
+  virtual void AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) = 0;
+  // The first half of every row = silu(gate) * up.
+  virtual void SiluMul(Activation gate_up) = 0;
+  // x += delta.
+  virtual void Add(Activation x, Activation delta) = 0;
+  // out row i = RMSNorm(in row logit_rows[i]) * weight.
+  virtual void GatherRmsNorm(Activation in, WeightId weight, Activation out) = 0;
+  // logits (host memory, vocab floats per row) = in W^T over the logit rows.
+  virtual void Logits(Activation in, WeightId matrix, float* logits) = 0;
+};
+
+}  // namespace floe
