@@ -12,6 +12,7 @@ APT_PACKAGES=(
   python3-numpy python3-torch
   prometheus gnuplot-nox
   python3-yaml unzip
+  libgloo-dev
 )
 
 missing=()

@@ -1,0 +1,44 @@
+// Collectives among the ranks of one worker (tensor / sequence parallel):
+// the model's all-reduces, all-gathers and all-to-alls, and the step plan's
+// broadcast from rank 0. Implemented over libraries made for it: Gloo for
+// CPU ranks (gloo_communicator.h), NCCL for GPU ranks.
+//
+// Every call is collective: all ranks make the same calls in the same order
+// with matching sizes. Every call has the communicator's deadline: a rank
+// that died or hangs turns into DEADLINE_EXCEEDED or UNAVAILABLE on the
+// others, never a wait without end. After an error the communicator is
+// unusable (the worker exits and its supervisor restarts the ranks).
+//
+// Not thread-safe: one thread per rank drives it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+
+namespace floe {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data = the element-wise sum of every rank's data, on every rank.
+  virtual absl::Status AllReduceSum(std::span<float> data) = 0;
+  // out = every rank's `in`, in rank order (out.size() = size() * in.size()).
+  virtual absl::Status AllGather(std::span<const float> in, std::span<float> out) = 0;
+  // Rank r sends in[send_offset(j) .. + send_counts[j]) to rank j and
+  // receives rank j's piece for it into out[recv_offset(j) .. +
+  // recv_counts[j]), offsets being the running sums of the counts.
+  virtual absl::Status AllToAll(std::span<const float> in, std::span<const int64_t> send_counts,
+                                std::span<float> out, std::span<const int64_t> recv_counts) = 0;
+  // Every rank's `data` = root's `data` (same size on every rank).
+  virtual absl::Status Broadcast(std::span<std::byte> data, int root) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace floe

@@ -1,0 +1,66 @@
+// Communicator over Gloo (Debian's libgloo-dev): its TCP transport, on
+// loopback or the pod network, for CPU ranks.
+//
+// Rendezvous: ranks publish their addresses in a Gloo store; on one machine
+// a FileStore in a folder every rank can reach (floe-worker uses a fresh
+// temporary folder per worker). `group` prefixes the keys so several
+// communicators can share a folder.
+//
+// Errors: Gloo reports failures (a peer gone, a deadline passed, sizes that
+// disagree) as exceptions; every call here catches them and answers a
+// Status that names the collective and the rank.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/worker/parallel/communicator.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace floe {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  std::string store_dir;           // FileStore folder shared by the ranks
+  std::string group = "floe";      // key prefix in the store
+  std::string hostname = "127.0.0.1";  // the address this rank listens on
+  // Deadline of the rendezvous and of every collective.
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Connects to every other rank (full mesh); fails with DEADLINE_EXCEEDED
+  // when a rank does not show up within the timeout.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(const GlooOptions& options);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status AllReduceSum(std::span<float> data) override;
+  absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
+  absl::Status AllToAll(std::span<const float> in, std::span<const int64_t> send_counts, std::span<float> out,
+                        std::span<const int64_t> recv_counts) override;
+  absl::Status Broadcast(std::span<std::byte> data, int root) override;
+  absl::Status Barrier() override;
+
+ private:
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size, std::chrono::milliseconds timeout)
+      : context_(std::move(context)), rank_(rank), size_(size), timeout_(timeout) {}
+  template <class Fn>
+  absl::Status Run(const char* what, const Fn& fn);
+
+  std::shared_ptr<gloo::Context> context_;
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  uint32_t tag_ = 0;  // each collective its own tag, so a late message never matches a later call
+  bool broken_ = false;
+};
+
+}  // namespace floe
