@@ -9,39 +9,7 @@
 
 namespace floe {
 
-using Clock = std::chrono::steady_clock;
-
-struct EngineCore::Sequence {
-  EngineRequest request;
-  std::vector<int32_t> tokens;  // prompt followed by output
-  int32_t prompt_len = 0;
-  std::vector<int32_t> block_table;
-  int32_t num_computed = 0;  // leading tokens whose KV is in the cache
-  int32_t cached_prompt_tokens = 0;
-  bool admitted_once = false;
-  int32_t registered_blocks = 0;
-  uint64_t last_block_hash = 0;
-  int64_t admission = 0;  // admission order, for choosing whom to preempt
-  std::vector<int32_t> banned;  // EOS + stop ids, banned before min_tokens
-  // This step's draft (decode phase only) and the proposer it came from;
-  // verify = [last token, draft...] is what the step runs. A tree draft has
-  // draft_parents (index of each token's parent in draft, -1: the last
-  // token); empty for a chain. verify_parents indexes verify (chain or tree).
-  std::vector<int32_t> draft;
-  std::vector<int32_t> draft_parents;
-  int draft_source = -1;
-  std::vector<int32_t> verify;
-  std::vector<int32_t> verify_parents;
-  // The backend's hidden state at the position that produced tokens.back(),
-  // kept only when a proposer wants_last_hidden().
-  std::vector<float> last_hidden;
-  // Timeline for metrics (steady clock).
-  Clock::time_point arrival, first_scheduled, first_token;
-  bool scheduled_once = false, has_first_token = false;
-
-  int32_t total_len() const { return static_cast<int32_t>(tokens.size()); }
-  int32_t output_len() const { return total_len() - prompt_len; }
-};
+using Clock = Sequence::Clock;
 
 absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
     std::unique_ptr<Backend> backend, EngineOptions options, std::vector<std::unique_ptr<Proposer>> proposers) {
@@ -72,20 +40,22 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
     : backend_(std::move(backend)),
       options_(std::move(options)),
       blocks_(std::make_unique<BlockManager>(num_blocks, options_.block_size)),
-      proposers_(std::move(proposers)),
-      next_seed_(std::random_device{}()),
-      draft_stats_(options_.num_speculative_tokens) {
+      chain_(std::make_unique<PrefixChain>(*blocks_, options_.enable_prefix_caching)),
+      scheduler_(std::make_unique<Scheduler>(
+          SchedulerLimits{options_.max_num_batched_tokens, options_.max_num_seqs}, *chain_)),
+      next_seed_(std::random_device{}()) {
   // A backend that cannot copy KV slots cannot compact a verified tree path:
   // tree drafts are cut to their first root path there.
-  tree_verify_ = backend_->CopyKvSlots({}).ok();
-  for (const auto& proposer : proposers_) {
-    keep_hidden_ = keep_hidden_ || proposer->wants_last_hidden();
+  const bool tree_verify = backend_->CopyKvSlots({}).ok();
+  drafts_ = std::make_unique<DraftPlanner>(options_, std::move(proposers), backend_->config().vocab_size,
+                                           tree_verify);
+  keep_hidden_ = drafts_->wants_last_hidden();
+  for (const auto& proposer : drafts_->proposers()) {
     SpeculationCounters c;
     c.proposer = std::string(proposer->name());
     c.accepted_per_position.assign(options_.num_speculative_tokens, 0);
     counters_.speculation.push_back(std::move(c));
   }
-  proposals_.resize(proposers_.size());
   const int model_len = backend_->config().max_position_embeddings;
   max_model_len_ = options_.max_model_len > 0 ? std::min(options_.max_model_len, model_len) : model_len;
   // A sequence must always fit in the cache by itself, or preemption could not make room.
@@ -116,7 +86,7 @@ void EngineCore::Add(EngineRequest request) {
   seq->request = std::move(request);
   Sequence* raw = seq.get();
   sequences_[raw->request.id] = std::move(seq);
-  waiting_.push_back(raw);
+  scheduler_->Add(raw);
 }
 
 bool EngineCore::Abort(const std::string& id, FinishReason reason, absl::Status why) {
@@ -137,253 +107,18 @@ void EngineCore::AbortAll(const absl::Status& why) {
 
 EngineLoad EngineCore::Load() const {
   EngineLoad load;
-  load.running = static_cast<int>(running_.size());
-  load.waiting = static_cast<int>(waiting_.size());
+  load.running = static_cast<int>(scheduler_->running().size());
+  load.waiting = static_cast<int>(scheduler_->waiting().size());
   load.kv_usage = blocks_->Usage();
   load.block_size = options_.block_size;
   load.total_blocks = blocks_->num_blocks();
-  load.preemptions = counters_.preemptions;
+  load.preemptions = scheduler_->preemptions();
   return load;
 }
 
-bool EngineCore::EnsureBlocks(Sequence& seq, int32_t num_tokens) {
-  const int32_t bs = options_.block_size;
-  const int32_t needed = (seq.num_computed + num_tokens + bs - 1) / bs - static_cast<int32_t>(seq.block_table.size());
-  if (needed <= 0) return true;
-  auto fresh = blocks_->Allocate(needed);
-  if (!fresh) return false;
-  seq.block_table.insert(seq.block_table.end(), fresh->begin(), fresh->end());
-  return true;
-}
-
-void EngineCore::Release(Sequence& seq) {
-  blocks_->Release(seq.block_table);
-  seq.block_table.clear();
-  seq.draft.clear();
-  seq.num_computed = 0;
-  seq.registered_blocks = 0;
-  seq.last_block_hash = 0;
-}
-
-void EngineCore::Preempt(Sequence& seq) {
-  Release(seq);
-  running_.erase(std::find(running_.begin(), running_.end(), &seq));
-  waiting_.push_front(&seq);
-  ++counters_.preemptions;
-}
-
-bool EngineCore::Admit(Sequence& seq, int32_t budget, std::vector<Planned>& plan) {
-  if (options_.enable_prefix_caching) {
-    // Leave at least the last token to compute: its logits start the output.
-    std::span<const int32_t> lookup(seq.tokens.data(), seq.tokens.size() - 1);
-    seq.block_table = blocks_->AcquireCachedPrefix(lookup);
-    seq.num_computed = static_cast<int32_t>(seq.block_table.size()) * options_.block_size;
-    seq.registered_blocks = static_cast<int32_t>(seq.block_table.size());
-    seq.last_block_hash = 0;
-    for (int32_t b = 0; b < seq.registered_blocks; ++b) {
-      seq.last_block_hash = BlockManager::HashBlock(
-          seq.last_block_hash,
-          std::span<const int32_t>(seq.tokens).subspan(b * options_.block_size, options_.block_size));
-    }
-  }
-  const int32_t n = std::min(seq.total_len() - seq.num_computed, budget);
-  if (!EnsureBlocks(seq, n)) {
-    Release(seq);
-    return false;
-  }
-  if (!seq.admitted_once) {
-    seq.cached_prompt_tokens = seq.num_computed;
-    seq.admitted_once = true;
-    seq.first_scheduled = Clock::now();
-    seq.scheduled_once = true;
-  }
-  seq.admission = admission_counter_++;
-  running_.push_back(&seq);
-  plan.push_back({&seq, n});
-  return true;
-}
-
-bool EngineCore::Schedule(std::vector<Planned>& plan) {
-  int32_t budget = options_.max_num_batched_tokens;
-  bool preempted = false;
-  // Running sequences first, oldest admission first, so decodes never starve.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence& seq = *running_[i];
-    const int32_t pending = seq.total_len() - seq.num_computed;
-    // Drafts only ride on a decode, and only as far as the budget goes.
-    if (pending != 1) seq.draft.clear();
-    if (static_cast<int32_t>(seq.draft.size()) > budget - 1) seq.draft.resize(std::max(0, budget - 1));
-    int32_t n = std::min(pending + static_cast<int32_t>(seq.draft.size()), budget);
-    bool placed = true;
-    while (!EnsureBlocks(seq, n)) {
-      if (!seq.draft.empty()) {  // drop the draft before evicting anyone
-        seq.draft.clear();
-        n = std::min(pending, budget);
-        continue;
-      }
-      // Evict the most recently admitted other running sequence not yet planned.
-      Sequence* victim = nullptr;
-      for (Sequence* other : running_) {
-        if (other == &seq) continue;
-        bool planned = std::any_of(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == other; });
-        if (planned) continue;
-        if (!victim || other->admission > victim->admission) victim = other;
-      }
-      preempted = true;
-      if (!victim) {
-        Preempt(seq);
-        placed = false;
-        break;
-      }
-      Preempt(*victim);
-    }
-    if (!placed) continue;  // running_[i] now holds the next sequence
-    plan.push_back({&seq, n});
-    budget -= n;
-    ++i;
-  }
-  // Then waiting sequences in FIFO order, unless this step had to preempt.
-  while (!preempted && budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < options_.max_num_seqs) {
-    Sequence& seq = *waiting_.front();
-    if (!Admit(seq, budget, plan)) break;
-    waiting_.pop_front();
-    budget -= plan.back().num_tokens;
-  }
-  return !plan.empty();
-}
-
-void EngineCore::ProposeDrafts() {
-  if (proposers_.empty() || options_.num_speculative_tokens <= 0) return;
-  for (Sequence* seq : running_) seq->draft.clear();  // a draft the budget left unplanned is stale now
-  int64_t step_tokens = 0;
-  for (const Sequence* seq : running_) step_tokens += seq->total_len() - seq->num_computed;
-  for (const Sequence* seq : waiting_) step_tokens += seq->total_len() - seq->num_computed;
-  step_tokens = std::min<int64_t>(step_tokens, options_.max_num_batched_tokens);
-  spec_batch_.clear();
-  spec_seqs_.clear();
-  draft_candidates_.clear();
-  draft_caps_.clear();
-  int emitting = 0;
-  for (Sequence* seq : running_) {
-    if (seq->total_len() - seq->num_computed != 1) continue;
-    ++emitting;
-    if (seq->request.speculation.disable) continue;
-    // Never draft past max_tokens (at most k+1 tokens come out of a step) or
-    // past the context (the last draft's KV slot must be < max_model_len).
-    int64_t max_draft = options_.num_speculative_tokens;
-    max_draft = std::min<int64_t>(max_draft, seq->request.stop.max_tokens - seq->output_len() - 1);
-    max_draft = std::min<int64_t>(max_draft, max_model_len_ - seq->total_len());
-    if (max_draft <= 0) continue;
-    draft_candidates_.push_back(seq);
-    draft_caps_.push_back(static_cast<int>(max_draft));
-  }
-  draft_stats_.Age(emitting);
-  const std::vector<int> lengths =
-      PlanDraftLengths(step_tokens, emitting, draft_caps_, draft_stats_,
-                       {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});
-  for (size_t c = 0; c < draft_candidates_.size(); ++c) {
-    Sequence* seq = draft_candidates_[c];
-    const int64_t max_draft = lengths[c];
-    if (max_draft <= 0) continue;
-    SpecSequence s;
-    s.request_id = seq->request.id;
-    s.ns = seq->request.speculation.ns;
-    s.tokens = seq->tokens;
-    s.prompt_len = seq->prompt_len;
-    s.max_draft = static_cast<int32_t>(max_draft);
-    s.last_hidden = seq->last_hidden;
-    spec_batch_.push_back(s);
-    spec_seqs_.push_back(seq);
-  }
-  if (spec_batch_.empty()) return;
-  for (size_t p = 0; p < proposers_.size(); ++p) {
-    proposals_[p].assign(spec_batch_.size(), DraftProposal{});
-    proposers_[p]->Propose(spec_batch_, proposals_[p]);
-  }
-  for (size_t i = 0; i < spec_seqs_.size(); ++i) {
-    Sequence& seq = *spec_seqs_[i];
-    const DraftProposal* best = nullptr;
-    for (size_t p = 0; p < proposers_.size(); ++p) {
-      const DraftProposal& d = proposals_[p][i];
-      if (d.tokens.empty() || (best && d.score <= best->score)) continue;
-      best = &d;
-      seq.draft_source = static_cast<int>(p);
-    }
-    if (!best) continue;
-    AssignDraft(seq, *best, spec_batch_[i].max_draft);
-  }
-}
-
-void EngineCore::AssignDraft(Sequence& seq, const DraftProposal& proposal, int32_t max_draft) {
-  // Drafts are the one input that changes per step and comes from outside
-  // (a suffix cache may hold another model's ids): a draft with a token
-  // outside the vocabulary is dropped, never run.
-  const int32_t vocab = backend_->config().vocab_size;
-  for (int32_t t : proposal.tokens) {
-    if (t < 0 || t >= vocab) {
-      seq.draft.clear();
-      seq.draft_parents.clear();
-      return;
-    }
-  }
-  const size_t n = std::min<size_t>(proposal.tokens.size(), max_draft);
-  seq.draft.assign(proposal.tokens.begin(), proposal.tokens.begin() + n);
-  seq.draft_parents.clear();
-  const std::vector<int32_t>& parents = proposal.parents;
-  if (parents.empty()) return;
-  bool chain = true;
-  for (size_t i = 0; i < n; ++i) {
-    // A malformed tree is a proposer bug: its draft is dropped, never run.
-    if (parents.size() != proposal.tokens.size() || parents[i] < -1 || parents[i] >= static_cast<int32_t>(i)) {
-      seq.draft.clear();
-      return;
-    }
-    chain = chain && parents[i] == static_cast<int32_t>(i) - 1;
-  }
-  if (chain) return;  // verified as a causal chain, nothing to compact
-  if (tree_verify_) {
-    seq.draft_parents.assign(parents.begin(), parents.begin() + n);
-    return;
-  }
-  // First root path: siblings come in the proposer's preference order.
-  std::vector<int32_t> path;
-  int32_t node = -1;
-  for (size_t i = 0; i < n; ++i) {
-    if (parents[i] != node) continue;
-    path.push_back(seq.draft[i]);
-    node = static_cast<int32_t>(i);
-  }
-  seq.draft = std::move(path);
-}
-
-void EngineCore::TrimBlocks(Sequence& seq) {
-  const size_t keep = static_cast<size_t>((seq.num_computed + options_.block_size - 1) / options_.block_size);
-  if (seq.block_table.size() <= keep) return;
-  blocks_->Release(std::span<const int32_t>(seq.block_table).subspan(keep));
-  seq.block_table.resize(keep);
-}
-
-void EngineCore::RegisterFullBlocks(Sequence& seq) {
-  if (!options_.enable_prefix_caching) return;
-  const int32_t bs = options_.block_size;
-  while ((seq.registered_blocks + 1) * bs <= seq.num_computed) {
-    const int32_t b = seq.registered_blocks;
-    seq.last_block_hash =
-        BlockManager::HashBlock(seq.last_block_hash, std::span<const int32_t>(seq.tokens).subspan(b * bs, bs));
-    blocks_->RegisterFullBlock(seq.block_table[b], seq.last_block_hash);
-    ++seq.registered_blocks;
-  }
-}
-
-absl::Status EngineCore::Step() {
-  std::vector<Planned> plan;
-  ProposeDrafts();
-  if (!Schedule(plan)) return absl::OkStatus();
-
-  std::vector<ForwardSequence> batch;
+void EngineCore::BuildBatch(const std::vector<Planned>& plan, std::vector<ForwardSequence>& batch) {
+  batch.clear();
   batch.reserve(plan.size());
-  int32_t logit_rows = 0;
   for (const Planned& p : plan) {
     Sequence& seq = *p.seq;
     ForwardSequence f;
@@ -403,9 +138,19 @@ absl::Status EngineCore::Step() {
       f.tokens = std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, p.num_tokens);
       f.num_logits = seq.num_computed + p.num_tokens == seq.total_len() ? 1 : 0;
     }
-    logit_rows += f.num_logits;
     batch.push_back(f);
   }
+}
+
+absl::Status EngineCore::Step() {
+  drafts_->Plan(scheduler_->running(), scheduler_->waiting(), max_model_len_);
+  const std::vector<Planned> plan = scheduler_->Schedule();
+  counters_.preemptions = scheduler_->preemptions();
+  if (plan.empty()) return absl::OkStatus();
+  std::vector<ForwardSequence> batch;
+  BuildBatch(plan, batch);
+  int32_t logit_rows = 0;
+  for (const ForwardSequence& f : batch) logit_rows += f.num_logits;
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   if (logits_.size() < logit_rows * vocab) logits_.resize(logit_rows * vocab);
   absl::Status status = backend_->Forward(batch, logits_.data());
@@ -433,7 +178,7 @@ absl::Status EngineCore::Step() {
       SampleAndEmit(seq, seq_logits, seq_hidden, num_rows);
     } else {
       seq.num_computed += plan[i].num_tokens;
-      RegisterFullBlocks(seq);
+      chain_->RegisterFullBlocks(seq);
       if (num_rows > 0) SampleAndEmit(seq, seq_logits, seq_hidden, 1);
     }
     row += num_rows;
@@ -511,7 +256,7 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
   }
   const int32_t accepted = static_cast<int32_t>(path.size());
   if (num_drafts > 0) {
-    draft_stats_.Record(num_drafts, accepted);
+    drafts_->RecordVerified(num_drafts, accepted);
     SpeculationCounters& c = counters_.speculation[seq.draft_source];
     ++c.drafts;
     c.draft_tokens += num_drafts;
@@ -539,8 +284,8 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
       }
     }
     if (reason == FinishReason::kNone) {
-      TrimBlocks(seq);
-      RegisterFullBlocks(seq);
+      chain_->Trim(seq);
+      chain_->RegisterFullBlocks(seq);
     }
   }
   // The request's timeline runs on this one clock: the first token's time
@@ -575,19 +320,11 @@ void EngineCore::Finish(Sequence& seq, RequestOutput& output, FinishReason reaso
   output.completion_tokens = seq.output_len();
   output.cached_prompt_tokens = seq.cached_prompt_tokens;
   OutputSink sink = std::move(seq.request.sink);
-  for (const auto& proposer : proposers_)
-    proposer->Finish(seq.request.id, seq.request.speculation.ns, seq.tokens, seq.prompt_len);
-  Release(seq);
-  Remove(&seq);  // seq is gone after this line
+  drafts_->Finish(seq);
+  chain_->Release(seq);
+  scheduler_->Remove(&seq);
+  sequences_.erase(seq.request.id);  // seq is gone after this line
   if (sink) sink(output);
-}
-
-void EngineCore::Remove(Sequence* seq) {
-  auto r = std::find(running_.begin(), running_.end(), seq);
-  if (r != running_.end()) running_.erase(r);
-  auto w = std::find(waiting_.begin(), waiting_.end(), seq);
-  if (w != waiting_.end()) waiting_.erase(w);
-  sequences_.erase(seq->request.id);
 }
 
 }  // namespace floe

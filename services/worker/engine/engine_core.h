@@ -1,7 +1,9 @@
 // The engine's single-threaded heart: continuous batching over a paged KV
-// cache. Each Step() plans one forward pass (running sequences' decodes first,
-// then prefill chunks of waiting ones under a token budget), runs it on the
-// Backend, samples, applies stop rules and emits RequestOutputs.
+// cache. Step() orchestrates one forward pass: DraftPlanner drafts for the
+// decoding sequences, Scheduler plans the step (running sequences' decodes
+// first, then prefill chunks of waiting ones under a token budget) with the
+// PrefixChain's blocks, the Backend runs it, and the engine verifies drafts,
+// samples, applies stop rules and emits RequestOutputs.
 //
 // - Chunked prefill: a long prompt is fed over several steps so decodes of
 //   other requests keep flowing.
@@ -34,9 +36,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "services/worker/backend/backend.h"
-#include "services/worker/engine/draft_budget.h"
+#include "services/worker/engine/draft_planner.h"
 #include "services/worker/engine/engine_options.h"
+#include "services/worker/engine/prefix_chain.h"
 #include "services/worker/engine/request.h"
+#include "services/worker/engine/scheduler.h"
+#include "services/worker/engine/sequence.h"
 #include "services/worker/kv_cache/block_manager.h"
 #include "services/worker/speculation/proposer.h"
 
@@ -91,7 +96,7 @@ class EngineCore {
              absl::Status why = absl::OkStatus());
   void AbortAll(const absl::Status& why);
 
-  bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
+  bool HasWork() const { return !scheduler_->running().empty() || !scheduler_->waiting().empty(); }
   // Runs one forward pass. An error from the backend aborts the step's
   // requests (they are told why) and is returned; the engine stays usable.
   absl::Status Step();
@@ -104,54 +109,34 @@ class EngineCore {
   const BlockManager& block_manager() const { return *blocks_; }
 
  private:
-  struct Sequence;
-  struct Planned {
-    Sequence* seq;
-    int32_t num_tokens;
-  };
-
   EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, int num_blocks,
              std::vector<std::unique_ptr<Proposer>> proposers);
-  void ProposeDrafts();
-  void AssignDraft(Sequence& seq, const DraftProposal& proposal, int32_t max_draft);
-  bool Schedule(std::vector<Planned>& plan);
-  bool EnsureBlocks(Sequence& seq, int32_t num_tokens);
-  void Preempt(Sequence& seq);
-  bool Admit(Sequence& seq, int32_t budget, std::vector<Planned>& plan);
-  void RegisterFullBlocks(Sequence& seq);
+  // The forward batch of a step plan (a drafting sequence runs [last token, draft]).
+  void BuildBatch(const std::vector<Planned>& plan, std::vector<ForwardSequence>& batch);
   void Finish(Sequence& seq, RequestOutput& output, FinishReason reason);
-  void Release(Sequence& seq);
-  void Remove(Sequence* seq);
-  // `hidden`: the rows' hidden states (null unless keep_hidden_).
+  // Verifies the sequence's draft (num_rows > 1) or samples its next token,
+  // applies stop rules and emits. `hidden`: the rows' hidden states (null
+  // unless a proposer reads them).
   void SampleAndEmit(Sequence& seq, float* logits, const float* hidden, int32_t num_rows);
   int32_t SampleOne(Sequence& seq, float* logits_row, RequestOutput& output);
   FinishReason StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const;
-  void TrimBlocks(Sequence& seq);
 
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;
   int max_model_len_;
   std::unique_ptr<BlockManager> blocks_;
-  std::vector<std::unique_ptr<Proposer>> proposers_;
-  std::vector<SpecSequence> spec_batch_;
-  std::vector<Sequence*> spec_seqs_;
-  std::vector<std::vector<DraftProposal>> proposals_;
-  // Owned sequences by id; running_ in admission order, waiting_ FIFO.
+  std::unique_ptr<PrefixChain> chain_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DraftPlanner> drafts_;
+  // Owned sequences by id.
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
-  std::vector<Sequence*> running_;
-  std::deque<Sequence*> waiting_;
-  bool tree_verify_ = false;  // the backend compacts verified tree paths (CopyKvSlots)
   bool keep_hidden_ = false;  // a proposer wants_last_hidden()
   std::vector<int32_t> accepted_path_;
   std::vector<KvSlotCopy> kv_copies_;
   std::vector<float> logits_;
   std::vector<float> raw_logits_;
   uint64_t next_seed_;
-  int64_t admission_counter_ = 0;
   EngineCounters counters_;
-  DraftAcceptanceStats draft_stats_;
-  std::vector<Sequence*> draft_candidates_;
-  std::vector<int> draft_caps_;
 };
 
 }  // namespace floe

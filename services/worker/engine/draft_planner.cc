@@ -1,0 +1,123 @@
+#include "services/worker/engine/draft_planner.h"
+
+#include <algorithm>
+
+namespace floe {
+
+DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique_ptr<Proposer>> proposers,
+                           int32_t vocab_size, bool tree_verify)
+    : options_(options),
+      proposers_(std::move(proposers)),
+      vocab_size_(vocab_size),
+      tree_verify_(tree_verify),
+      stats_(options.num_speculative_tokens) {
+  for (const auto& proposer : proposers_) wants_last_hidden_ = wants_last_hidden_ || proposer->wants_last_hidden();
+  proposals_.resize(proposers_.size());
+}
+
+void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<Sequence*>& waiting,
+                        int32_t max_model_len) {
+  if (proposers_.empty() || options_.num_speculative_tokens <= 0) return;
+  for (Sequence* seq : running) seq->draft.clear();  // a draft the budget left unplanned is stale now
+  int64_t step_tokens = 0;
+  for (const Sequence* seq : running) step_tokens += seq->pending();
+  for (const Sequence* seq : waiting) step_tokens += seq->pending();
+  step_tokens = std::min<int64_t>(step_tokens, options_.max_num_batched_tokens);
+  spec_batch_.clear();
+  spec_seqs_.clear();
+  candidates_.clear();
+  caps_.clear();
+  int emitting = 0;
+  for (Sequence* seq : running) {
+    if (seq->pending() != 1) continue;
+    ++emitting;
+    if (seq->request.speculation.disable) continue;
+    // Never draft past max_tokens (at most k+1 tokens come out of a step) or
+    // past the context (the last draft's KV slot must be < max_model_len).
+    int64_t max_draft = options_.num_speculative_tokens;
+    max_draft = std::min<int64_t>(max_draft, seq->request.stop.max_tokens - seq->output_len() - 1);
+    max_draft = std::min<int64_t>(max_draft, max_model_len - seq->total_len());
+    if (max_draft <= 0) continue;
+    candidates_.push_back(seq);
+    caps_.push_back(static_cast<int>(max_draft));
+  }
+  stats_.Age(emitting);
+  const std::vector<int> lengths =
+      PlanDraftLengths(step_tokens, emitting, caps_, stats_,
+                       {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});
+  for (size_t c = 0; c < candidates_.size(); ++c) {
+    Sequence* seq = candidates_[c];
+    if (lengths[c] <= 0) continue;
+    SpecSequence s;
+    s.request_id = seq->request.id;
+    s.ns = seq->request.speculation.ns;
+    s.tokens = seq->tokens;
+    s.prompt_len = seq->prompt_len;
+    s.max_draft = static_cast<int32_t>(lengths[c]);
+    s.last_hidden = seq->last_hidden;
+    spec_batch_.push_back(s);
+    spec_seqs_.push_back(seq);
+  }
+  if (spec_batch_.empty()) return;
+  for (size_t p = 0; p < proposers_.size(); ++p) {
+    proposals_[p].assign(spec_batch_.size(), DraftProposal{});
+    proposers_[p]->Propose(spec_batch_, proposals_[p]);
+  }
+  for (size_t i = 0; i < spec_seqs_.size(); ++i) {
+    Sequence& seq = *spec_seqs_[i];
+    const DraftProposal* best = nullptr;
+    for (size_t p = 0; p < proposers_.size(); ++p) {
+      const DraftProposal& d = proposals_[p][i];
+      if (d.tokens.empty() || (best && d.score <= best->score)) continue;
+      best = &d;
+      seq.draft_source = static_cast<int>(p);
+    }
+    if (best) Assign(seq, *best, spec_batch_[i].max_draft);
+  }
+}
+
+void DraftPlanner::Assign(Sequence& seq, const DraftProposal& proposal, int32_t max_draft) const {
+  // A suffix cache may hold another model's ids: such a draft is dropped.
+  for (int32_t t : proposal.tokens) {
+    if (t < 0 || t >= vocab_size_) {
+      seq.draft.clear();
+      seq.draft_parents.clear();
+      return;
+    }
+  }
+  const size_t n = std::min<size_t>(proposal.tokens.size(), max_draft);
+  seq.draft.assign(proposal.tokens.begin(), proposal.tokens.begin() + n);
+  seq.draft_parents.clear();
+  const std::vector<int32_t>& parents = proposal.parents;
+  if (parents.empty()) return;
+  bool chain = true;
+  for (size_t i = 0; i < n; ++i) {
+    // A malformed tree is a proposer bug: its draft is dropped, never run.
+    if (parents.size() != proposal.tokens.size() || parents[i] < -1 || parents[i] >= static_cast<int32_t>(i)) {
+      seq.draft.clear();
+      return;
+    }
+    chain = chain && parents[i] == static_cast<int32_t>(i) - 1;
+  }
+  if (chain) return;  // verified as a causal chain, nothing to compact
+  if (tree_verify_) {
+    seq.draft_parents.assign(parents.begin(), parents.begin() + n);
+    return;
+  }
+  // First root path: siblings come in the proposer's preference order.
+  std::vector<int32_t> path;
+  int32_t node = -1;
+  for (size_t i = 0; i < n; ++i) {
+    if (parents[i] != node) continue;
+    path.push_back(seq.draft[i]);
+    node = static_cast<int32_t>(i);
+  }
+  seq.draft = std::move(path);
+}
+
+void DraftPlanner::Finish(const Sequence& seq) {
+  for (const auto& proposer : proposers_)
+    proposer->Finish(seq.request.id, seq.request.speculation.ns, seq.tokens, seq.prompt_len);
+}
+
+}  // namespace floe

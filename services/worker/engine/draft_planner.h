@@ -1,0 +1,61 @@
+// Draft planning for speculative decoding: before each step, which running
+// sequences draft, how many tokens each may verify (draft_budget.h's cost
+// model over the measured acceptance), and which proposer's draft each
+// takes (the best score). Drafts are the one per-step input from outside the
+// engine, so they are checked here: a draft with an id outside the
+// vocabulary or a malformed tree is dropped, never run; a tree is cut to its
+// first root path where the backend cannot compact a verified path.
+// Verification itself (the accept walk, KV compaction) is the engine's,
+// since it samples exactly as plain decoding would.
+//
+// Not thread-safe: the engine thread only.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "services/worker/engine/draft_budget.h"
+#include "services/worker/engine/engine_options.h"
+#include "services/worker/engine/sequence.h"
+#include "services/worker/speculation/proposer.h"
+
+namespace floe {
+
+class DraftPlanner {
+ public:
+  // `tree_verify`: the backend compacts verified tree paths (CopyKvSlots).
+  DraftPlanner(const EngineOptions& options, std::vector<std::unique_ptr<Proposer>> proposers, int32_t vocab_size,
+               bool tree_verify);
+
+  const std::vector<std::unique_ptr<Proposer>>& proposers() const { return proposers_; }
+  bool wants_last_hidden() const { return wants_last_hidden_; }
+
+  // Sets the draft (and draft_source) of every running sequence that decodes
+  // this step and is granted draft tokens; clears everyone else's.
+  // max_model_len bounds the last draft's KV slot.
+  void Plan(const std::vector<Sequence*>& running, const std::deque<Sequence*>& waiting, int32_t max_model_len);
+  // One verified draft of `drafted` tokens whose first `accepted` matched.
+  void RecordVerified(int drafted, int accepted) { stats_.Record(drafted, accepted); }
+  // The request ended: proposers learn its tokens.
+  void Finish(const Sequence& seq);
+
+ private:
+  void Assign(Sequence& seq, const DraftProposal& proposal, int32_t max_draft) const;
+
+  const EngineOptions& options_;
+  std::vector<std::unique_ptr<Proposer>> proposers_;
+  int32_t vocab_size_;
+  bool tree_verify_;
+  bool wants_last_hidden_ = false;
+  DraftAcceptanceStats stats_;
+  // Per-step scratch, capacity reused.
+  std::vector<SpecSequence> spec_batch_;
+  std::vector<Sequence*> spec_seqs_;
+  std::vector<std::vector<DraftProposal>> proposals_;
+  std::vector<Sequence*> candidates_;
+  std::vector<int> caps_;
+};
+
+}  // namespace floe
