@@ -30,7 +30,8 @@ std::vector<float> ToF32(const TensorView& t) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const ModelConfig& config, int num_threads) : config_(config), pool_(num_threads) {}
+CpuBackend::CpuBackend(const ModelConfig& config, int num_threads)
+    : config_(config), local_(config), pool_(num_threads) {}
 
 CpuBackend::~CpuBackend() = default;
 
@@ -40,10 +41,19 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   int threads = options.num_threads > 0 ? options.num_threads
                                         : static_cast<int>(std::thread::hardware_concurrency());
   std::unique_ptr<CpuBackend> backend(new CpuBackend(config, std::max(1, threads)));
-  backend->q_dim_ = config.num_heads * config.head_dim;
-  backend->kv_dim_ = config.num_kv_heads * config.head_dim;
-  // The model checks the config and every weight, then prepares them here.
-  auto model = LlamaForward::Create(config, weights, *backend);
+  // Tensor parallel: this rank's heads and MLP rows (all of them on one rank).
+  const int rank = options.communicator ? options.communicator->rank() : 0;
+  const int size = options.communicator ? options.communicator->size() : 1;
+  auto layout = TensorParallelLayout(config, rank, size);
+  if (!layout.ok()) return layout.status();
+  backend->communicator_ = options.communicator;
+  backend->local_.num_heads = layout->num_heads();
+  backend->local_.num_kv_heads = layout->num_kv_heads();
+  backend->local_.intermediate_size = layout->intermediate();
+  backend->q_dim_ = layout->num_heads() * config.head_dim;
+  backend->kv_dim_ = layout->num_kv_heads() * config.head_dim;
+  // The model checks the config and every weight, then prepares its shards here.
+  auto model = LlamaForward::Create(config, weights, *backend, &*layout);
   if (!model.ok()) return model.status();
   backend->model_ = std::move(model).value();
   cpu::RopeParams rope_params;
@@ -139,7 +149,7 @@ cpu::KvLayer CpuBackend::LayerKv(int layer) {
   kv.k = kv_cache_.data() + layer * layer_floats;
   kv.v = kv.k + layer_floats / 2;
   kv.block_size = block_size_;
-  kv.kv_heads = config_.num_kv_heads;
+  kv.kv_heads = local_.num_kv_heads;
   kv.head_dim = config_.head_dim;
   return kv;
 }
@@ -179,7 +189,10 @@ void CpuBackend::ForRows(int64_t rows, const Fn& fn) {
 absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* logits) {
   hidden_rows_ = 0;
   FLOE_RETURN_IF_ERROR(ValidateBatch(batch));
+  step_status_ = absl::OkStatus();
   model_->Run(batch, logits);
+  // A failed collective (a rank gone or late) fails the step: its outputs are not trusted.
+  if (!step_status_.ok()) return step_status_;
   hidden_rows_ = model_->num_logit_rows();
   return absl::OkStatus();
 }
@@ -203,7 +216,7 @@ int64_t CpuBackend::Width(Activation a) const {
     case Activation::kFinal: return config_.hidden_size;
     case Activation::kQkv: return q_dim_ + 2 * kv_dim_;
     case Activation::kAttn: return q_dim_;
-    case Activation::kGateUp: return 2 * config_.intermediate_size;
+    case Activation::kGateUp: return 2 * local_.intermediate_size;
   }
   return 0;
 }
@@ -283,16 +296,16 @@ void CpuBackend::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, Weigh
     float* row = &rows[r * width];
     if (b) cpu::AddInPlace(row, b, width);
     if (qn) {
-      for (int hh = 0; hh < config_.num_heads; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
+      for (int hh = 0; hh < local_.num_heads; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
     }
     if (kn) {
-      for (int hh = 0; hh < config_.num_kv_heads; ++hh) {
+      for (int hh = 0; hh < local_.num_kv_heads; ++hh) {
         float* k = row + q_dim_ + hh * hd;
         cpu::RmsNorm(k, kn, eps, hd, k);
       }
     }
-    cpu::ApplyRope(row, config_.num_heads, hd, &cos_[r * half], &sin_[r * half]);
-    cpu::ApplyRope(row + q_dim_, config_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row, local_.num_heads, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row + q_dim_, local_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
   });
 }
 
@@ -303,7 +316,7 @@ void CpuBackend::WriteKv(int layer, Activation qkv) {
 
 void CpuBackend::Attention(int layer, Activation qkv, Activation out) {
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
-  cpu::PagedAttention(Rows(qkv), Width(qkv), seqs_, LayerKv(layer), config_.num_heads, scale, Rows(out),
+  cpu::PagedAttention(Rows(qkv), Width(qkv), seqs_, LayerKv(layer), local_.num_heads, scale, Rows(out),
                       Width(out), scratch_.data(), max_context_, pool_);
 }
 
@@ -318,7 +331,7 @@ void CpuBackend::AddRmsNorm(Activation x, Activation delta, WeightId weight, Act
 }
 
 void CpuBackend::SiluMul(Activation gate_up) {
-  const int64_t inter = config_.intermediate_size;
+  const int64_t inter = local_.intermediate_size;
   float* rows = Rows(gate_up);
   ForRows(rows_, [&](int64_t r) {
     float* row = &rows[r * 2 * inter];
@@ -340,6 +353,13 @@ void CpuBackend::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
   ForRows(static_cast<int64_t>(logit_rows_.size()), [&](int64_t i) {
     cpu::RmsNorm(&src[logit_rows_[i] * h], w, config_.rms_norm_eps, h, &dst[i * h]);
   });
+}
+
+void CpuBackend::AllReduce(Activation x) {
+  if (!communicator_) return;
+  const absl::Status s =
+      communicator_->AllReduceSum({Rows(x), static_cast<size_t>(rows_ * Width(x))});
+  if (!s.ok() && step_status_.ok()) step_status_ = s;
 }
 
 void CpuBackend::Logits(Activation in, WeightId matrix, float* logits) {

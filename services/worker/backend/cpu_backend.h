@@ -27,11 +27,17 @@
 #include "services/worker/model/checkpoint.h"
 #include "services/worker/model/llama_forward.h"
 #include "services/worker/model/model_ops.h"
+#include "services/worker/model/parallel_layout.h"
+#include "services/worker/parallel/communicator.h"
 
 namespace floe {
 
 struct CpuBackendOptions {
   int num_threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Tensor parallel: this rank's group (null: one rank). The backend holds
+  // its rank's shard of the weights and of the KV heads and all-reduces the
+  // row-parallel projections; every rank must run the same batches.
+  Communicator* communicator = nullptr;
 };
 
 class CpuBackend final : public Backend, private ModelOps {
@@ -75,8 +81,12 @@ class CpuBackend final : public Backend, private ModelOps {
   void Add(Activation x, Activation delta) override;
   void GatherRmsNorm(Activation in, WeightId weight, Activation out) override;
   void Logits(Activation in, WeightId matrix, float* logits) override;
+  void AllReduce(Activation x) override;
 
   ModelConfig config_;
+  ModelConfig local_;  // config_ with this rank's heads, KV heads and intermediate size
+  Communicator* communicator_ = nullptr;
+  absl::Status step_status_;  // a collective's failure during the current Forward
   cpu::ThreadPool pool_;
   std::unique_ptr<LlamaForward> model_;
   TensorView embed_tokens_;

@@ -1,6 +1,7 @@
 #include "services/worker/model/llama_forward.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -78,27 +79,72 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
   return absl::OkStatus();
 }
 
+// Rows [begin, end) of a matrix or elements of a vector: a view, no copy.
+TensorView RowSlice(const TensorView& t, int64_t begin, int64_t end) {
+  if (begin == 0 && end == t.rows()) return t;
+  TensorView v = t;
+  v.shape[0] = end - begin;
+  v.data = static_cast<const char*>(t.data) + begin * t.cols() * DTypeSize(t.dtype);
+  return v;
+}
+
+// Columns [begin, end) of a matrix, copied into `storage` (the ops copy it
+// again when they prepare it, so the copy lives only that long).
+TensorView ColumnSlice(const TensorView& t, int64_t begin, int64_t end, std::vector<char>& storage) {
+  if (begin == 0 && end == t.cols()) return t;
+  const size_t elem = DTypeSize(t.dtype), width = (end - begin) * elem;
+  storage.resize(t.rows() * width);
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    std::memcpy(storage.data() + r * width, static_cast<const char*>(t.data) + (r * t.cols() + begin) * elem, width);
+  }
+  TensorView v = t;
+  v.shape = {t.rows(), end - begin};
+  v.data = storage.data();
+  return v;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelConfig& config,
-                                                                   const ModelWeights& weights, ModelOps& ops) {
+                                                                   const ModelWeights& weights, ModelOps& ops,
+                                                                   const ParallelLayout* layout) {
   FLOE_RETURN_IF_ERROR(CheckConfig(config));
   FLOE_RETURN_IF_ERROR(CheckWeights(config, weights));
-  std::unique_ptr<LlamaForward> forward(new LlamaForward(config, ops));
+  ParallelLayout whole;
+  if (!layout) {
+    auto one = TensorParallelLayout(config, 0, 1);
+    if (!one.ok()) return one.status();
+    whole = *one;
+    layout = &whole;
+  }
+  std::unique_ptr<LlamaForward> forward(new LlamaForward(config, ops, layout->size > 1));
+  const int64_t hd = config.head_dim;
+  const int64_t q0 = layout->q_head_begin * hd, q1 = layout->q_head_end * hd;
+  const int64_t kv0 = layout->kv_head_begin * hd, kv1 = layout->kv_head_end * hd;
+  const int64_t i0 = layout->inter_begin, i1 = layout->inter_end;
+  std::vector<char> o_storage, down_storage;
   for (const LayerWeights& l : weights.layers) {
     Layer layer;
     layer.input_norm = ops.PrepareVector({&l.input_norm, 1});
     layer.post_norm = ops.PrepareVector({&l.post_attention_norm, 1});
-    const TensorView qkv_bias[] = {l.q_bias, l.k_bias, l.v_bias};
-    layer.qkv_bias = config.attention_bias ? ops.PrepareVector(qkv_bias) : kNoWeight;
+    if (config.attention_bias) {
+      const TensorView qkv_bias[] = {RowSlice(l.q_bias, q0, q1), RowSlice(l.k_bias, kv0, kv1),
+                                     RowSlice(l.v_bias, kv0, kv1)};
+      layer.qkv_bias = ops.PrepareVector(qkv_bias);
+    } else {
+      layer.qkv_bias = kNoWeight;
+    }
     layer.q_norm = config.qk_norm ? ops.PrepareVector({&l.q_norm, 1}) : kNoWeight;
     layer.k_norm = config.qk_norm ? ops.PrepareVector({&l.k_norm, 1}) : kNoWeight;
-    const TensorView qkv[] = {l.q_proj, l.k_proj, l.v_proj};
+    // Column-parallel: this rank's heads and rows. Row-parallel: the matching columns.
+    const TensorView qkv[] = {RowSlice(l.q_proj, q0, q1), RowSlice(l.k_proj, kv0, kv1), RowSlice(l.v_proj, kv0, kv1)};
     layer.qkv = ops.PrepareMatrix(qkv);
-    layer.o = ops.PrepareMatrix({&l.o_proj, 1});
-    const TensorView gate_up[] = {l.gate_proj, l.up_proj};
+    const TensorView o = ColumnSlice(l.o_proj, q0, q1, o_storage);
+    layer.o = ops.PrepareMatrix({&o, 1});
+    const TensorView gate_up[] = {RowSlice(l.gate_proj, i0, i1), RowSlice(l.up_proj, i0, i1)};
     layer.gate_up = ops.PrepareMatrix(gate_up);
-    layer.down = ops.PrepareMatrix({&l.down_proj, 1});
+    const TensorView down = ColumnSlice(l.down_proj, i0, i1, down_storage);
+    layer.down = ops.PrepareMatrix({&down, 1});
     forward->layers_.push_back(layer);
   }
   forward->final_norm_ = ops.PrepareVector({&weights.final_norm, 1});
@@ -136,10 +182,12 @@ void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits) {
     ops_.WriteKv(li, A::kQkv);
     ops_.Attention(li, A::kQkv, A::kAttn);
     ops_.Matmul(A::kAttn, layer.o, A::kXn);
+    if (tensor_parallel_) ops_.AllReduce(A::kXn);  // the heads' partial sums
     ops_.AddRmsNorm(A::kX, A::kXn, layer.post_norm, A::kXn);
     ops_.Matmul(A::kXn, layer.gate_up, A::kGateUp);
     ops_.SiluMul(A::kGateUp);
     ops_.Matmul(A::kGateUp, layer.down, A::kXn);
+    if (tensor_parallel_) ops_.AllReduce(A::kXn);  // the MLP rows' partial sums
     ops_.Add(A::kX, A::kXn);
   }
   if (logit_rows_.empty()) return;

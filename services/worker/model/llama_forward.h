@@ -20,14 +20,18 @@
 #include "services/worker/model/forward_batch.h"
 #include "services/worker/model/model_config.h"
 #include "services/worker/model/model_ops.h"
+#include "services/worker/model/parallel_layout.h"
 
 namespace floe {
 
 class LlamaForward {
  public:
-  // `ops` must outlive the forward.
+  // `ops` must outlive the forward. `layout`: this rank's shard (the
+  // default: one rank holding everything); each weight is prepared as the
+  // rank's shard only.
   static absl::StatusOr<std::unique_ptr<LlamaForward>> Create(const ModelConfig& config,
-                                                               const ModelWeights& weights, ModelOps& ops);
+                                                               const ModelWeights& weights, ModelOps& ops,
+                                                               const ParallelLayout* layout = nullptr);
 
   // Runs every sequence of the batch, writing its new tokens' KV and the
   // logits rows of each sequence's last num_logits tokens into `logits`.
@@ -40,10 +44,12 @@ class LlamaForward {
     WeightId input_norm, post_norm, qkv_bias, q_norm, k_norm;
     WeightId qkv, o, gate_up, down;
   };
-  LlamaForward(const ModelConfig& config, ModelOps& ops) : config_(config), ops_(ops) {}
+  LlamaForward(const ModelConfig& config, ModelOps& ops, bool tensor_parallel)
+      : config_(config), ops_(ops), tensor_parallel_(tensor_parallel) {}
 
   ModelConfig config_;
   ModelOps& ops_;
+  bool tensor_parallel_;
   std::vector<Layer> layers_;
   WeightId final_norm_ = kNoWeight, lm_head_ = kNoWeight;
   // The step's rows, rebuilt by each Run (capacity reused).

@@ -6,7 +6,8 @@
 //
 // Every op runs over all of the step's rows (the tokens of BeginStep, in
 // order) unless it says otherwise, and reads or writes whole rows of the
-// activations it names.
+// activations it names. Under tensor parallelism (parallel_layout.h) the
+// widths are the rank's: its q and KV heads, its share of the MLP.
 //
 // Threading: one caller (the backend's Forward); an implementation may use
 // its own threads inside an op.
@@ -81,6 +82,9 @@ class ModelOps {
   virtual void GatherRmsNorm(Activation in, WeightId weight, Activation out) = 0;
   // logits (host memory, vocab floats per row) = in W^T over the logit rows.
   virtual void Logits(Activation in, WeightId matrix, float* logits) = 0;
+  // Tensor parallel: x = the sum of every rank's x (the row-parallel
+  // projections' partial sums). Called only when the layout has > 1 rank.
+  virtual void AllReduce(Activation x) = 0;
 };
 
 }  // namespace floe
