@@ -86,6 +86,7 @@ int RunLocal(int argc, char** argv) {
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0;
   int speculative_token_threshold = 0;
+  int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
   bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
   std::string speculative_step_overhead_tokens;
   double kv_cache_gb = 0.5;
@@ -110,6 +111,10 @@ int RunLocal(int argc, char** argv) {
                 "workers' --speculative-token-threshold (0: the worker's default)");
   parser.AddString("speculative-step-overhead-tokens", &speculative_step_overhead_tokens,
                    "workers' draft cost model (see floe-worker --help; -1: off; empty: the worker's default)");
+  parser.AddInt("tensor-parallel-size", &tensor_parallel_size,
+                "ranks (processes) each worker's model is sharded over, tensor parallel");
+  parser.AddInt("sequence-parallel-size", &sequence_parallel_size, "Ulysses sequence parallel ranks (only 1 yet)");
+  parser.AddInt("threads-per-rank", &threads_per_rank, "compute threads per rank (0: the worker's default)");
   parser.AddBool("benchmark-forced-decoding", &benchmark_forced_decoding,
                  "benchmarks only: workers emit a request's forced_output_ids instead of sampled tokens");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe local")) return *exit_code;
@@ -180,6 +185,11 @@ int RunLocal(int argc, char** argv) {
                                      "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
                                      "--load-format", load_format};
     argv.insert(argv.end(), speculation_args.begin(), speculation_args.end());
+    if (tensor_parallel_size != 1 || sequence_parallel_size != 1) {
+      argv.insert(argv.end(), {"--tensor-parallel-size", std::to_string(tensor_parallel_size),
+                               "--sequence-parallel-size", std::to_string(sequence_parallel_size)});
+      if (threads_per_rank > 0) argv.insert(argv.end(), {"--threads-per-rank", std::to_string(threads_per_rank)});
+    }
     auto child = Subprocess::Spawn(argv);
     if (!child.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(child.status().message()).c_str()), shutdown(1);
     auto address = (*child)->WaitForLine("worker listening on ", std::chrono::seconds(ready_timeout_s));

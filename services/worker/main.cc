@@ -1,5 +1,17 @@
-// floe-worker: serves one model's engine over the floe.v1.Worker API.
+// floe-worker: serves one model's engine over the floe.v1.Worker API, on
+// one rank or, with --tensor-parallel-size T, on T ranks: this process is
+// rank 0 (engine, gRPC) and starts ranks 1..T-1 as child processes of the
+// same binary (--rank R --rank-dir DIR), which run only their shard of the
+// model (services/worker/backend/rank_group.h).
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -11,6 +23,8 @@
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
 #include "services/worker/backend/cpu_backend.h"
+#include "services/worker/backend/rank_group.h"
+#include "services/worker/parallel/gloo_communicator.h"
 #include "services/worker/engine/engine.h"
 #include "services/worker/speculation/make_proposers.h"
 #include "services/worker/model/checkpoint.h"
@@ -46,7 +60,67 @@ struct WorkerFlags {
   bool speculative_reference_compatible = false;
   std::string speculative_default_namespace;
   int metrics_port = 0;
+  int tensor_parallel_size = 1;
+  int sequence_parallel_size = 1;
+  int threads_per_rank = 0;
+  int rank = 0;          // internal: > 0 in the ranks rank 0 starts
+  std::string rank_dir;  // internal: their rendezvous folder
 };
+
+// Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
+// them (exit 0) or the group fails (exit 1). They die with rank 0 (PDEATHSIG).
+int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
+  auto checkpoint = Checkpoint::Load(f.model, load);
+  if (!checkpoint.ok()) {
+    LogEvent(LogLevel::kError, "worker", "load_failed",
+             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(checkpoint.status().message())}});
+    return 1;
+  }
+  auto comm = GlooCommunicator::Connect({.rank = f.rank, .size = f.tensor_parallel_size, .store_dir = f.rank_dir});
+  if (!comm.ok()) {
+    LogEvent(LogLevel::kError, "worker", "rank_connect_failed",
+             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(comm.status().message())}});
+    return 1;
+  }
+  auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(),
+                                    {.num_threads = threads, .communicator = comm->get()});
+  if (!backend.ok()) {
+    LogEvent(LogLevel::kError, "worker", "backend_failed",
+             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(backend.status().message())}});
+    return 1;
+  }
+  LogEvent(LogLevel::kInfo, "worker", "rank_ready", {{"rank", static_cast<int64_t>(f.rank)}});
+  const absl::Status status = RunFollower(**backend, **comm);
+  LogEvent(status.ok() ? LogLevel::kInfo : LogLevel::kError, "worker", "rank_stopped",
+           {{"rank", static_cast<int64_t>(f.rank)}, {"status", status.ToString()}});
+  return status.ok() ? 0 : 1;
+}
+
+// Starts ranks 1..T-1 (this binary, the same flags plus --rank and
+// --rank-dir); their pids by rank (index 0 unused).
+absl::StatusOr<std::vector<pid_t>> StartRanks(int argc, char** argv, const WorkerFlags& f) {
+  std::vector<pid_t> pids(f.tensor_parallel_size, -1);
+  for (int r = 1; r < f.tensor_parallel_size; ++r) {
+    // Everything the child needs is built before fork: other threads run
+    // (gRPC), so the child may only make async-signal-safe calls until exec.
+    std::vector<std::string> args(argv, argv + argc);
+    args.insert(args.end(), {"--rank", std::to_string(r), "--rank-dir", f.rank_dir, "--metrics-port", "-1"});
+    std::vector<char*> cargs;
+    for (std::string& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive rank 0
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, STDOUT_FILENO);  // stdout lines are rank 0's
+      execv("/proc/self/exe", cargs.data());
+      _exit(127);
+    }
+    pids[r] = pid;
+  }
+  return pids;
+}
 
 int Run(int argc, char** argv) {
   TerminationSignal termination;  // before any thread starts
@@ -91,6 +165,14 @@ int Run(int argc, char** argv) {
   parser.AddBool("benchmark-forced-decoding", &f.benchmark_forced_decoding,
                  "benchmarks only: requests may carry forced_output_ids, emitted instead of sampled tokens");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
+  parser.AddInt("tensor-parallel-size", &f.tensor_parallel_size,
+                "ranks (processes) the model is sharded over, tensor parallel; rank 0 is this process");
+  parser.AddInt("sequence-parallel-size", &f.sequence_parallel_size,
+                "Ulysses sequence parallel ranks (only 1 yet: not built)");
+  parser.AddInt("threads-per-rank", &f.threads_per_rank,
+                "compute threads of each rank with --tensor-parallel-size > 1 (0: cores / ranks)");
+  parser.AddInt("rank", &f.rank, "internal: this process's rank (set by rank 0 for the ranks it starts)");
+  parser.AddString("rank-dir", &f.rank_dir, "internal: the ranks' rendezvous folder (set by rank 0)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-worker")) return *exit_code;
   if (f.model.empty()) {
     std::fprintf(stderr, "floe-worker: --model is required (see --help)\n");
@@ -113,6 +195,28 @@ int Run(int argc, char** argv) {
     return 2;
   }
   load.dummy_dtype = *dummy_dtype;
+  if (f.tensor_parallel_size < 1 || f.tensor_parallel_size > 64) {
+    std::fprintf(stderr, "floe-worker: --tensor-parallel-size must be in [1, 64], got %d\n", f.tensor_parallel_size);
+    return 2;
+  }
+  if (f.sequence_parallel_size != 1) {
+    std::fprintf(stderr,
+                 "floe-worker: --sequence-parallel-size %d: sequence parallelism is not built yet; it must be 1\n",
+                 f.sequence_parallel_size);
+    return 2;
+  }
+  const int ranks = f.tensor_parallel_size;
+  const int threads = ranks == 1 ? f.threads
+                      : f.threads_per_rank > 0
+                          ? f.threads_per_rank
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
+  if (f.rank > 0) {
+    if (f.rank >= ranks || f.rank_dir.empty()) {
+      std::fprintf(stderr, "floe-worker: --rank %d needs --rank-dir and --tensor-parallel-size > %d\n", f.rank, f.rank);
+      return 2;
+    }
+    return RunRank(f, load, threads);
+  }
   if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
   speculation.tree = f.speculative_tree;
@@ -149,16 +253,76 @@ int Run(int argc, char** argv) {
   std::fflush(stdout);
   LogEvent(LogLevel::kInfo, "worker", "loading", {{"model", f.model}, {"load_format", f.load_format}});
 
+  // Tensor parallel: start the other ranks now, so they load while we do.
+  std::vector<pid_t> rank_pids;
+  std::atomic<bool> stopping{false};
+  std::thread rank_watcher;
+  ServerRunner* server = runner->get();
+  auto rank_failed = [&, server](const std::string& why, int64_t rank) {
+    // The ranks are out of step for good: stop serving, exit non-zero (the
+    // supervisor restarts the worker; the router ejects it meanwhile).
+    server->SetServing(false);
+    LogEvent(LogLevel::kError, "worker", "rank_failed", {{"rank", rank}, {"error", why}});
+    std::_Exit(1);
+  };
+  if (ranks > 1) {
+    char dir_template[] = "/tmp/floe-ranks-XXXXXX";
+    if (!mkdtemp(dir_template)) {
+      LogEvent(LogLevel::kError, "worker", "rank_dir_failed", {{"error", std::string(std::strerror(errno))}});
+      return 1;
+    }
+    f.rank_dir = dir_template;
+    auto pids = StartRanks(argc, argv, f);
+    if (!pids.ok()) {
+      LogEvent(LogLevel::kError, "worker", "ranks_failed", {{"error", std::string(pids.status().message())}});
+      return 1;
+    }
+    rank_pids = *pids;
+    for (int r = 1; r < ranks; ++r) {
+      std::printf("rank %d pid %d\n", r, static_cast<int>(rank_pids[r]));
+      LogEvent(LogLevel::kInfo, "worker", "rank_started",
+               {{"rank", static_cast<int64_t>(r)}, {"pid", static_cast<int64_t>(rank_pids[r])}});
+    }
+    std::fflush(stdout);
+    // A rank that exits while we serve (killed, crashed) fails the worker at once, even idle.
+    rank_watcher = std::thread([&, rank_failed] {
+      for (int alive = ranks - 1; alive > 0; --alive) {
+        int status = 0;
+        const pid_t pid = waitpid(-1, &status, 0);
+        if (pid <= 0) return;
+        const int64_t rank = std::find(rank_pids.begin(), rank_pids.end(), pid) - rank_pids.begin();
+        if (!stopping.load())
+          rank_failed(absl::StrCat("rank process ", pid, " exited (status ", status, ")"), rank);
+      }
+    });
+  }
+
   auto checkpoint = Checkpoint::Load(f.model, load);
   if (!checkpoint.ok()) {
     LogEvent(LogLevel::kError, "worker", "load_failed", {{"error", std::string(checkpoint.status().message())}});
     return 1;
   }
   const ModelConfig& config = (*checkpoint)->config();
-  auto backend = CpuBackend::Create(config, (*checkpoint)->weights(), {f.threads});
-  if (!backend.ok()) {
-    LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(backend.status().message())}});
+  std::unique_ptr<Communicator> communicator;
+  if (ranks > 1) {
+    auto comm = GlooCommunicator::Connect({.rank = 0, .size = ranks, .store_dir = f.rank_dir});
+    if (!comm.ok()) {
+      LogEvent(LogLevel::kError, "worker", "rank_connect_failed", {{"error", std::string(comm.status().message())}});
+      return 1;
+    }
+    communicator = std::move(comm).value();
+  }
+  auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
+                                {.num_threads = threads, .communicator = communicator.get()});
+  if (!cpu.ok()) {
+    LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
     return 1;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> backend = std::unique_ptr<Backend>(std::move(cpu).value());
+  if (ranks > 1) {
+    backend = std::unique_ptr<Backend>(std::make_unique<LeaderBackend>(
+        std::move(backend).value(), std::move(communicator),
+        [rank_failed](const absl::Status& s) { rank_failed(std::string(s.message()), -1); }));
   }
   EngineOptions engine_options;
   engine_options.block_size = f.block_size;
@@ -203,7 +367,11 @@ int Run(int argc, char** argv) {
   LogEvent(LogLevel::kInfo, "worker", "draining", {{"signal", static_cast<int64_t>(signal)}});
   service.StartDraining();
   (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(f.drain_timeout_s));
+  stopping = true;
   (*engine)->Stop();
+  engine->reset();  // rank 0's backend tells the other ranks to stop
+  if (rank_watcher.joinable()) rank_watcher.join();
+  if (!f.rank_dir.empty()) std::filesystem::remove_all(f.rank_dir);
   LogEvent(LogLevel::kInfo, "worker", "stopped");
   return 0;
 }

@@ -29,11 +29,7 @@ import yaml
 
 # Flags the chart passes that a service may not have yet (landing in parallel).
 # Reported, not failed, while a binary's --help lacks them.
-PENDING_FLAGS = {
-    "worker": {"--metrics-port", "--tensor-parallel-size", "--sequence-parallel-size"},
-    "router": {"--metrics-port"},
-    "suffix-cache": {"--metrics-port"},
-}
+PENDING_FLAGS = {}
 ROOT = os.environ.get("FLOE_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 errors = []

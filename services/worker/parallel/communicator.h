@@ -12,6 +12,7 @@
 // Not thread-safe: one thread per rank drives it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,8 +37,11 @@ class Communicator {
   // recv_counts[j]), offsets being the running sums of the counts.
   virtual absl::Status AllToAll(std::span<const float> in, std::span<const int64_t> send_counts,
                                 std::span<float> out, std::span<const int64_t> recv_counts) = 0;
-  // Every rank's `data` = root's `data` (same size on every rank).
-  virtual absl::Status Broadcast(std::span<std::byte> data, int root) = 0;
+  // Every rank's `data` = root's `data` (same size on every rank). `wait`
+  // > 0 replaces the communicator's deadline for this call (a follower rank
+  // idles in it between steps).
+  virtual absl::Status Broadcast(std::span<std::byte> data, int root,
+                                 std::chrono::milliseconds wait = std::chrono::milliseconds(0)) = 0;
   virtual absl::Status Barrier() = 0;
 };
 

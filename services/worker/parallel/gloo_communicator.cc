@@ -46,8 +46,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(cons
     gloo::rendezvous::FileStore file_store(options.store_dir);
     gloo::rendezvous::PrefixStore store(options.group, file_store);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(options.timeout);
+    context->setTimeout(options.rendezvous_timeout);
     context->connectFullMesh(store, device);
+    context->setTimeout(options.timeout);
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), options.rank, options.size, options.timeout));
   } catch (const std::exception& e) {
@@ -131,7 +132,7 @@ absl::Status GlooCommunicator::AllToAll(std::span<const float> in, std::span<con
   });
 }
 
-absl::Status GlooCommunicator::Broadcast(std::span<std::byte> data, int root) {
+absl::Status GlooCommunicator::Broadcast(std::span<std::byte> data, int root, std::chrono::milliseconds wait) {
   if (root < 0 || root >= size_)
     return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root, " outside ", size_, " ranks"));
   if (size_ == 1 || data.empty()) return absl::OkStatus();
@@ -140,7 +141,7 @@ absl::Status GlooCommunicator::Broadcast(std::span<std::byte> data, int root) {
     opts.setOutput(reinterpret_cast<uint8_t*>(data.data()), data.size());
     opts.setRoot(root);
     opts.setTag(tag);
-    opts.setTimeout(timeout_);
+    opts.setTimeout(wait.count() > 0 ? wait : timeout_);
     gloo::broadcast(opts);
   });
 }

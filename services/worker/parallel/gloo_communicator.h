@@ -30,8 +30,10 @@ struct GlooOptions {
   std::string store_dir;           // FileStore folder shared by the ranks
   std::string group = "floe";      // key prefix in the store
   std::string hostname = "127.0.0.1";  // the address this rank listens on
-  // Deadline of the rendezvous and of every collective.
+  // Deadline of every collective, and of the rendezvous (ranks may still
+  // be loading their checkpoint).
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
 };
 
 class GlooCommunicator final : public Communicator {
@@ -47,7 +49,8 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
   absl::Status AllToAll(std::span<const float> in, std::span<const int64_t> send_counts, std::span<float> out,
                         std::span<const int64_t> recv_counts) override;
-  absl::Status Broadcast(std::span<std::byte> data, int root) override;
+  absl::Status Broadcast(std::span<std::byte> data, int root,
+                         std::chrono::milliseconds wait = std::chrono::milliseconds(0)) override;
   absl::Status Barrier() override;
 
  private:

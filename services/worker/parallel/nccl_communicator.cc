@@ -139,7 +139,8 @@ absl::Status NcclCommunicator::AllToAll(std::span<const float> in, std::span<con
   FLOE_NCCL_CALL("all-to-all", exchange());
 }
 
-absl::Status NcclCommunicator::Broadcast(std::span<std::byte> data, int root) {
+absl::Status NcclCommunicator::Broadcast(std::span<std::byte> data, int root, std::chrono::milliseconds wait) {
+  (void)wait;  // ranks idle on the host (a Gloo broadcast); device broadcasts keep the deadline
   if (root < 0 || root >= size_)
     return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root, " outside ", size_, " ranks"));
   FLOE_NCCL_CALL("broadcast", ncclBroadcast(data.data(), data.data(), data.size(), ncclUint8, root, state_->comm,

@@ -35,7 +35,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
   absl::Status AllToAll(std::span<const float> in, std::span<const int64_t> send_counts, std::span<float> out,
                         std::span<const int64_t> recv_counts) override;
-  absl::Status Broadcast(std::span<std::byte> data, int root) override;
+  absl::Status Broadcast(std::span<std::byte> data, int root,
+                         std::chrono::milliseconds wait = std::chrono::milliseconds(0)) override;
   absl::Status Barrier() override;
 
  private:

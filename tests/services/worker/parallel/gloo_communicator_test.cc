@@ -117,8 +117,11 @@ TEST(GlooCommunicatorTest, AllToAllWithUnevenAndZeroCounts) {
 TEST(GlooCommunicatorTest, ARankThatNeverShowsUpFailsTheRendezvousWithinTheDeadline) {
   const std::string dir = FreshStoreDir();
   const auto start = std::chrono::steady_clock::now();
-  auto comm = GlooCommunicator::Connect(
-      {.rank = 0, .size = 2, .store_dir = dir, .timeout = std::chrono::milliseconds(1500)});
+  auto comm = GlooCommunicator::Connect({.rank = 0,
+                                        .size = 2,
+                                        .store_dir = dir,
+                                        .timeout = std::chrono::milliseconds(1500),
+                                        .rendezvous_timeout = std::chrono::milliseconds(1500)});
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
