@@ -254,11 +254,14 @@ int Run(int argc, char** argv) {
   LogEvent(LogLevel::kInfo, "worker", "loading", {{"model", f.model}, {"load_format", f.load_format}});
 
   // Tensor parallel: start the other ranks now, so they load while we do.
-  std::vector<pid_t> rank_pids;
-  std::atomic<bool> stopping{false};
-  std::thread rank_watcher;
+  // Shared with the detached watcher thread, which may outlive this frame.
+  struct RankWatch {
+    std::vector<pid_t> pids;
+    std::atomic<bool> stopping{false};
+  };
+  auto watch = std::make_shared<RankWatch>();
   ServerRunner* server = runner->get();
-  auto rank_failed = [&, server](const std::string& why, int64_t rank) {
+  auto rank_failed = [server](const std::string& why, int64_t rank) {
     // The ranks are out of step for good: stop serving, exit non-zero (the
     // supervisor restarts the worker; the router ejects it meanwhile).
     server->SetServing(false);
@@ -277,24 +280,26 @@ int Run(int argc, char** argv) {
       LogEvent(LogLevel::kError, "worker", "ranks_failed", {{"error", std::string(pids.status().message())}});
       return 1;
     }
-    rank_pids = *pids;
+    watch->pids = *pids;
     for (int r = 1; r < ranks; ++r) {
-      std::printf("rank %d pid %d\n", r, static_cast<int>(rank_pids[r]));
+      std::printf("rank %d pid %d\n", r, static_cast<int>(watch->pids[r]));
       LogEvent(LogLevel::kInfo, "worker", "rank_started",
-               {{"rank", static_cast<int64_t>(r)}, {"pid", static_cast<int64_t>(rank_pids[r])}});
+               {{"rank", static_cast<int64_t>(r)}, {"pid", static_cast<int64_t>(watch->pids[r])}});
     }
     std::fflush(stdout);
-    // A rank that exits while we serve (killed, crashed) fails the worker at once, even idle.
-    rank_watcher = std::thread([&, rank_failed] {
+    // A rank that exits while we serve (killed, crashed) fails the worker at
+    // once, even idle; once stopping, exits are expected. Detached: an early
+    // return (a failed load) must not wait for it.
+    std::thread([watch, rank_failed, ranks] {
       for (int alive = ranks - 1; alive > 0; --alive) {
         int status = 0;
         const pid_t pid = waitpid(-1, &status, 0);
         if (pid <= 0) return;
-        const int64_t rank = std::find(rank_pids.begin(), rank_pids.end(), pid) - rank_pids.begin();
-        if (!stopping.load())
+        const int64_t rank = std::find(watch->pids.begin(), watch->pids.end(), pid) - watch->pids.begin();
+        if (!watch->stopping.load())
           rank_failed(absl::StrCat("rank process ", pid, " exited (status ", status, ")"), rank);
       }
-    });
+    }).detach();
   }
 
   auto checkpoint = Checkpoint::Load(f.model, load);
@@ -367,10 +372,9 @@ int Run(int argc, char** argv) {
   LogEvent(LogLevel::kInfo, "worker", "draining", {{"signal", static_cast<int64_t>(signal)}});
   service.StartDraining();
   (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(f.drain_timeout_s));
-  stopping = true;
+  watch->stopping = true;
   (*engine)->Stop();
   engine->reset();  // rank 0's backend tells the other ranks to stop
-  if (rank_watcher.joinable()) rank_watcher.join();
   if (!f.rank_dir.empty()) std::filesystem::remove_all(f.rank_dir);
   LogEvent(LogLevel::kInfo, "worker", "stopped");
   return 0;
