@@ -113,7 +113,8 @@ int RunLocal(int argc, char** argv) {
                    "workers' draft cost model (see floe-worker --help; -1: off; empty: the worker's default)");
   parser.AddInt("tensor-parallel-size", &tensor_parallel_size,
                 "ranks (processes) each worker's model is sharded over, tensor parallel");
-  parser.AddInt("sequence-parallel-size", &sequence_parallel_size, "Ulysses sequence parallel ranks (only 1 yet)");
+  parser.AddInt("sequence-parallel-size", &sequence_parallel_size,
+                "ranks each worker runs over, Ulysses sequence parallel (not with TP > 1 yet)");
   parser.AddInt("threads-per-rank", &threads_per_rank, "compute threads per rank (0: the worker's default)");
   parser.AddBool("benchmark-forced-decoding", &benchmark_forced_decoding,
                  "benchmarks only: workers emit a request's forced_output_ids instead of sampled tokens");

@@ -76,14 +76,16 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
              {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(checkpoint.status().message())}});
     return 1;
   }
-  auto comm = GlooCommunicator::Connect({.rank = f.rank, .size = f.tensor_parallel_size, .store_dir = f.rank_dir});
+  auto comm = GlooCommunicator::Connect(
+      {.rank = f.rank, .size = f.tensor_parallel_size * f.sequence_parallel_size, .store_dir = f.rank_dir});
   if (!comm.ok()) {
     LogEvent(LogLevel::kError, "worker", "rank_connect_failed",
              {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(comm.status().message())}});
     return 1;
   }
-  auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(),
-                                    {.num_threads = threads, .communicator = comm->get()});
+  auto backend = CpuBackend::Create(
+      (*checkpoint)->config(), (*checkpoint)->weights(),
+      {.num_threads = threads, .communicator = comm->get(), .sequence_parallel = f.sequence_parallel_size > 1});
   if (!backend.ok()) {
     LogEvent(LogLevel::kError, "worker", "backend_failed",
              {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(backend.status().message())}});
@@ -99,8 +101,9 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
 // Starts ranks 1..T-1 (this binary, the same flags plus --rank and
 // --rank-dir); their pids by rank (index 0 unused).
 absl::StatusOr<std::vector<pid_t>> StartRanks(int argc, char** argv, const WorkerFlags& f) {
-  std::vector<pid_t> pids(f.tensor_parallel_size, -1);
-  for (int r = 1; r < f.tensor_parallel_size; ++r) {
+  const int ranks = f.tensor_parallel_size * f.sequence_parallel_size;
+  std::vector<pid_t> pids(ranks, -1);
+  for (int r = 1; r < ranks; ++r) {
     // Everything the child needs is built before fork: other threads run
     // (gRPC), so the child may only make async-signal-safe calls until exec.
     std::vector<std::string> args(argv, argv + argc);
@@ -168,9 +171,10 @@ int Run(int argc, char** argv) {
   parser.AddInt("tensor-parallel-size", &f.tensor_parallel_size,
                 "ranks (processes) the model is sharded over, tensor parallel; rank 0 is this process");
   parser.AddInt("sequence-parallel-size", &f.sequence_parallel_size,
-                "Ulysses sequence parallel ranks (only 1 yet: not built)");
+                "ranks the model runs over, Ulysses sequence parallel (rows split, attention by heads; "
+                "not yet with --tensor-parallel-size > 1)");
   parser.AddInt("threads-per-rank", &f.threads_per_rank,
-                "compute threads of each rank with --tensor-parallel-size > 1 (0: cores / ranks)");
+                "compute threads of each rank with several ranks (0: cores / ranks)");
   parser.AddInt("rank", &f.rank, "internal: this process's rank (set by rank 0 for the ranks it starts)");
   parser.AddString("rank-dir", &f.rank_dir, "internal: the ranks' rendezvous folder (set by rank 0)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-worker")) return *exit_code;
@@ -199,20 +203,27 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "floe-worker: --tensor-parallel-size must be in [1, 64], got %d\n", f.tensor_parallel_size);
     return 2;
   }
-  if (f.sequence_parallel_size != 1) {
-    std::fprintf(stderr,
-                 "floe-worker: --sequence-parallel-size %d: sequence parallelism is not built yet; it must be 1\n",
+  if (f.sequence_parallel_size < 1 || f.sequence_parallel_size > 64) {
+    std::fprintf(stderr, "floe-worker: --sequence-parallel-size must be in [1, 64], got %d\n",
                  f.sequence_parallel_size);
     return 2;
   }
-  const int ranks = f.tensor_parallel_size;
+  if (f.sequence_parallel_size > 1 && f.tensor_parallel_size > 1) {
+    std::fprintf(stderr,
+                 "floe-worker: --tensor-parallel-size %d with --sequence-parallel-size %d: SP x TP is not built yet; "
+                 "set one of them to 1\n",
+                 f.tensor_parallel_size, f.sequence_parallel_size);
+    return 2;
+  }
+  const bool sequence_parallel = f.sequence_parallel_size > 1;
+  const int ranks = f.tensor_parallel_size * f.sequence_parallel_size;
   const int threads = ranks == 1 ? f.threads
                       : f.threads_per_rank > 0
                           ? f.threads_per_rank
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
   if (f.rank > 0) {
     if (f.rank >= ranks || f.rank_dir.empty()) {
-      std::fprintf(stderr, "floe-worker: --rank %d needs --rank-dir and --tensor-parallel-size > %d\n", f.rank, f.rank);
+      std::fprintf(stderr, "floe-worker: --rank %d needs --rank-dir and more than %d ranks\n", f.rank, f.rank);
       return 2;
     }
     return RunRank(f, load, threads);
@@ -317,8 +328,9 @@ int Run(int argc, char** argv) {
     }
     communicator = std::move(comm).value();
   }
-  auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
-                                {.num_threads = threads, .communicator = communicator.get()});
+  auto cpu = CpuBackend::Create(
+      config, (*checkpoint)->weights(),
+      {.num_threads = threads, .communicator = communicator.get(), .sequence_parallel = sequence_parallel});
   if (!cpu.ok()) {
     LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
     return 1;

@@ -1,9 +1,11 @@
-// A worker over 2 tensor-parallel ranks (floe-worker --tensor-parallel-size
-// 2: rank 0 plus a child rank process, Gloo on loopback) behind the router:
-// the same greedy tokens as one rank through chunked prefill, prefix-cache
-// hits, batching and ngram speculation (a token may differ only where one
-// rank's top-2 logprob margin is within the tolerance); a rank killed under
-// load takes its worker down (exit non-zero) and the router serves on.
+// A worker over 2 ranks (floe-worker --tensor-parallel-size 2 or
+// --sequence-parallel-size 2: rank 0 plus a child rank process, Gloo on
+// loopback) behind the router: the same greedy tokens as one rank through
+// chunked prefill, prefix-cache hits, batching and ngram speculation. TP may
+// differ only where one rank's top-2 logprob margin is within the tolerance;
+// SP must give identical tokens and logprobs (its kernels see the same rows
+// and heads). A rank killed under load takes its worker down (exit non-zero)
+// and the router serves on.
 #include <dirent.h>
 #include <signal.h>
 
@@ -71,6 +73,11 @@ std::vector<std::string> TpArgs() {
           "--max-num-batched-tokens", "16"};
 }
 
+std::vector<std::string> SpArgs() {
+  return {"--sequence-parallel-size", "2", "--threads-per-rank", "1", "--speculative", "ngram",
+          "--max-num-batched-tokens", "16"};
+}
+
 TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
   std::vector<Output> want;
   {
@@ -98,6 +105,20 @@ TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
     clients.emplace_back([&, i] { got[i] = Stream(*stub, Request(Prompts()[i], 24)); });
   for (auto& c : clients) c.join();
   for (size_t i = 0; i < Prompts().size(); ++i) compare(got[i], want[i], i);
+
+  // Sequence parallel: bit for bit, logprobs included.
+  LocalCluster sp(1, SpArgs());
+  ASSERT_TRUE(sp.ok());
+  auto sp_stub = sp.RouterStub();
+  std::vector<Output> sp_got(Prompts().size());
+  std::vector<std::thread> sp_clients;
+  for (size_t i = 0; i < Prompts().size(); ++i)
+    sp_clients.emplace_back([&, i] { sp_got[i] = Stream(*sp_stub, Request(Prompts()[i], 24)); });
+  for (auto& c : sp_clients) c.join();
+  for (size_t i = 0; i < Prompts().size(); ++i) {
+    EXPECT_EQ(sp_got[i].ids, want[i].ids) << "prompt " << i;
+    EXPECT_EQ(sp_got[i].margins, want[i].margins) << "prompt " << i;
+  }
 }
 
 // The child processes of `parent` (its rank processes).

@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   int threads = options.num_threads > 0 ? options.num_threads
                                         : static_cast<int>(std::thread::hardware_concurrency());
   std::unique_ptr<CpuBackend> backend(new CpuBackend(config, std::max(1, threads)));
-  // Tensor parallel: this rank's heads and MLP rows (all of them on one rank).
+  // Tensor parallel: this rank's heads and MLP rows (all of them on one
+  // rank). Sequence parallel: this rank's heads, every weight.
   const int rank = options.communicator ? options.communicator->rank() : 0;
   const int size = options.communicator ? options.communicator->size() : 1;
   auto layout = TensorParallelLayout(config, rank, size);
@@ -49,11 +50,21 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   backend->communicator_ = options.communicator;
   backend->local_.num_heads = layout->num_heads();
   backend->local_.num_kv_heads = layout->num_kv_heads();
-  backend->local_.intermediate_size = layout->intermediate();
   backend->q_dim_ = layout->num_heads() * config.head_dim;
   backend->kv_dim_ = layout->num_kv_heads() * config.head_dim;
-  // The model checks the config and every weight, then prepares its shards here.
-  auto model = LlamaForward::Create(config, weights, *backend, &*layout);
+  const bool sp = options.sequence_parallel && size > 1;
+  backend->local_.intermediate_size = sp ? config.intermediate_size : layout->intermediate();
+  backend->row_heads_ = sp ? config.num_heads : layout->num_heads();
+  backend->row_kv_heads_ = sp ? config.num_kv_heads : layout->num_kv_heads();
+  if (sp) {
+    backend->sp_rank_ = rank;
+    backend->sp_size_ = size;
+    for (int j = 0; j < size; ++j) backend->sp_heads_.push_back(*TensorParallelLayout(config, j, size));
+  }
+  // The model checks the config and every weight, then prepares its shards
+  // here (all of them under sequence parallelism).
+  auto whole = TensorParallelLayout(config, 0, 1);
+  auto model = LlamaForward::Create(config, weights, *backend, sp ? &*whole : &*layout);
   if (!model.ok()) return model.status();
   backend->model_ = std::move(model).value();
   cpu::RopeParams rope_params;
@@ -205,6 +216,8 @@ float* CpuBackend::Rows(Activation a) {
     case Activation::kAttn: return attn_.data();
     case Activation::kGateUp: return gate_up_.data();
     case Activation::kFinal: return final_rows_.data();
+    case Activation::kQkvHeads: return sp_size_ > 1 ? qkv_heads_.data() : qkv_.data();
+    case Activation::kAttnHeads: return sp_size_ > 1 ? attn_heads_.data() : attn_.data();
   }
   return nullptr;
 }
@@ -214,8 +227,10 @@ int64_t CpuBackend::Width(Activation a) const {
     case Activation::kX:
     case Activation::kXn:
     case Activation::kFinal: return config_.hidden_size;
-    case Activation::kQkv: return q_dim_ + 2 * kv_dim_;
-    case Activation::kAttn: return q_dim_;
+    case Activation::kQkv: return (row_heads_ + 2 * row_kv_heads_) * config_.head_dim;
+    case Activation::kAttn: return row_heads_ * config_.head_dim;
+    case Activation::kQkvHeads: return q_dim_ + 2 * kv_dim_;
+    case Activation::kAttnHeads: return q_dim_;
     case Activation::kGateUp: return 2 * local_.intermediate_size;
   }
   return 0;
@@ -225,7 +240,9 @@ void CpuBackend::BeginStep(const StepRows& rows) {
   tokens_ = rows.tokens;
   positions_ = rows.positions;
   logit_rows_ = rows.logit_rows;
-  rows_ = static_cast<int64_t>(rows.tokens.size());
+  all_rows_ = static_cast<int64_t>(rows.tokens.size());
+  row0_ = RowBegin(sp_rank_);
+  rows_ = RowBegin(sp_rank_ + 1) - row0_;
   max_context_ = rows.max_context;
   seqs_.clear();
   tree_path_begin_.clear();
@@ -256,7 +273,11 @@ void CpuBackend::BeginStep(const StepRows& rows) {
   grow(x_, m * h);
   grow(xn_, m * h);
   grow(qkv_, m * Width(Activation::kQkv));
-  grow(attn_, m * q_dim_);
+  grow(attn_, m * Width(Activation::kAttn));
+  if (sp_size_ > 1) {
+    grow(qkv_heads_, all_rows_ * Width(Activation::kQkvHeads));
+    grow(attn_heads_, all_rows_ * q_dim_);
+  }
   grow(gate_up_, m * Width(Activation::kGateUp));
   grow(cos_, m * config_.head_dim / 2);
   grow(sin_, m * config_.head_dim / 2);
@@ -268,8 +289,8 @@ void CpuBackend::Embed(Activation x) {
   const int64_t h = config_.hidden_size, half = config_.head_dim / 2;
   float* out = Rows(x);
   ForRows(rows_, [&](int64_t r) {
-    cpu::EmbeddingLookup(embed_tokens_, {&tokens_[r], 1}, &out[r * h]);
-    cpu::RopeCosSin(inv_freq_, positions_[r], &cos_[r * half], &sin_[r * half]);
+    cpu::EmbeddingLookup(embed_tokens_, {&tokens_[row0_ + r], 1}, &out[r * h]);
+    cpu::RopeCosSin(inv_freq_, positions_[row0_ + r], &cos_[r * half], &sin_[r * half]);
   });
 }
 
@@ -282,11 +303,13 @@ void CpuBackend::RmsNorm(Activation in, WeightId weight, Activation out) {
 
 void CpuBackend::Matmul(Activation in, WeightId matrix, Activation out) {
   // `in` may be wider than the matrix's input (kGateUp): its row stride is its width.
+  if (rows_ == 0) return;  // a sequence-parallel rank with no rows this step
   cpu::Matmul(Rows(in), rows_, matrices_[matrix], Rows(out), pool_, Width(in), &matmul_scratch_);
 }
 
 void CpuBackend::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
   const int64_t hd = config_.head_dim, half = hd / 2, width = Width(qkv);
+  const int64_t q_dim = row_heads_ * hd;
   const float eps = config_.rms_norm_eps;
   float* rows = Rows(qkv);
   const float* b = bias == kNoWeight ? nullptr : vectors_[bias].data();
@@ -296,20 +319,21 @@ void CpuBackend::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, Weigh
     float* row = &rows[r * width];
     if (b) cpu::AddInPlace(row, b, width);
     if (qn) {
-      for (int hh = 0; hh < local_.num_heads; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
+      for (int hh = 0; hh < row_heads_; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
     }
     if (kn) {
-      for (int hh = 0; hh < local_.num_kv_heads; ++hh) {
-        float* k = row + q_dim_ + hh * hd;
+      for (int hh = 0; hh < row_kv_heads_; ++hh) {
+        float* k = row + q_dim + hh * hd;
         cpu::RmsNorm(k, kn, eps, hd, k);
       }
     }
-    cpu::ApplyRope(row, local_.num_heads, hd, &cos_[r * half], &sin_[r * half]);
-    cpu::ApplyRope(row + q_dim_, local_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row, row_heads_, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row + q_dim, row_kv_heads_, hd, &cos_[r * half], &sin_[r * half]);
   });
 }
 
 void CpuBackend::WriteKv(int layer, Activation qkv) {
+  // Every row of the step, this rank's KV heads.
   const float* rows = Rows(qkv);
   cpu::WriteKv(LayerKv(layer), seqs_, rows + q_dim_, rows + q_dim_ + kv_dim_, Width(qkv));
 }
@@ -350,9 +374,88 @@ void CpuBackend::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
   const int64_t h = config_.hidden_size;
   const float *src = Rows(in), *w = vectors_[weight].data();
   float* dst = Rows(out);
-  ForRows(static_cast<int64_t>(logit_rows_.size()), [&](int64_t i) {
-    cpu::RmsNorm(&src[logit_rows_[i] * h], w, config_.rms_norm_eps, h, &dst[i * h]);
+  if (sp_size_ == 1) {
+    ForRows(static_cast<int64_t>(logit_rows_.size()), [&](int64_t i) {
+      cpu::RmsNorm(&src[logit_rows_[i] * h], w, config_.rms_norm_eps, h, &dst[i * h]);
+    });
+    return;
+  }
+  // Sequence parallel: each rank norms the logits rows it holds; one
+  // all-to-all hands every rank all of them, in order (rank blocks are in
+  // row order).
+  auto count_in = [&](int j) {
+    int64_t n = 0;
+    for (int64_t r : logit_rows_) n += r >= RowBegin(j) && r < RowBegin(j + 1);
+    return n;
+  };
+  std::vector<int64_t> mine;
+  for (int64_t r : logit_rows_)
+    if (r >= row0_ && r < row0_ + rows_) mine.push_back(r - row0_);
+  final_local_.resize(mine.size() * h);
+  ForRows(static_cast<int64_t>(mine.size()), [&](int64_t i) {
+    cpu::RmsNorm(&src[mine[i] * h], w, config_.rms_norm_eps, h, &final_local_[i * h]);
   });
+  send_counts_.assign(sp_size_, static_cast<int64_t>(mine.size()) * h);
+  recv_counts_.resize(sp_size_);
+  for (int j = 0; j < sp_size_; ++j) recv_counts_[j] = count_in(j) * h;
+  a2a_send_.clear();
+  for (int j = 0; j < sp_size_; ++j) a2a_send_.insert(a2a_send_.end(), final_local_.begin(), final_local_.end());
+  const absl::Status s = communicator_->AllToAll(
+      a2a_send_, send_counts_, {dst, static_cast<size_t>(logit_rows_.size() * h)}, recv_counts_);
+  if (!s.ok() && step_status_.ok()) step_status_ = s;
+}
+
+void CpuBackend::SequenceToHeads(Activation qkv_rows, Activation qkv_heads) {
+  if (sp_size_ == 1) return;
+  const int64_t hd = config_.head_dim, width = Width(qkv_rows);
+  const float* src = Rows(qkv_rows);
+  const int64_t q_all = row_heads_ * hd, kv_all = row_kv_heads_ * hd;
+  // To rank j: each of my rows' q, k and v of j's heads.
+  a2a_send_.clear();
+  send_counts_.resize(sp_size_);
+  recv_counts_.resize(sp_size_);
+  for (int j = 0; j < sp_size_; ++j) {
+    const ParallelLayout& l = sp_heads_[j];
+    const int64_t q0 = l.q_head_begin * hd, q1 = l.q_head_end * hd;
+    const int64_t k0 = l.kv_head_begin * hd, k1 = l.kv_head_end * hd;
+    for (int64_t r = 0; r < rows_; ++r) {
+      const float* row = src + r * width;
+      a2a_send_.insert(a2a_send_.end(), row + q0, row + q1);
+      a2a_send_.insert(a2a_send_.end(), row + q_all + k0, row + q_all + k1);
+      a2a_send_.insert(a2a_send_.end(), row + q_all + kv_all + k0, row + q_all + kv_all + k1);
+    }
+    send_counts_[j] = rows_ * ((q1 - q0) + 2 * (k1 - k0));
+    recv_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * Width(qkv_heads);
+  }
+  // From rank i: its rows of my heads, which is every row in order.
+  const absl::Status s = communicator_->AllToAll(
+      a2a_send_, send_counts_, {Rows(qkv_heads), static_cast<size_t>(all_rows_ * Width(qkv_heads))}, recv_counts_);
+  if (!s.ok() && step_status_.ok()) step_status_ = s;
+}
+
+void CpuBackend::HeadsToSequence(Activation attn_heads, Activation attn_rows) {
+  if (sp_size_ == 1) return;
+  const int64_t hd = config_.head_dim, mine = Width(attn_heads), width = Width(attn_rows);
+  // To rank j: its rows of my heads (a contiguous block of kAttnHeads).
+  send_counts_.resize(sp_size_);
+  recv_counts_.resize(sp_size_);
+  int64_t received = 0;
+  for (int j = 0; j < sp_size_; ++j) {
+    send_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * mine;
+    recv_counts_[j] = rows_ * sp_heads_[j].num_heads() * hd;
+    received += recv_counts_[j];
+  }
+  a2a_recv_.resize(received);
+  const absl::Status s = communicator_->AllToAll({Rows(attn_heads), static_cast<size_t>(all_rows_ * mine)},
+                                                 send_counts_, a2a_recv_, recv_counts_);
+  if (!s.ok() && step_status_.ok()) step_status_ = s;
+  // From rank i: my rows of its heads, placed at its heads' columns.
+  float* dst = Rows(attn_rows);
+  int64_t at = 0;
+  for (int i = 0; i < sp_size_; ++i) {
+    const int64_t cols = sp_heads_[i].num_heads() * hd, col0 = sp_heads_[i].q_head_begin * hd;
+    for (int64_t r = 0; r < rows_; ++r, at += cols) std::memcpy(dst + r * width + col0, &a2a_recv_[at], cols * sizeof(float));
+  }
 }
 
 void CpuBackend::AllReduce(Activation x) {

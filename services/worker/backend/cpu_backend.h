@@ -38,6 +38,11 @@ struct CpuBackendOptions {
   // its rank's shard of the weights and of the KV heads and all-reduces the
   // row-parallel projections; every rank must run the same batches.
   Communicator* communicator = nullptr;
+  // With a communicator: Ulysses sequence parallel instead (T = 1): full
+  // weights, the step's rows split over the ranks, the KV cache and the
+  // attention split by heads, two all-to-alls per layer. Every rank's
+  // outputs are bit-identical to one rank's (every kernel is batch-invariant).
+  bool sequence_parallel = false;
 };
 
 class CpuBackend final : public Backend, private ModelOps {
@@ -82,6 +87,10 @@ class CpuBackend final : public Backend, private ModelOps {
   void GatherRmsNorm(Activation in, WeightId weight, Activation out) override;
   void Logits(Activation in, WeightId matrix, float* logits) override;
   void AllReduce(Activation x) override;
+  void SequenceToHeads(Activation qkv_rows, Activation qkv_heads) override;
+  void HeadsToSequence(Activation attn_heads, Activation attn_rows) override;
+  // Rows rank j holds of the step's all_rows_ (contiguous blocks in rank order).
+  int64_t RowBegin(int j) const { return all_rows_ * j / sp_size_; }
 
   ModelConfig config_;
   ModelConfig local_;  // config_ with this rank's heads, KV heads and intermediate size
@@ -93,7 +102,14 @@ class CpuBackend final : public Backend, private ModelOps {
   std::vector<cpu::PackedMatrix> matrices_;  // by WeightId
   std::vector<std::vector<float>> vectors_;  // by WeightId
   std::vector<float> inv_freq_;
-  int q_dim_ = 0, kv_dim_ = 0;
+  int q_dim_ = 0, kv_dim_ = 0;  // this rank's heads (attention, KV cache)
+  // Heads in a kQkv / kAttn row: this rank's (one rank, TP), all of them (SP).
+  int row_heads_ = 0, row_kv_heads_ = 0;
+  // Sequence parallel: this rank in its group, every rank's heads.
+  int sp_rank_ = 0, sp_size_ = 1;
+  std::vector<ParallelLayout> sp_heads_;
+  std::vector<float> qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;
+  std::vector<int64_t> send_counts_, recv_counts_;
 
   int num_blocks_ = 0, block_size_ = 0;
   std::vector<float> kv_cache_;  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]
@@ -101,7 +117,8 @@ class CpuBackend final : public Backend, private ModelOps {
   // The step (BeginStep) and its activations, grown on demand and reused.
   std::span<const int32_t> tokens_, positions_;
   std::span<const int64_t> logit_rows_;
-  int64_t rows_ = 0, max_context_ = 0;
+  int64_t rows_ = 0, max_context_ = 0;  // rows_: this rank's rows of the step
+  int64_t row0_ = 0, all_rows_ = 0;        // its first row, and the step's rows
   std::vector<float> x_, xn_, qkv_, attn_, gate_up_, cos_, sin_, scratch_, final_rows_;
   cpu::MatmulScratch matmul_scratch_;
   std::vector<cpu::AttentionSeq> seqs_;

@@ -179,8 +179,10 @@ void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits) {
     ops_.RmsNorm(A::kX, layer.input_norm, A::kXn);
     ops_.Matmul(A::kXn, layer.qkv, A::kQkv);
     ops_.PrepareQk(A::kQkv, layer.qkv_bias, layer.q_norm, layer.k_norm);
-    ops_.WriteKv(li, A::kQkv);
-    ops_.Attention(li, A::kQkv, A::kAttn);
+    ops_.SequenceToHeads(A::kQkv, A::kQkvHeads);
+    ops_.WriteKv(li, A::kQkvHeads);
+    ops_.Attention(li, A::kQkvHeads, A::kAttnHeads);
+    ops_.HeadsToSequence(A::kAttnHeads, A::kAttn);
     ops_.Matmul(A::kAttn, layer.o, A::kXn);
     if (tensor_parallel_) ops_.AllReduce(A::kXn);  // the heads' partial sums
     ops_.AddRmsNorm(A::kX, A::kXn, layer.post_norm, A::kXn);

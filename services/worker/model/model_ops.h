@@ -27,7 +27,12 @@ namespace floe {
 //   kAttn:   num_heads head_dim
 //   kGateUp: 2 intermediate_size, gate | up
 //   kFinal:  hidden_size, one row per logits row only
-enum class Activation { kX, kXn, kQkv, kAttn, kGateUp, kFinal };
+// Under Ulysses sequence parallelism a rank holds only its share of the
+// step's rows in those, and the attention's view, every row but only its
+// heads, in two more (the same buffers as kQkv and kAttn otherwise):
+//   kQkvHeads:  every row's q | k | v of this rank's heads
+//   kAttnHeads: every row's attention output of this rank's heads
+enum class Activation { kX, kXn, kQkv, kAttn, kGateUp, kFinal, kQkvHeads, kAttnHeads };
 
 // A weight prepared on the device; kNoWeight where the model has none.
 using WeightId = int32_t;
@@ -67,6 +72,11 @@ class ModelOps {
   // On q|k|v rows: + bias, per-head RMSNorm of q and k (Qwen3), RoPE of q
   // and k at each row's position. Ids may be kNoWeight.
   virtual void PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) = 0;
+  // Sequence parallel: one all-to-all turns this rank's rows of every head
+  // (kQkv) into every row of this rank's heads (kQkvHeads), and one turns
+  // the attention output back (kAttnHeads -> kAttn). No-ops otherwise.
+  virtual void SequenceToHeads(Activation qkv_rows, Activation qkv_heads) = 0;
+  virtual void HeadsToSequence(Activation attn_heads, Activation attn_rows) = 0;
   // Stores every row's k and v in the KV cache of `layer`.
   virtual void WriteKv(int layer, Activation qkv) = 0;
   // out = causal (or tree-masked) attention of every row's q over `layer`'s

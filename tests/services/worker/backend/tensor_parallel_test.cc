@@ -53,7 +53,7 @@ double Margin(const std::vector<float>& v) {
 }
 
 Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps,
-                      int chunk) {
+                      int chunk, bool sequence_parallel = false) {
   static std::atomic<int> n{0};
   const fs::path dir = fs::temp_directory_path() / ("floe_tp_" + std::to_string(getpid()) + "_" + std::to_string(n++));
   fs::create_directories(dir);
@@ -63,7 +63,9 @@ Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_
     ranks.emplace_back([&, r] {
       auto comm = GlooCommunicator::Connect({.rank = r, .size = size, .store_dir = dir.string()});
       ASSERT_TRUE(comm.ok()) << comm.status();
-      auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1, .communicator = comm->get()});
+      auto backend = CpuBackend::Create(
+          model.config(), model.weights(),
+          {.num_threads = 1, .communicator = comm->get(), .sequence_parallel = sequence_parallel});
       ASSERT_TRUE(backend.ok()) << backend.status();
       ASSERT_TRUE((*backend)->AllocateKvCache(64, 4).ok());
       out[r] = testing_model::Generate(**backend, prompt, steps, chunk, 4, 0, 64);
@@ -115,6 +117,82 @@ TEST(TensorParallelTest, LogitsWithinToleranceAndGreedyTokensEqualAtTheMargin) {
         std::printf("TP %d %s: max |dlogit| / max|logit| = %.3g\n", size, DTypeName(dtype), worst);
       }
     }
+  }
+}
+
+// Ulysses SP (T = 1): every linear runs on a rank's rows with the full
+// weights, attention on its heads over every row; every kernel is
+// batch-invariant, so the logits and hidden states equal one rank's bit for
+// bit, for chunked prefill, decode (1 row: a rank with no rows), and a
+// batch mixing a prefill, a decode and a tree verify.
+TEST(SequenceParallelTest, BitIdenticalToOneRank) {
+  for (Flavor flavor : {Flavor::kLlama3, Flavor::kQwen2, Flavor::kQwen3}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      TestModel model(flavor, dtype, 13);
+      const int vocab = model.config().vocab_size;
+      const std::vector<int32_t> prompt = Prompt(21, vocab);
+      auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+      ASSERT_TRUE(one.ok());
+      ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
+      const Generation want = testing_model::Generate(**one, prompt, 12, 8, 4, 0, 64);
+      for (int size : {2, 4}) {
+        SCOPED_TRACE(::testing::Message() << "flavor " << static_cast<int>(flavor) << " " << DTypeName(dtype)
+                                          << " SP " << size);
+        const Generation got = RunOnRanks(model, size, prompt, 12, 8, /*sequence_parallel=*/true);
+        EXPECT_EQ(got.prompt_logits, want.prompt_logits);
+        EXPECT_EQ(got.prompt_hidden, want.prompt_hidden);
+        EXPECT_EQ(got.step_logits, want.step_logits);
+        EXPECT_EQ(got.tokens, want.tokens);
+      }
+    }
+  }
+}
+
+TEST(SequenceParallelTest, MixedBatchWithATreeIsBitIdentical) {
+  TestModel model(Flavor::kQwen2, DType::kBF16, 17);
+  const int vocab = model.config().vocab_size;
+  std::vector<int32_t> p1 = Prompt(9, vocab), p2 = Prompt(5, vocab), p3 = {1, 2, 3, 4, 5};
+  std::vector<int32_t> t1 = {0, 1, 2}, t2 = {3, 4, 5, 6, 7}, t3 = {8, 9, 10, 11};
+  std::vector<int32_t> parents = {-1, 0, 0, 1, 1};
+  const ForwardSequence seqs[3] = {{p1, 0, t1, 9}, {p2, 0, t2, 1}, {p3, 0, t3, 5, parents}};
+  auto run = [&](Backend& b) {
+    std::vector<float> logits(15 * vocab);
+    EXPECT_TRUE(b.Forward(seqs, logits.data()).ok());
+    auto hidden = b.LastHiddenStates();
+    logits.insert(logits.end(), hidden.begin(), hidden.end());
+    return logits;
+  };
+  auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE((*one)->AllocateKvCache(16, 4).ok());
+  const std::vector<float> want = run(**one);
+  for (int size : {2, 3}) {  // 3 ranks: 19 rows split 6/6/7, heads 4 do not split by 3: refused
+    const fs::path dir = fs::temp_directory_path() / ("floe_sp_mixed_" + std::to_string(getpid()) + "_" +
+                                                      std::to_string(size));
+    fs::create_directories(dir);
+    std::vector<std::vector<float>> got(size);
+    std::vector<absl::Status> created(size);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < size; ++r) {
+      ranks.emplace_back([&, r] {
+        auto comm = GlooCommunicator::Connect({.rank = r, .size = size, .store_dir = dir.string()});
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        ASSERT_TRUE((*comm)->Barrier().ok());  // all connected before a refused rank leaves
+        auto b = CpuBackend::Create(model.config(), model.weights(),
+                                    {.num_threads = 1, .communicator = comm->get(), .sequence_parallel = true});
+        created[r] = b.status();
+        if (!b.ok()) return;
+        ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
+        got[r] = run(**b);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    fs::remove_all(dir);
+    if (size == 3) {
+      EXPECT_EQ(created[0].code(), absl::StatusCode::kInvalidArgument) << created[0];
+      continue;
+    }
+    for (int r = 0; r < size; ++r) EXPECT_EQ(got[r], want) << "rank " << r;
   }
 }
 
