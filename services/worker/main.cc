@@ -360,6 +360,7 @@ int Run(int argc, char** argv) {
   }
   if (metrics_server) {
     metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
+    metrics->SetParallelLayout(sequence_parallel, ranks);
     metrics->AttachEngine(engine->get());
     if (speculation.suffix_cache_stats) metrics->AttachSuffixCacheStats(speculation.suffix_cache_stats);
     service.SetMetrics(metrics.get());

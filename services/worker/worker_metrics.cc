@@ -167,6 +167,10 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
   void AttachSuffixCache(std::shared_ptr<const RemoteSuffixStats> stats) { suffix_cache_.store(std::move(stats)); }
 
   explicit EngineCollector(std::string model) : model_(std::move(model)) {}
+  void SetParallelLayout(bool sequence_parallel, int ranks) {
+    sequence_parallel_.store(sequence_parallel);
+    ranks_.store(ranks);
+  }
   void Attach(const Engine* engine) { engine_.store(engine); }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
@@ -205,8 +209,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     families.push_back(std::move(info));
     AppendSpeculation(c, families);
     AppendSuffixCache(families);
-    // Shift parallelism reports its mode here; the CPU backend is one rank in
-    // tensor-parallel mode (size 1) and never shifts.
+    // The mode is fixed at start (no per-step shift yet, so no switches).
     prometheus::MetricFamily mode;
     mode.name = "floe_parallel_mode";
     mode.help = "1 for the parallel mode the worker runs in now (label mode: tp|sp).";
@@ -214,10 +217,12 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     for (const char* m : {"tp", "sp"}) {
       prometheus::ClientMetric metric;
       metric.label = {{"model_name", model_}, {"mode", m}};
-      metric.gauge.value = std::string(m) == "tp" ? 1 : 0;
+      metric.gauge.value = (std::string(m) == "sp") == sequence_parallel_.load() ? 1 : 0;
       mode.metric.push_back(metric);
     }
     families.push_back(std::move(mode));
+    families.push_back(Family("floe_parallel_ranks", "Ranks (processes) the worker's model runs over.",
+                              MetricType::Gauge, model_, ranks_.load()));
     families.push_back(Family("floe_parallel_mode_switches_total", "Shifts between TP and SP.", MetricType::Counter,
                               model_, 0));
     return families;
@@ -226,6 +231,8 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
  private:
   std::string model_;
   std::atomic<const Engine*> engine_{nullptr};
+  std::atomic<bool> sequence_parallel_{false};
+  std::atomic<int> ranks_{1};
   // Set once at start-up, but the metrics server may already be scraping.
   std::atomic<std::shared_ptr<const RemoteSuffixStats>> suffix_cache_;
 };
@@ -261,6 +268,10 @@ WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, in
 }
 
 void WorkerMetrics::AttachEngine(const Engine* engine) { collector_->Attach(engine); }
+
+void WorkerMetrics::SetParallelLayout(bool sequence_parallel, int ranks) {
+  collector_->SetParallelLayout(sequence_parallel, ranks);
+}
 
 void WorkerMetrics::AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats) {
   collector_->AttachSuffixCache(std::move(stats));

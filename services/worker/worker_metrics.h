@@ -29,6 +29,10 @@ class WorkerMetrics {
 
   // Engine gauges and counters appear once an engine is attached.
   void AttachEngine(const Engine* engine);
+  // The worker's rank layout: floe_parallel_mode reports "sp" when it runs
+  // sequence parallel, else "tp" (one rank is TP of size 1), and
+  // floe_parallel_ranks the ranks. Call before serving.
+  void SetParallelLayout(bool sequence_parallel, int ranks);
   // The suffix-cache client's view (floe_suffix_cache_client_*), when the
   // worker uses one. Call before serving.
   void AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats);

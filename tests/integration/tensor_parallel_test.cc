@@ -14,8 +14,11 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "common/metrics/http_get.h"
 #include "tests/integration/local_cluster.h"
 
 namespace floe::testing {
@@ -119,6 +122,15 @@ TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
     EXPECT_EQ(sp_got[i].ids, want[i].ids) << "prompt " << i;
     EXPECT_EQ(sp_got[i].margins, want[i].margins) << "prompt " << i;
   }
+  // Its metrics say how it runs.
+  const std::string metrics = HttpGet(MetricsUrl(sp.worker(0))).value_or("");
+  bool sp_mode = false, two_ranks = false;
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, "floe_parallel_mode{") && absl::StrContains(line, "mode=\"sp\"}"))
+      sp_mode = absl::EndsWith(line, "} 1");
+    if (absl::StartsWith(line, "floe_parallel_ranks{")) two_ranks = absl::EndsWith(line, "} 2");
+  }
+  EXPECT_TRUE(sp_mode && two_ranks) << metrics.substr(0, 3000);
 }
 
 // The child processes of `parent` (its rank processes).
