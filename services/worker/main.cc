@@ -70,27 +70,20 @@ struct WorkerFlags {
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
 // them (exit 0) or the group fails (exit 1). They die with rank 0 (PDEATHSIG).
 int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
-  auto checkpoint = Checkpoint::Load(f.model, load);
-  if (!checkpoint.ok()) {
-    LogEvent(LogLevel::kError, "worker", "load_failed",
-             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(checkpoint.status().message())}});
+  auto failed = [&](const char* event, const absl::Status& status) {
+    LogEvent(LogLevel::kError, "worker", event,
+             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(status.message())}});
     return 1;
-  }
+  };
+  auto checkpoint = Checkpoint::Load(f.model, load);
+  if (!checkpoint.ok()) return failed("load_failed", checkpoint.status());
   auto comm = GlooCommunicator::Connect(
       {.rank = f.rank, .size = f.tensor_parallel_size * f.sequence_parallel_size, .store_dir = f.rank_dir});
-  if (!comm.ok()) {
-    LogEvent(LogLevel::kError, "worker", "rank_connect_failed",
-             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(comm.status().message())}});
-    return 1;
-  }
+  if (!comm.ok()) return failed("rank_connect_failed", comm.status());
   auto backend = CpuBackend::Create(
       (*checkpoint)->config(), (*checkpoint)->weights(),
       {.num_threads = threads, .communicator = comm->get(), .sequence_parallel = f.sequence_parallel_size > 1});
-  if (!backend.ok()) {
-    LogEvent(LogLevel::kError, "worker", "backend_failed",
-             {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(backend.status().message())}});
-    return 1;
-  }
+  if (!backend.ok()) return failed("backend_failed", backend.status());
   LogEvent(LogLevel::kInfo, "worker", "rank_ready", {{"rank", static_cast<int64_t>(f.rank)}});
   const absl::Status status = RunFollower(**backend, **comm);
   LogEvent(status.ok() ? LogLevel::kInfo : LogLevel::kError, "worker", "rank_stopped",

@@ -388,7 +388,8 @@ void CpuBackend::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
     for (int64_t r : logit_rows_) n += r >= RowBegin(j) && r < RowBegin(j + 1);
     return n;
   };
-  std::vector<int64_t> mine;
+  std::vector<int64_t>& mine = sp_logit_rows_;
+  mine.clear();
   for (int64_t r : logit_rows_)
     if (r >= row0_ && r < row0_ + rows_) mine.push_back(r - row0_);
   final_local_.resize(mine.size() * h);

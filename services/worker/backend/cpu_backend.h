@@ -110,6 +110,7 @@ class CpuBackend final : public Backend, private ModelOps {
   std::vector<ParallelLayout> sp_heads_;
   std::vector<float> qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;
   std::vector<int64_t> send_counts_, recv_counts_;
+  std::vector<int64_t> sp_logit_rows_;  // this rank's logits rows (local indices)
 
   int num_blocks_ = 0, block_size_ = 0;
   std::vector<float> kv_cache_;  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]

@@ -49,7 +49,6 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
   const bool tree_verify = backend_->CopyKvSlots({}).ok();
   drafts_ = std::make_unique<DraftPlanner>(options_, std::move(proposers), backend_->config().vocab_size,
                                            tree_verify);
-  keep_hidden_ = drafts_->wants_last_hidden();
   for (const auto& proposer : drafts_->proposers()) {
     SpeculationCounters c;
     c.proposer = std::string(proposer->name());
@@ -162,7 +161,7 @@ absl::Status EngineCore::Step() {
   // Hidden states for proposers that read them (a backend that exports none,
   // or not one per logits row, leaves last_hidden empty).
   const size_t hidden_size = static_cast<size_t>(backend_->config().hidden_size);
-  std::span<const float> hidden = keep_hidden_ ? backend_->LastHiddenStates() : std::span<const float>();
+  std::span<const float> hidden = drafts_->wants_last_hidden() ? backend_->LastHiddenStates() : std::span<const float>();
   if (hidden.size() != logit_rows * hidden_size) hidden = {};
   int32_t row = 0;
   for (size_t i = 0; i < plan.size(); ++i) {

@@ -130,7 +130,6 @@ class EngineCore {
   std::unique_ptr<DraftPlanner> drafts_;
   // Owned sequences by id.
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
-  bool keep_hidden_ = false;  // a proposer wants_last_hidden()
   std::vector<int32_t> accepted_path_;
   std::vector<KvSlotCopy> kv_copies_;
   std::vector<float> logits_;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -52,27 +53,37 @@ double Margin(const std::vector<float>& v) {
   return s[0] - s[1];
 }
 
-Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps,
-                      int chunk, bool sequence_parallel = false) {
+// Runs fn(rank, communicator) on `size` ranks, a thread each, connected
+// over Gloo (all of them before any fn starts, so a rank that returns early
+// never breaks another's rendezvous).
+void OnRanks(int size, const std::function<void(int, Communicator&)>& fn) {
   static std::atomic<int> n{0};
   const fs::path dir = fs::temp_directory_path() / ("floe_tp_" + std::to_string(getpid()) + "_" + std::to_string(n++));
   fs::create_directories(dir);
-  std::vector<Generation> out(size);
   std::vector<std::thread> ranks;
   for (int r = 0; r < size; ++r) {
     ranks.emplace_back([&, r] {
       auto comm = GlooCommunicator::Connect({.rank = r, .size = size, .store_dir = dir.string()});
       ASSERT_TRUE(comm.ok()) << comm.status();
-      auto backend = CpuBackend::Create(
-          model.config(), model.weights(),
-          {.num_threads = 1, .communicator = comm->get(), .sequence_parallel = sequence_parallel});
-      ASSERT_TRUE(backend.ok()) << backend.status();
-      ASSERT_TRUE((*backend)->AllocateKvCache(64, 4).ok());
-      out[r] = testing_model::Generate(**backend, prompt, steps, chunk, 4, 0, 64);
+      ASSERT_TRUE((*comm)->Barrier().ok());
+      fn(r, **comm);
     });
   }
   for (auto& t : ranks) t.join();
   fs::remove_all(dir);
+}
+
+Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps,
+                      int chunk, bool sequence_parallel = false) {
+  std::vector<Generation> out(size);
+  OnRanks(size, [&](int r, Communicator& comm) {
+    auto backend = CpuBackend::Create(
+        model.config(), model.weights(),
+        {.num_threads = 1, .communicator = &comm, .sequence_parallel = sequence_parallel});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    ASSERT_TRUE((*backend)->AllocateKvCache(64, 4).ok());
+    out[r] = testing_model::Generate(**backend, prompt, steps, chunk, 4, 0, 64);
+  });
   for (int r = 1; r < size; ++r) {
     EXPECT_EQ(out[r].step_logits, out[0].step_logits) << "rank " << r << " differs from rank 0";
     EXPECT_EQ(out[r].tokens, out[0].tokens);
@@ -167,27 +178,16 @@ TEST(SequenceParallelTest, MixedBatchWithATreeIsBitIdentical) {
   ASSERT_TRUE((*one)->AllocateKvCache(16, 4).ok());
   const std::vector<float> want = run(**one);
   for (int size : {2, 3}) {  // 3 ranks: 19 rows split 6/6/7, heads 4 do not split by 3: refused
-    const fs::path dir = fs::temp_directory_path() / ("floe_sp_mixed_" + std::to_string(getpid()) + "_" +
-                                                      std::to_string(size));
-    fs::create_directories(dir);
     std::vector<std::vector<float>> got(size);
     std::vector<absl::Status> created(size);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < size; ++r) {
-      ranks.emplace_back([&, r] {
-        auto comm = GlooCommunicator::Connect({.rank = r, .size = size, .store_dir = dir.string()});
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        ASSERT_TRUE((*comm)->Barrier().ok());  // all connected before a refused rank leaves
-        auto b = CpuBackend::Create(model.config(), model.weights(),
-                                    {.num_threads = 1, .communicator = comm->get(), .sequence_parallel = true});
-        created[r] = b.status();
-        if (!b.ok()) return;
-        ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
-        got[r] = run(**b);
-      });
-    }
-    for (auto& t : ranks) t.join();
-    fs::remove_all(dir);
+    OnRanks(size, [&](int r, Communicator& comm) {
+      auto b = CpuBackend::Create(model.config(), model.weights(),
+                                  {.num_threads = 1, .communicator = &comm, .sequence_parallel = true});
+      created[r] = b.status();
+      if (!b.ok()) return;
+      ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
+      got[r] = run(**b);
+    });
     if (size == 3) {
       EXPECT_EQ(created[0].code(), absl::StatusCode::kInvalidArgument) << created[0];
       continue;
