@@ -5,6 +5,7 @@
 #include <array>
 #include <utility>
 #include <vector>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -199,17 +200,22 @@ PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
     }
   }
   packed.n_ = static_cast<int64_t>(row_part.size());
-  const int64_t panels = (packed.num_panels() + kPanelGroup - 1) / kPanelGroup * kPanelGroup;
+  packed.panel_elems_ = kPanelWidth * (packed.dtype_ == DType::kBF16 ? (packed.k_ + 1) / 2 * 2 : packed.k_);
+  // The kernels read whole groups of kPanelGroup panels; one more group of
+  // zeros lets a slice that starts mid-group do so too.
+  const int64_t panels = (packed.num_panels() + kPanelGroup - 1) / kPanelGroup * kPanelGroup + kPanelGroup;
   const size_t elem = DTypeSize(packed.dtype_);
   const int64_t panel_elems = packed.panel_elems();
   const size_t bytes = std::max<size_t>(64, panels * panel_elems * elem);
+  packed.bytes_ = bytes;
   // 2 MiB-aligned and THP-advised: decode streams every weight once per step,
   // and huge pages spare it a TLB miss per 4 KiB (and packing the page faults).
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t alloc = bytes >= kHuge ? (bytes + kHuge - 1) / kHuge * kHuge : (bytes + 63) / 64 * 64;
-  packed.data_ = {std::aligned_alloc(bytes >= kHuge ? kHuge : 64, alloc), &std::free};
-  if (bytes >= kHuge) madvise(packed.data_.get(), alloc, MADV_HUGEPAGE);
-  uint8_t* out = static_cast<uint8_t*>(packed.data_.get());
+  packed.storage_ = std::shared_ptr<void>(std::aligned_alloc(bytes >= kHuge ? kHuge : 64, alloc), &std::free);
+  if (bytes >= kHuge) madvise(packed.storage_.get(), alloc, MADV_HUGEPAGE);
+  uint8_t* out = static_cast<uint8_t*>(packed.storage_.get());
+  packed.base_ = out;
   std::memset(out, 0, bytes);
   const int64_t n = packed.n_, k = packed.k_;
   pool.ParallelFor(packed.num_panels(), [&](int64_t p, int) {
@@ -230,6 +236,25 @@ PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
     }
   });
   return packed;
+}
+
+PackedMatrix PackedMatrix::Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const {
+  if (row_begin < 0 || row_begin > row_end || row_end > n_ || row_begin % kPanelWidth != 0 ||
+      (row_end % kPanelWidth != 0 && row_end != n_) || k_begin < 0 || k_begin > k_end || k_end > k_ ||
+      k_begin % 2 != 0) {
+    std::fprintf(stderr, "PackedMatrix::Slice: rows [%lld, %lld) of %lld, k [%lld, %lld) of %lld\n",
+                 static_cast<long long>(row_begin), static_cast<long long>(row_end), static_cast<long long>(n_),
+                 static_cast<long long>(k_begin), static_cast<long long>(k_end), static_cast<long long>(k_));
+    std::abort();
+  }
+  PackedMatrix view = *this;
+  view.slice_ = true;
+  view.n_ = row_end - row_begin;
+  view.k_ = k_end - k_begin;
+  // Both layouts hold input k of a panel at element offset k * kPanelWidth
+  // ([k/2][16][2] for bf16 with k even, [k][16] for f32).
+  view.base_ = static_cast<const uint8_t*>(panel(row_begin / kPanelWidth)) + k_begin * kPanelWidth * DTypeSize(dtype_);
+  return view;
 }
 
 }  // namespace floe::cpu

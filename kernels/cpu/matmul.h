@@ -7,6 +7,10 @@
 //         512-bit load is one vdpbf16ps operand, or widens to two f32 vectors)
 //   f32:  [k][16]
 // zero-padded to a multiple of 16 rows and an even k.
+// A slice (PackedMatrix::Slice) is a view of whole panels and a range of k
+// of a packed matrix: the same memory, read with the parent's panel stride,
+// so one packing serves two shardings (Shift Parallelism's TP mode reads its
+// shard inside the SP x TP one).
 //
 // Precision contract. f32 weights: activations stay f32. bf16 weights: each
 // activation is rounded to bf16 (to nearest even) on entry, as llama.cpp and
@@ -45,18 +49,27 @@ class PackedMatrix {
   int64_t k() const { return k_; }
   DType dtype() const { return dtype_; }
   int64_t num_panels() const { return (n_ + kPanelWidth - 1) / kPanelWidth; }
-  // Elements (bf16 or f32) per panel.
-  int64_t panel_elems() const { return kPanelWidth * (dtype_ == DType::kBF16 ? (k_ + 1) / 2 * 2 : k_); }
-  const void* panel(int64_t p) const {
-    return static_cast<const char*>(data_.get()) + p * panel_elems() * DTypeSize(dtype_);
-  }
-  size_t bytes() const { return num_panels() * panel_elems() * DTypeSize(dtype_); }
+  // Elements (bf16 or f32) from one panel to the next.
+  int64_t panel_elems() const { return panel_elems_; }
+  const void* panel(int64_t p) const { return base_ + p * panel_elems_ * DTypeSize(dtype_); }
+  // Bytes of the packing this matrix owns or views (a slice: its parent's).
+  size_t bytes() const { return bytes_; }
+  bool is_slice() const { return slice_; }
+
+  // Output rows [row_begin, row_end) over inputs [k_begin, k_end): a view
+  // sharing this matrix's memory (kept alive by the view). row_begin is a
+  // multiple of kPanelWidth, row_end one too or n(); k_begin is even.
+  // Results are bit-identical to packing the same block on its own.
+  PackedMatrix Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const;
 
  private:
   friend PackedMatrix PackMatrix(std::span<const TensorView>, ThreadPool&);
   DType dtype_ = DType::kF32;
-  int64_t n_ = 0, k_ = 0;
-  std::unique_ptr<void, void (*)(void*)> data_{nullptr, nullptr};
+  int64_t n_ = 0, k_ = 0, panel_elems_ = 0;
+  size_t bytes_ = 0;
+  bool slice_ = false;
+  std::shared_ptr<void> storage_;
+  const uint8_t* base_ = nullptr;
 };
 
 // Packs the row-wise concatenation of `parts` (each [n_i, k], same k; bf16 or

@@ -123,6 +123,55 @@ INSTANTIATE_TEST_SUITE_P(DTypesAndThreads, MatmulTest,
                                             ::testing::Values(1, 2, 3),
                                             ::testing::Values(Path::kBest, Path::kAvx2)));
 
+// A slice of a packed matrix (whole panels, a range of k) gives bit for bit
+// what packing that block on its own gives: Shift Parallelism's TP mode
+// reads its shard as a slice of the SP x TP shard.
+TEST_P(MatmulTest, SliceEqualsTheBlockPackedAlone) {
+  const auto [dtype, threads, path] = GetParam();
+  std::optional<ScopedAvx2Only> avx2_only;
+  if (path == Path::kAvx2) {
+    if ((hwy::SupportedTargets() & HWY_AVX2) == 0) GTEST_SKIP() << "no AVX2 on this CPU";
+    avx2_only.emplace();
+  }
+  ThreadPool pool(threads);
+  const int64_t n = 200, k = 130;
+  std::vector<float> wf = Random(n * k, 3);
+  std::vector<uint16_t> wb(n * k);
+  for (int64_t i = 0; i < n * k; ++i) wb[i] = F32ToBf16(wf[i]);
+  const void* data = dtype == DType::kBF16 ? static_cast<const void*>(wb.data()) : wf.data();
+  const TensorView whole{dtype, {n, k}, data};
+  const PackedMatrix packed = PackMatrix({&whole, 1}, pool);
+  // Panel-aligned row ranges (one ending at n), even k ranges, from the start, middle and end.
+  const std::pair<int64_t, int64_t> row_ranges[] = {{0, 16}, {16, 80}, {48, 64}, {192, 200}, {0, 200}, {112, 200}};
+  const std::pair<int64_t, int64_t> k_ranges[] = {{0, 130}, {0, 64}, {64, 130}, {2, 7}, {128, 130}};
+  for (const auto& [r0, r1] : row_ranges) {
+    for (const auto& [k0, k1] : k_ranges) {
+      std::vector<float> block_f32((r1 - r0) * (k1 - k0));
+      std::vector<uint16_t> block_bf16(block_f32.size());
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = k0; c < k1; ++c) {
+          block_f32[(r - r0) * (k1 - k0) + c - k0] = wf[r * k + c];
+          block_bf16[(r - r0) * (k1 - k0) + c - k0] = wb[r * k + c];
+        }
+      }
+      const TensorView block{dtype, {r1 - r0, k1 - k0},
+                             dtype == DType::kBF16 ? static_cast<const void*>(block_bf16.data()) : block_f32.data()};
+      const PackedMatrix alone = PackMatrix({&block, 1}, pool);
+      const PackedMatrix slice = packed.Slice(r0, r1, k0, k1);
+      ASSERT_EQ(slice.n(), r1 - r0);
+      ASSERT_EQ(slice.k(), k1 - k0);
+      for (int64_t m : {1, 5, 40}) {
+        std::vector<float> x = Random(m * (k1 - k0), 50 + m);
+        std::vector<float> want(m * (r1 - r0)), got(want.size(), -1.0f);
+        Matmul(x.data(), m, alone, want.data(), pool);
+        Matmul(x.data(), m, slice, got.data(), pool);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << "rows [" << r0 << ", " << r1 << ") k [" << k0 << ", " << k1 << ") m " << m;
+      }
+    }
+  }
+}
+
 // Where the CPU has AVX512_BF16 the best path must be the dot-product kernels
 // (a silent fallback would cost half the prefill speed).
 TEST(MatmulPathTest, UsesDotProductsWhereTheCpuHasThem) {
