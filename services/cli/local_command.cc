@@ -87,6 +87,8 @@ int RunLocal(int argc, char** argv) {
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0;
   int speculative_token_threshold = 0;
   int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
+  std::string parallel_mode;
+  int64_t shift_threshold = 0;
   bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
   std::string speculative_step_overhead_tokens;
   double kv_cache_gb = 0.5;
@@ -112,9 +114,12 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("speculative-step-overhead-tokens", &speculative_step_overhead_tokens,
                    "workers' draft cost model (see floe-worker --help; -1: off; empty: the worker's default)");
   parser.AddInt("tensor-parallel-size", &tensor_parallel_size,
-                "ranks (processes) each worker's model is sharded over, tensor parallel");
+                "T: each worker's weights are sharded over T ranks (processes)");
   parser.AddInt("sequence-parallel-size", &sequence_parallel_size,
-                "ranks each worker runs over, Ulysses sequence parallel (not with TP > 1 yet)");
+                "S: each worker runs over T x S ranks, Ulysses SP over S with TP over T inside, or TP over all");
+  parser.AddString("parallel-mode", &parallel_mode, "tp|sp|shift (default: shift with S > 1; see floe-worker)");
+  parser.AddInt64("shift-threshold", &shift_threshold,
+                  "shift: scheduled tokens from which a step runs SP x TP (0: the worker's cost model)");
   parser.AddInt("threads-per-rank", &threads_per_rank, "compute threads per rank (0: the worker's default)");
   parser.AddBool("benchmark-forced-decoding", &benchmark_forced_decoding,
                  "benchmarks only: workers emit a request's forced_output_ids instead of sampled tokens");
@@ -190,6 +195,8 @@ int RunLocal(int argc, char** argv) {
       argv.insert(argv.end(), {"--tensor-parallel-size", std::to_string(tensor_parallel_size),
                                "--sequence-parallel-size", std::to_string(sequence_parallel_size)});
       if (threads_per_rank > 0) argv.insert(argv.end(), {"--threads-per-rank", std::to_string(threads_per_rank)});
+      if (!parallel_mode.empty()) argv.insert(argv.end(), {"--parallel-mode", parallel_mode});
+      if (shift_threshold > 0) argv.insert(argv.end(), {"--shift-threshold", std::to_string(shift_threshold)});
     }
     auto child = Subprocess::Spawn(argv);
     if (!child.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(child.status().message()).c_str()), shutdown(1);

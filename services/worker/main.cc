@@ -1,8 +1,9 @@
 // floe-worker: serves one model's engine over the floe.v1.Worker API, on
-// one rank or, with --tensor-parallel-size T, on T ranks: this process is
-// rank 0 (engine, gRPC) and starts ranks 1..T-1 as child processes of the
-// same binary (--rank R --rank-dir DIR), which run only their shard of the
-// model (services/worker/backend/rank_group.h).
+// one rank or, with --tensor-parallel-size T and --sequence-parallel-size
+// S, on a grid of T S ranks (Shift Parallelism, model/parallel_layout.h):
+// this process is rank 0 (engine, gRPC) and starts ranks 1..TS-1 as child
+// processes of the same binary (--rank R --rank-dir DIR), which run only
+// their shard of the model (services/worker/backend/rank_group.h).
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -24,7 +25,9 @@
 #include "common/rpc/termination_signal.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/backend/rank_group.h"
+#include "services/worker/parallel/cost_model.h"
 #include "services/worker/parallel/gloo_communicator.h"
+#include "services/worker/parallel/timed_communicator.h"
 #include "services/worker/engine/engine.h"
 #include "services/worker/speculation/make_proposers.h"
 #include "services/worker/model/checkpoint.h"
@@ -63,6 +66,8 @@ struct WorkerFlags {
   int tensor_parallel_size = 1;
   int sequence_parallel_size = 1;
   int threads_per_rank = 0;
+  std::string parallel_mode;  // empty: shift with S > 1, else tp
+  int64_t shift_threshold = 0;  // 0: from the cost model
   int rank = 0;          // internal: > 0 in the ranks rank 0 starts
   std::string rank_dir;  // internal: their rendezvous folder
 };
@@ -77,15 +82,20 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
   };
   auto checkpoint = Checkpoint::Load(f.model, load);
   if (!checkpoint.ok()) return failed("load_failed", checkpoint.status());
-  auto comm = GlooCommunicator::Connect(
-      {.rank = f.rank, .size = f.tensor_parallel_size * f.sequence_parallel_size, .store_dir = f.rank_dir});
-  if (!comm.ok()) return failed("rank_connect_failed", comm.status());
-  auto backend = CpuBackend::Create(
-      (*checkpoint)->config(), (*checkpoint)->weights(),
-      {.num_threads = threads, .communicator = comm->get(), .sequence_parallel = f.sequence_parallel_size > 1});
+  auto grid = ConnectGlooGrid(
+      {.rank = f.rank, .size = f.tensor_parallel_size * f.sequence_parallel_size, .store_dir = f.rank_dir},
+      f.sequence_parallel_size);
+  if (!grid.ok()) return failed("rank_connect_failed", grid.status());
+  auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(),
+                                    {.num_threads = threads,
+                                     .communicator = grid->world.get(),
+                                     .sequence_parallel_size = f.sequence_parallel_size,
+                                     .sequence_group = grid->sequence.get(),
+                                     .tensor_group = grid->tensor.get()});
   if (!backend.ok()) return failed("backend_failed", backend.status());
-  LogEvent(LogLevel::kInfo, "worker", "rank_ready", {{"rank", static_cast<int64_t>(f.rank)}});
-  const absl::Status status = RunFollower(**backend, **comm);
+  LogEvent(LogLevel::kInfo, "worker", "rank_ready",
+           {{"rank", static_cast<int64_t>(f.rank)}, {"weight_bytes", static_cast<int64_t>((*backend)->WeightBytes())}});
+  const absl::Status status = RunFollower(**backend, *grid->world);
   LogEvent(status.ok() ? LogLevel::kInfo : LogLevel::kError, "worker", "rank_stopped",
            {{"rank", static_cast<int64_t>(f.rank)}, {"status", status.ToString()}});
   return status.ok() ? 0 : 1;
@@ -162,10 +172,15 @@ int Run(int argc, char** argv) {
                  "benchmarks only: requests may carry forced_output_ids, emitted instead of sampled tokens");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   parser.AddInt("tensor-parallel-size", &f.tensor_parallel_size,
-                "ranks (processes) the model is sharded over, tensor parallel; rank 0 is this process");
+                "T: the model's weights are sharded over T ranks (processes; rank 0 is this one)");
   parser.AddInt("sequence-parallel-size", &f.sequence_parallel_size,
-                "ranks the model runs over, Ulysses sequence parallel (rows split, attention by heads; "
-                "not yet with --tensor-parallel-size > 1)");
+                "S: T x S ranks; a step runs Ulysses SP over S (its rows split, attention by heads) with TP over "
+                "T inside, or TP over all T x S ranks (--parallel-mode)");
+  parser.AddString("parallel-mode", &f.parallel_mode,
+                   "tp|sp|shift: every step TP over all ranks, every step SP x TP, or per step by its scheduled "
+                   "tokens (default: shift with S > 1)");
+  parser.AddInt64("shift-threshold", &f.shift_threshold,
+                  "shift: steps of at least this many scheduled tokens run SP x TP (0: from the cost model)");
   parser.AddInt("threads-per-rank", &f.threads_per_rank,
                 "compute threads of each rank with several ranks (0: cores / ranks)");
   parser.AddInt("rank", &f.rank, "internal: this process's rank (set by rank 0 for the ranks it starts)");
@@ -201,15 +216,27 @@ int Run(int argc, char** argv) {
                  f.sequence_parallel_size);
     return 2;
   }
-  if (f.sequence_parallel_size > 1 && f.tensor_parallel_size > 1) {
-    std::fprintf(stderr,
-                 "floe-worker: --tensor-parallel-size %d with --sequence-parallel-size %d: SP x TP is not built yet; "
-                 "set one of them to 1\n",
-                 f.tensor_parallel_size, f.sequence_parallel_size);
+  const int ranks = f.tensor_parallel_size * f.sequence_parallel_size;
+  if (ranks > 64) {
+    std::fprintf(stderr, "floe-worker: --tensor-parallel-size %d x --sequence-parallel-size %d = %d ranks, at most 64\n",
+                 f.tensor_parallel_size, f.sequence_parallel_size, ranks);
     return 2;
   }
-  const bool sequence_parallel = f.sequence_parallel_size > 1;
-  const int ranks = f.tensor_parallel_size * f.sequence_parallel_size;
+  if (f.parallel_mode.empty()) f.parallel_mode = f.sequence_parallel_size > 1 ? "shift" : "tp";
+  ShiftPolicy policy;
+  if (auto pin = ParseParallelMode(f.parallel_mode); pin.ok()) {
+    policy.pin = *pin;
+  } else {
+    std::fprintf(stderr, "floe-worker: --parallel-mode: %s\n", std::string(pin.status().message()).c_str());
+    return 2;
+  }
+  if (f.shift_threshold < 0) {
+    std::fprintf(stderr, "floe-worker: --shift-threshold must be >= 0, got %lld\n",
+                 static_cast<long long>(f.shift_threshold));
+    return 2;
+  }
+  // With S = 1 both modes are TP.
+  if (f.sequence_parallel_size == 1) policy.pin = ShiftPolicy::Pin::kTensor;
   const int threads = ranks == 1 ? f.threads
                       : f.threads_per_rank > 0
                           ? f.threads_per_rank
@@ -312,27 +339,51 @@ int Run(int argc, char** argv) {
     return 1;
   }
   const ModelConfig& config = (*checkpoint)->config();
-  std::unique_ptr<Communicator> communicator;
+  // Rank 0's communicators, each timed for the collective-time metric (the
+  // LeaderBackend's plan broadcasts go around the timing).
+  auto parallel_stats = std::make_shared<ParallelStats>();
+  GlooGrid grid;
+  std::vector<std::unique_ptr<TimedCommunicator>> timed;
+  auto time = [&](GlooCommunicator* c) -> Communicator* {
+    if (!c) return nullptr;
+    timed.push_back(std::make_unique<TimedCommunicator>(*c, parallel_stats->collective_ns));
+    return timed.back().get();
+  };
   if (ranks > 1) {
-    auto comm = GlooCommunicator::Connect({.rank = 0, .size = ranks, .store_dir = f.rank_dir});
-    if (!comm.ok()) {
-      LogEvent(LogLevel::kError, "worker", "rank_connect_failed", {{"error", std::string(comm.status().message())}});
+    auto connected = ConnectGlooGrid({.rank = 0, .size = ranks, .store_dir = f.rank_dir}, f.sequence_parallel_size);
+    if (!connected.ok()) {
+      LogEvent(LogLevel::kError, "worker", "rank_connect_failed",
+               {{"error", std::string(connected.status().message())}});
       return 1;
     }
-    communicator = std::move(comm).value();
+    grid = std::move(connected).value();
   }
-  auto cpu = CpuBackend::Create(
-      config, (*checkpoint)->weights(),
-      {.num_threads = threads, .communicator = communicator.get(), .sequence_parallel = sequence_parallel});
+  auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
+                                {.num_threads = threads,
+                                 .communicator = time(grid.world.get()),
+                                 .sequence_parallel_size = f.sequence_parallel_size,
+                                 .sequence_group = time(grid.sequence.get()),
+                                 .tensor_group = time(grid.tensor.get())});
   if (!cpu.ok()) {
     LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
     return 1;
   }
+  const int64_t weight_bytes = static_cast<int64_t>((*cpu)->WeightBytes());
   absl::StatusOr<std::unique_ptr<Backend>> backend = std::unique_ptr<Backend>(std::move(cpu).value());
   if (ranks > 1) {
+    const Grid shape{f.tensor_parallel_size, f.sequence_parallel_size};
+    policy.threshold = f.shift_threshold > 0 ? f.shift_threshold : PredictShiftThreshold(config, CpuRankThread(), shape);
+    LogEvent(LogLevel::kInfo, "worker", "parallel_layout",
+             {{"tensor_parallel_size", static_cast<int64_t>(f.tensor_parallel_size)},
+              {"sequence_parallel_size", static_cast<int64_t>(f.sequence_parallel_size)},
+              {"parallel_mode", f.parallel_mode},
+              {"shift_threshold", policy.threshold},
+              {"shift_threshold_from", std::string(f.shift_threshold > 0 ? "flag" : "cost_model")},
+              {"rank0_weight_bytes", weight_bytes}});
     backend = std::unique_ptr<Backend>(std::make_unique<LeaderBackend>(
-        std::move(backend).value(), std::move(communicator),
-        [rank_failed](const absl::Status& s) { rank_failed(std::string(s.message()), -1); }));
+        std::move(backend).value(), *grid.world,
+        [rank_failed](const absl::Status& s) { rank_failed(std::string(s.message()), -1); }, policy,
+        parallel_stats));
   }
   EngineOptions engine_options;
   engine_options.block_size = f.block_size;
@@ -353,7 +404,7 @@ int Run(int argc, char** argv) {
   }
   if (metrics_server) {
     metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
-    metrics->SetParallelLayout(sequence_parallel, ranks);
+    metrics->SetParallelLayout(ranks, ranks > 1 ? parallel_stats : nullptr);
     metrics->AttachEngine(engine->get());
     if (speculation.suffix_cache_stats) metrics->AttachSuffixCacheStats(speculation.suffix_cache_stats);
     service.SetMetrics(metrics.get());

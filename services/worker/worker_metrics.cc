@@ -164,12 +164,64 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     for (auto* f : {&latency, &failures, &skipped, &up, &went_down, &probes, &dropped}) out.push_back(std::move(*f));
   }
 
+  // Shift Parallelism: the mode of the last step, the switches, and per
+  // mode the steps and tokens run; the per-step collective time. One rank
+  // reports TP and nothing run in it.
+  void AppendParallel(std::vector<prometheus::MetricFamily>& out) const {
+    using prometheus::MetricType;
+    const std::shared_ptr<const ParallelStats> p = parallel_.load();
+    const int mode_now = p ? p->mode.load() : static_cast<int>(ParallelMode::kTensor);
+    prometheus::MetricFamily mode = MakeFamily(
+        "floe_parallel_mode", "1 for the parallel mode of the worker's last step (label mode: tp|sp).", MetricType::Gauge);
+    prometheus::MetricFamily steps = MakeFamily("floe_parallel_mode_steps_total", "Forward steps run in each mode.",
+                                                MetricType::Counter);
+    prometheus::MetricFamily tokens = MakeFamily("floe_parallel_mode_tokens_total",
+                                                 "Scheduled tokens run in each mode.", MetricType::Counter);
+    for (ParallelMode m : {ParallelMode::kTensor, ParallelMode::kSequence}) {
+      const int i = static_cast<int>(m);
+      prometheus::ClientMetric metric;
+      metric.label = {{"model_name", model_}, {"mode", ParallelModeName(m)}};
+      metric.gauge.value = i == mode_now ? 1 : 0;
+      mode.metric.push_back(metric);
+      metric.gauge = {};
+      metric.counter.value = p ? static_cast<double>(p->steps[i].load()) : 0;
+      steps.metric.push_back(metric);
+      metric.counter.value = p ? static_cast<double>(p->tokens[i].load()) : 0;
+      tokens.metric.push_back(metric);
+    }
+    out.push_back(std::move(mode));
+    out.push_back(std::move(steps));
+    out.push_back(std::move(tokens));
+    out.push_back(Family("floe_parallel_ranks", "Ranks (processes) the worker's model runs over.", MetricType::Gauge,
+                         model_, ranks_.load()));
+    out.push_back(Family("floe_parallel_mode_switches_total", "Shifts between TP and SP x TP.", MetricType::Counter,
+                         model_, p ? static_cast<double>(p->switches.load()) : 0));
+    prometheus::MetricFamily collective =
+        MakeFamily("floe_parallel_collective_seconds", "Rank 0's time in the model's collectives, per step.",
+                   MetricType::Histogram);
+    prometheus::ClientMetric h;
+    h.label = {{"model_name", model_}};
+    uint64_t cumulative = 0;
+    for (int b = 0; b <= ParallelStats::kNumBuckets; ++b) {
+      cumulative += p ? static_cast<uint64_t>(p->step_collective_buckets[b].load()) : 0;
+      prometheus::ClientMetric::Bucket bucket;
+      bucket.cumulative_count = cumulative;
+      bucket.upper_bound =
+          b < ParallelStats::kNumBuckets ? ParallelStats::kBuckets[b] : std::numeric_limits<double>::infinity();
+      h.histogram.bucket.push_back(bucket);
+    }
+    h.histogram.sample_count = cumulative;
+    h.histogram.sample_sum = p ? p->step_collective_ns_sum.load() * 1e-9 : 0;
+    collective.metric.push_back(std::move(h));
+    out.push_back(std::move(collective));
+  }
+
   void AttachSuffixCache(std::shared_ptr<const RemoteSuffixStats> stats) { suffix_cache_.store(std::move(stats)); }
 
   explicit EngineCollector(std::string model) : model_(std::move(model)) {}
-  void SetParallelLayout(bool sequence_parallel, int ranks) {
-    sequence_parallel_.store(sequence_parallel);
+  void SetParallelLayout(int ranks, std::shared_ptr<const ParallelStats> stats) {
     ranks_.store(ranks);
+    parallel_.store(std::move(stats));
   }
   void Attach(const Engine* engine) { engine_.store(engine); }
 
@@ -209,30 +261,15 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     families.push_back(std::move(info));
     AppendSpeculation(c, families);
     AppendSuffixCache(families);
-    // The mode is fixed at start (no per-step shift yet, so no switches).
-    prometheus::MetricFamily mode;
-    mode.name = "floe_parallel_mode";
-    mode.help = "1 for the parallel mode the worker runs in now (label mode: tp|sp).";
-    mode.type = MetricType::Gauge;
-    for (const char* m : {"tp", "sp"}) {
-      prometheus::ClientMetric metric;
-      metric.label = {{"model_name", model_}, {"mode", m}};
-      metric.gauge.value = (std::string(m) == "sp") == sequence_parallel_.load() ? 1 : 0;
-      mode.metric.push_back(metric);
-    }
-    families.push_back(std::move(mode));
-    families.push_back(Family("floe_parallel_ranks", "Ranks (processes) the worker's model runs over.",
-                              MetricType::Gauge, model_, ranks_.load()));
-    families.push_back(Family("floe_parallel_mode_switches_total", "Shifts between TP and SP.", MetricType::Counter,
-                              model_, 0));
+    AppendParallel(families);
     return families;
   }
 
  private:
   std::string model_;
   std::atomic<const Engine*> engine_{nullptr};
-  std::atomic<bool> sequence_parallel_{false};
   std::atomic<int> ranks_{1};
+  std::atomic<std::shared_ptr<const ParallelStats>> parallel_;
   // Set once at start-up, but the metrics server may already be scraping.
   std::atomic<std::shared_ptr<const RemoteSuffixStats>> suffix_cache_;
 };
@@ -269,8 +306,8 @@ WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, in
 
 void WorkerMetrics::AttachEngine(const Engine* engine) { collector_->Attach(engine); }
 
-void WorkerMetrics::SetParallelLayout(bool sequence_parallel, int ranks) {
-  collector_->SetParallelLayout(sequence_parallel, ranks);
+void WorkerMetrics::SetParallelLayout(int ranks, std::shared_ptr<const ParallelStats> stats) {
+  collector_->SetParallelLayout(ranks, std::move(stats));
 }
 
 void WorkerMetrics::AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats) {

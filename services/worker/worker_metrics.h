@@ -18,6 +18,7 @@
 #include <prometheus/histogram.h>
 
 #include "common/metrics/metrics_server.h"
+#include "services/worker/backend/rank_group.h"
 #include "services/worker/engine/engine.h"
 #include "services/worker/speculation/remote_suffix_stats.h"
 
@@ -29,10 +30,11 @@ class WorkerMetrics {
 
   // Engine gauges and counters appear once an engine is attached.
   void AttachEngine(const Engine* engine);
-  // The worker's rank layout: floe_parallel_mode reports "sp" when it runs
-  // sequence parallel, else "tp" (one rank is TP of size 1), and
-  // floe_parallel_ranks the ranks. Call before serving.
-  void SetParallelLayout(bool sequence_parallel, int ranks);
+  // The worker's ranks (floe_parallel_ranks) and what its rank group counts
+  // per step (floe_parallel_mode, _mode_steps_total, _mode_tokens_total,
+  // _mode_switches_total, _collective_seconds); null with one rank (TP, no
+  // collectives). Call before serving.
+  void SetParallelLayout(int ranks, std::shared_ptr<const ParallelStats> stats);
   // The suffix-cache client's view (floe_suffix_cache_client_*), when the
   // worker uses one. Call before serving.
   void AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats);

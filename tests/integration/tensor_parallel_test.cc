@@ -1,10 +1,11 @@
-// A worker over 2 ranks (floe-worker --tensor-parallel-size 2 or
-// --sequence-parallel-size 2: rank 0 plus a child rank process, Gloo on
-// loopback) behind the router: the same greedy tokens as one rank through
-// chunked prefill, prefix-cache hits, batching and ngram speculation. TP may
-// differ only where one rank's top-2 logprob margin is within the tolerance;
-// SP must give identical tokens and logprobs (its kernels see the same rows
-// and heads). A rank killed under load takes its worker down (exit non-zero)
+// A worker over several ranks (floe-worker --tensor-parallel-size 2,
+// --sequence-parallel-size 2, or both with Shift Parallelism: rank 0 plus
+// child rank processes, Gloo on loopback) behind the router: the same
+// greedy tokens as one rank through chunked prefill, prefix-cache hits,
+// batching, ngram speculation and (shift) preemption. TP and shift may
+// differ only where one rank's top-2 logprob margin is within the
+// tolerance; SP must give identical tokens and logprobs (its kernels see
+// the same rows and heads). A rank killed under load takes its worker down (exit non-zero)
 // and the router serves on.
 #include <dirent.h>
 #include <signal.h>
@@ -77,8 +78,27 @@ std::vector<std::string> TpArgs() {
 }
 
 std::vector<std::string> SpArgs() {
-  return {"--sequence-parallel-size", "2", "--threads-per-rank", "1", "--speculative", "ngram",
-          "--max-num-batched-tokens", "16"};
+  return {"--sequence-parallel-size", "2", "--parallel-mode", "sp", "--threads-per-rank", "1", "--speculative",
+          "ngram", "--max-num-batched-tokens", "16"};
+}
+
+// Shift Parallelism on 2 x 2 ranks: prefill chunks of 16 and batched steps
+// run SP x TP, lone decode steps (1 token plus ngram drafts) TP. A KV cache
+// of 8 blocks of 16 (4 KiB each on a rank of the tiny model) preempts
+// under the batch.
+std::vector<std::string> ShiftArgs() {
+  return {"--tensor-parallel-size", "2", "--sequence-parallel-size", "2", "--threads-per-rank", "1",
+          "--speculative", "ngram", "--max-num-batched-tokens", "16", "--shift-threshold", "8",
+          "--kv-cache-gb", "0.0000306"};
+}
+
+double Metric(const std::string& metrics, absl::string_view prefix, absl::string_view label = "") {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, prefix) || !absl::StrContains(line, label)) continue;
+    const size_t space = line.rfind(' ');
+    return std::atof(std::string(line.substr(space + 1)).c_str());
+  }
+  return -1;
 }
 
 TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
@@ -131,6 +151,27 @@ TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
     if (absl::StartsWith(line, "floe_parallel_ranks{")) two_ranks = absl::EndsWith(line, "} 2");
   }
   EXPECT_TRUE(sp_mode && two_ranks) << metrics.substr(0, 3000);
+
+  // Shift: alone, then batched (preempting), the same tokens at the margin;
+  // its metrics show both modes, the switches and the preemptions.
+  LocalCluster shift(1, ShiftArgs());
+  ASSERT_TRUE(shift.ok());
+  auto shift_stub = shift.RouterStub();
+  for (size_t i = 0; i < Prompts().size(); ++i) compare(Stream(*shift_stub, Request(Prompts()[i], 24)), want[i], i);
+  std::vector<Output> shift_got(Prompts().size());
+  std::vector<std::thread> shift_clients;
+  for (size_t i = 0; i < Prompts().size(); ++i)
+    shift_clients.emplace_back([&, i] { shift_got[i] = Stream(*shift_stub, Request(Prompts()[i], 24)); });
+  for (auto& c : shift_clients) c.join();
+  for (size_t i = 0; i < Prompts().size(); ++i) compare(shift_got[i], want[i], i);
+  const std::string m = HttpGet(MetricsUrl(shift.worker(0))).value_or("");
+  EXPECT_EQ(Metric(m, "floe_parallel_ranks{"), 4) << m.substr(0, 3000);
+  EXPECT_GT(Metric(m, "floe_parallel_mode_tokens_total{", "mode=\"tp\""), 0);
+  EXPECT_GT(Metric(m, "floe_parallel_mode_tokens_total{", "mode=\"sp\""), 0);
+  EXPECT_GT(Metric(m, "floe_parallel_mode_switches_total{"), 0);
+  EXPECT_GT(Metric(m, "floe_parallel_collective_seconds_count{"), 0);
+  EXPECT_GT(Metric(m, "floe_num_preemptions_total{"), 0);
+  EXPECT_GT(Metric(m, "floe_spec_decode_num_draft_tokens_total{"), 0);
 }
 
 // The child processes of `parent` (its rank processes).

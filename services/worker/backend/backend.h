@@ -31,10 +31,15 @@ class Backend {
 
   // Runs the model over every sequence of the batch, writing K/V of each new
   // token into its block slot, and the logits rows (vocab_size floats each) of
-  // every sequence's last num_logits tokens into `logits`, sequences in order.
+  // every sequence's last num_logits tokens into `logits`, sequences in order
+  // (null: none wanted, as on a rank other than 0 of a worker over ranks).
   // Token ids are in [0, vocab_size): the engine runs only resolved prompts
   // (ResolveRequest), sampled tokens and range-checked drafts.
   virtual absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) = 0;
+
+  // The mode of the following Forwards on a worker over several ranks
+  // (every rank the same; forward_batch.h). One rank ignores it.
+  virtual void SetParallelMode(ParallelMode mode) { (void)mode; }
 
   // The final hidden states of the last Forward's logits rows (hidden_size
   // floats each, after the model's last norm: the lm_head's input), rows in

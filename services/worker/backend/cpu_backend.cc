@@ -41,32 +41,33 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   int threads = options.num_threads > 0 ? options.num_threads
                                         : static_cast<int>(std::thread::hardware_concurrency());
   std::unique_ptr<CpuBackend> backend(new CpuBackend(config, std::max(1, threads)));
-  // Tensor parallel: this rank's heads and MLP rows (all of them on one
-  // rank). Sequence parallel: this rank's heads, every weight.
-  const int rank = options.communicator ? options.communicator->rank() : 0;
-  const int size = options.communicator ? options.communicator->size() : 1;
-  auto layout = TensorParallelLayout(config, rank, size);
-  if (!layout.ok()) return layout.status();
-  backend->communicator_ = options.communicator;
-  backend->local_.num_heads = layout->num_heads();
-  backend->local_.num_kv_heads = layout->num_kv_heads();
-  backend->q_dim_ = layout->num_heads() * config.head_dim;
-  backend->kv_dim_ = layout->num_kv_heads() * config.head_dim;
-  const bool sp = options.sequence_parallel && size > 1;
-  backend->local_.intermediate_size = sp ? config.intermediate_size : layout->intermediate();
-  backend->row_heads_ = sp ? config.num_heads : layout->num_heads();
-  backend->row_kv_heads_ = sp ? config.num_kv_heads : layout->num_kv_heads();
-  if (sp) {
-    backend->sp_rank_ = rank;
-    backend->sp_size_ = size;
-    for (int j = 0; j < size; ++j) backend->sp_heads_.push_back(*TensorParallelLayout(config, j, size));
-  }
-  // The model checks the config and every weight, then prepares its shards
-  // here (all of them under sequence parallelism).
-  auto whole = TensorParallelLayout(config, 0, 1);
-  auto model = LlamaForward::Create(config, weights, *backend, sp ? &*whole : &*layout);
-  if (!model.ok()) return model.status();
-  backend->model_ = std::move(model).value();
+  Communicator* world = options.communicator;
+  const int rank = world ? world->rank() : 0;
+  const int size = world ? world->size() : 1;
+  const int sequence = world ? options.sequence_parallel_size : 1;
+  if (sequence < 1 || size % sequence != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence parallel size ", sequence, " does not divide the worker's ", size, " ranks"));
+  FLOE_ASSIGN_OR_RETURN(backend->layout_, ShiftRankLayout(config, rank, size / sequence, sequence));
+  const RankLayout& l = backend->layout_;
+  backend->world_ = world;
+  backend->sp_group_ = sequence == size ? world : options.sequence_group;
+  backend->tp_group_ = sequence == 1 ? world : options.tensor_group;
+  if ((l.sequence > 1 && !backend->sp_group_) || (l.tensor > 1 && !backend->tp_group_))
+    return absl::InvalidArgumentError(absl::StrCat("a grid of ", l.tensor, " x ", l.sequence,
+                                                   " ranks needs its SP and TP group communicators"));
+  if (backend->sp_group_ && (backend->sp_group_->size() != l.sequence || backend->sp_group_->rank() != l.sp_rank()))
+    return absl::InvalidArgumentError("the SP group communicator does not match the rank's place in the grid");
+  if (backend->tp_group_ && (backend->tp_group_->size() != l.tensor || backend->tp_group_->rank() != l.tp_rank()))
+    return absl::InvalidArgumentError("the TP group communicator does not match the rank's place in the grid");
+  backend->local_.num_heads = l.heads.num_heads();
+  backend->local_.num_kv_heads = l.heads.num_kv_heads();
+  backend->local_.intermediate_size = l.heads.intermediate();
+  backend->q_dim_ = l.heads.num_heads() * config.head_dim;
+  backend->kv_dim_ = l.heads.num_kv_heads() * config.head_dim;
+  // The model checks the config and every weight, then prepares the shard
+  // this rank holds here.
+  FLOE_ASSIGN_OR_RETURN(backend->model_, LlamaForward::Create(config, weights, *backend, &l));
   cpu::RopeParams rope_params;
   rope_params.head_dim = config.head_dim;
   rope_params.theta = config.rope_theta;
@@ -82,6 +83,21 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
 WeightId CpuBackend::PrepareMatrix(std::span<const TensorView> parts) {
   matrices_.push_back(cpu::PackMatrix(parts, pool_));
   return static_cast<WeightId>(matrices_.size() - 1);
+}
+
+WeightId CpuBackend::SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                                 int64_t col_end) {
+  matrices_.push_back(matrices_[matrix].Slice(row_begin, row_end, col_begin, col_end));
+  return static_cast<WeightId>(matrices_.size() - 1);
+}
+
+size_t CpuBackend::WeightBytes() const {
+  size_t bytes = embed_tokens_.bytes();  // read in place, but resident all the same
+  for (const cpu::PackedMatrix& m : matrices_) {
+    if (!m.is_slice()) bytes += m.bytes();
+  }
+  for (const std::vector<float>& v : vectors_) bytes += v.size() * sizeof(float);
+  return bytes;
 }
 
 WeightId CpuBackend::PrepareVector(std::span<const TensorView> parts) {
@@ -201,7 +217,7 @@ absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* 
   hidden_rows_ = 0;
   FLOE_RETURN_IF_ERROR(ValidateBatch(batch));
   step_status_ = absl::OkStatus();
-  model_->Run(batch, logits);
+  model_->Run(batch, logits, mode_);
   // A failed collective (a rank gone or late) fails the step: its outputs are not trusted.
   if (!step_status_.ok()) return step_status_;
   hidden_rows_ = model_->num_logit_rows();
@@ -216,8 +232,8 @@ float* CpuBackend::Rows(Activation a) {
     case Activation::kAttn: return attn_.data();
     case Activation::kGateUp: return gate_up_.data();
     case Activation::kFinal: return final_rows_.data();
-    case Activation::kQkvHeads: return sp_size_ > 1 ? qkv_heads_.data() : qkv_.data();
-    case Activation::kAttnHeads: return sp_size_ > 1 ? attn_heads_.data() : attn_.data();
+    case Activation::kQkvHeads: return sp_step() ? qkv_heads_.data() : qkv_.data();
+    case Activation::kAttnHeads: return sp_step() ? attn_heads_.data() : attn_.data();
   }
   return nullptr;
 }
@@ -227,22 +243,25 @@ int64_t CpuBackend::Width(Activation a) const {
     case Activation::kX:
     case Activation::kXn:
     case Activation::kFinal: return config_.hidden_size;
-    case Activation::kQkv: return (row_heads_ + 2 * row_kv_heads_) * config_.head_dim;
-    case Activation::kAttn: return row_heads_ * config_.head_dim;
+    case Activation::kQkv: return groups_ * (q_dim_ + 2 * kv_dim_);
+    case Activation::kAttn: return groups_ * q_dim_;
     case Activation::kQkvHeads: return q_dim_ + 2 * kv_dim_;
     case Activation::kAttnHeads: return q_dim_;
-    case Activation::kGateUp: return 2 * local_.intermediate_size;
+    case Activation::kGateUp: return groups_ * 2 * local_.intermediate_size;
   }
   return 0;
 }
 
 void CpuBackend::BeginStep(const StepRows& rows) {
+  step_mode_ = rows.mode;
   tokens_ = rows.tokens;
   positions_ = rows.positions;
   logit_rows_ = rows.logit_rows;
   all_rows_ = static_cast<int64_t>(rows.tokens.size());
-  row0_ = RowBegin(sp_rank_);
-  rows_ = RowBegin(sp_rank_ + 1) - row0_;
+  // SP mode: this rank's block of the rows, the SP group's heads in a row.
+  groups_ = sp_step() ? layout_.sequence : 1;
+  row0_ = sp_step() ? RowBegin(layout_.sp_rank()) : 0;
+  rows_ = sp_step() ? RowBegin(layout_.sp_rank() + 1) - row0_ : all_rows_;
   max_context_ = rows.max_context;
   seqs_.clear();
   tree_path_begin_.clear();
@@ -274,13 +293,13 @@ void CpuBackend::BeginStep(const StepRows& rows) {
   grow(xn_, m * h);
   grow(qkv_, m * Width(Activation::kQkv));
   grow(attn_, m * Width(Activation::kAttn));
-  if (sp_size_ > 1) {
+  if (sp_step()) {
     grow(qkv_heads_, all_rows_ * Width(Activation::kQkvHeads));
     grow(attn_heads_, all_rows_ * q_dim_);
   }
   grow(gate_up_, m * Width(Activation::kGateUp));
-  grow(cos_, m * config_.head_dim / 2);
-  grow(sin_, m * config_.head_dim / 2);
+  grow(cos_, all_rows_ * config_.head_dim / 2);
+  grow(sin_, all_rows_ * config_.head_dim / 2);
   grow(scratch_, static_cast<int64_t>(pool_.num_threads()) * max_context_);
   grow(final_rows_, static_cast<int64_t>(logit_rows_.size()) * h);
 }
@@ -288,10 +307,9 @@ void CpuBackend::BeginStep(const StepRows& rows) {
 void CpuBackend::Embed(Activation x) {
   const int64_t h = config_.hidden_size, half = config_.head_dim / 2;
   float* out = Rows(x);
-  ForRows(rows_, [&](int64_t r) {
-    cpu::EmbeddingLookup(embed_tokens_, {&tokens_[row0_ + r], 1}, &out[r * h]);
-    cpu::RopeCosSin(inv_freq_, positions_[row0_ + r], &cos_[r * half], &sin_[r * half]);
-  });
+  ForRows(rows_, [&](int64_t r) { cpu::EmbeddingLookup(embed_tokens_, {&tokens_[row0_ + r], 1}, &out[r * h]); });
+  // RoPE runs on the attention's view: every row, this rank's heads.
+  ForRows(all_rows_, [&](int64_t r) { cpu::RopeCosSin(inv_freq_, positions_[r], &cos_[r * half], &sin_[r * half]); });
 }
 
 void CpuBackend::RmsNorm(Activation in, WeightId weight, Activation out) {
@@ -303,32 +321,32 @@ void CpuBackend::RmsNorm(Activation in, WeightId weight, Activation out) {
 
 void CpuBackend::Matmul(Activation in, WeightId matrix, Activation out) {
   // `in` may be wider than the matrix's input (kGateUp): its row stride is its width.
-  if (rows_ == 0) return;  // a sequence-parallel rank with no rows this step
+  if (rows_ == 0) return;  // an SP rank with no rows this step
   cpu::Matmul(Rows(in), rows_, matrices_[matrix], Rows(out), pool_, Width(in), &matmul_scratch_);
 }
 
-void CpuBackend::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
-  const int64_t hd = config_.head_dim, half = hd / 2, width = Width(qkv);
-  const int64_t q_dim = row_heads_ * hd;
+void CpuBackend::PrepareQk(Activation qkv_heads, WeightId bias, WeightId q_norm, WeightId k_norm) {
+  const int64_t hd = config_.head_dim, half = hd / 2, width = Width(qkv_heads);
+  const int heads = local_.num_heads, kv_heads = local_.num_kv_heads;
   const float eps = config_.rms_norm_eps;
-  float* rows = Rows(qkv);
+  float* rows = Rows(qkv_heads);
   const float* b = bias == kNoWeight ? nullptr : vectors_[bias].data();
   const float* qn = q_norm == kNoWeight ? nullptr : vectors_[q_norm].data();
   const float* kn = k_norm == kNoWeight ? nullptr : vectors_[k_norm].data();
-  ForRows(rows_, [&](int64_t r) {
+  ForRows(all_rows_, [&](int64_t r) {
     float* row = &rows[r * width];
     if (b) cpu::AddInPlace(row, b, width);
     if (qn) {
-      for (int hh = 0; hh < row_heads_; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
+      for (int hh = 0; hh < heads; ++hh) cpu::RmsNorm(row + hh * hd, qn, eps, hd, row + hh * hd);
     }
     if (kn) {
-      for (int hh = 0; hh < row_kv_heads_; ++hh) {
-        float* k = row + q_dim + hh * hd;
+      for (int hh = 0; hh < kv_heads; ++hh) {
+        float* k = row + q_dim_ + hh * hd;
         cpu::RmsNorm(k, kn, eps, hd, k);
       }
     }
-    cpu::ApplyRope(row, row_heads_, hd, &cos_[r * half], &sin_[r * half]);
-    cpu::ApplyRope(row + q_dim, row_kv_heads_, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row, heads, hd, &cos_[r * half], &sin_[r * half]);
+    cpu::ApplyRope(row + q_dim_, kv_heads, hd, &cos_[r * half], &sin_[r * half]);
   });
 }
 
@@ -354,12 +372,14 @@ void CpuBackend::AddRmsNorm(Activation x, Activation delta, WeightId weight, Act
   });
 }
 
-void CpuBackend::SiluMul(Activation gate_up) {
-  const int64_t inter = local_.intermediate_size;
+void CpuBackend::SiluMul(Activation gate_up, int groups) {
+  const int64_t width = Width(gate_up), inter = width / (2 * groups);
   float* rows = Rows(gate_up);
+  // Group g's result lands at g * inter, at or before its gate (2g * inter):
+  // in order, no group overwrites one not yet read.
   ForRows(rows_, [&](int64_t r) {
-    float* row = &rows[r * 2 * inter];
-    cpu::SiluMul(row, row + inter, inter, row);
+    float* row = &rows[r * width];
+    for (int g = 0; g < groups; ++g) cpu::SiluMul(row + 2 * g * inter, row + (2 * g + 1) * inter, inter, row + g * inter);
   });
 }
 
@@ -374,15 +394,16 @@ void CpuBackend::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
   const int64_t h = config_.hidden_size;
   const float *src = Rows(in), *w = vectors_[weight].data();
   float* dst = Rows(out);
-  if (sp_size_ == 1) {
+  if (!sp_step()) {
     ForRows(static_cast<int64_t>(logit_rows_.size()), [&](int64_t i) {
       cpu::RmsNorm(&src[logit_rows_[i] * h], w, config_.rms_norm_eps, h, &dst[i * h]);
     });
     return;
   }
-  // Sequence parallel: each rank norms the logits rows it holds; one
-  // all-to-all hands every rank all of them, in order (rank blocks are in
+  // SP mode: each rank norms the logits rows it holds; one all-to-all in
+  // the SP group hands every rank all of them, in order (rank blocks are in
   // row order).
+  const int sp = layout_.sequence;
   auto count_in = [&](int j) {
     int64_t n = 0;
     for (int64_t r : logit_rows_) n += r >= RowBegin(j) && r < RowBegin(j + 1);
@@ -396,74 +417,57 @@ void CpuBackend::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
   ForRows(static_cast<int64_t>(mine.size()), [&](int64_t i) {
     cpu::RmsNorm(&src[mine[i] * h], w, config_.rms_norm_eps, h, &final_local_[i * h]);
   });
-  send_counts_.assign(sp_size_, static_cast<int64_t>(mine.size()) * h);
-  recv_counts_.resize(sp_size_);
-  for (int j = 0; j < sp_size_; ++j) recv_counts_[j] = count_in(j) * h;
+  send_counts_.assign(sp, static_cast<int64_t>(mine.size()) * h);
+  recv_counts_.resize(sp);
+  for (int j = 0; j < sp; ++j) recv_counts_[j] = count_in(j) * h;
   a2a_send_.clear();
-  for (int j = 0; j < sp_size_; ++j) a2a_send_.insert(a2a_send_.end(), final_local_.begin(), final_local_.end());
-  const absl::Status s = communicator_->AllToAll(
-      a2a_send_, send_counts_, {dst, static_cast<size_t>(logit_rows_.size() * h)}, recv_counts_);
-  if (!s.ok() && step_status_.ok()) step_status_ = s;
+  for (int j = 0; j < sp; ++j) a2a_send_.insert(a2a_send_.end(), final_local_.begin(), final_local_.end());
+  Check(sp_group_->AllToAll(a2a_send_, send_counts_, {dst, static_cast<size_t>(logit_rows_.size() * h)},
+                            recv_counts_));
 }
 
 void CpuBackend::SequenceToHeads(Activation qkv_rows, Activation qkv_heads) {
-  if (sp_size_ == 1) return;
-  const int64_t hd = config_.head_dim, width = Width(qkv_rows);
+  if (!sp_step()) return;
+  const int sp = layout_.sequence;
+  const int64_t width = Width(qkv_rows), block = Width(qkv_heads);
   const float* src = Rows(qkv_rows);
-  const int64_t q_all = row_heads_ * hd, kv_all = row_kv_heads_ * hd;
-  // To rank j: each of my rows' q, k and v of j's heads.
-  a2a_send_.clear();
-  send_counts_.resize(sp_size_);
-  recv_counts_.resize(sp_size_);
-  for (int j = 0; j < sp_size_; ++j) {
-    const ParallelLayout& l = sp_heads_[j];
-    const int64_t q0 = l.q_head_begin * hd, q1 = l.q_head_end * hd;
-    const int64_t k0 = l.kv_head_begin * hd, k1 = l.kv_head_end * hd;
-    for (int64_t r = 0; r < rows_; ++r) {
-      const float* row = src + r * width;
-      a2a_send_.insert(a2a_send_.end(), row + q0, row + q1);
-      a2a_send_.insert(a2a_send_.end(), row + q_all + k0, row + q_all + k1);
-      a2a_send_.insert(a2a_send_.end(), row + q_all + kv_all + k0, row + q_all + kv_all + k1);
-    }
-    send_counts_[j] = rows_ * ((q1 - q0) + 2 * (k1 - k0));
-    recv_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * Width(qkv_heads);
+  // To SP rank j: each of my rows' block j (j's heads, [q | k | v]).
+  a2a_send_.resize(sp * rows_ * block);
+  send_counts_.assign(sp, rows_ * block);
+  recv_counts_.resize(sp);
+  for (int j = 0; j < sp; ++j) {
+    for (int64_t r = 0; r < rows_; ++r)
+      std::memcpy(&a2a_send_[(j * rows_ + r) * block], src + r * width + j * block, block * sizeof(float));
+    recv_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * block;
   }
   // From rank i: its rows of my heads, which is every row in order.
-  const absl::Status s = communicator_->AllToAll(
-      a2a_send_, send_counts_, {Rows(qkv_heads), static_cast<size_t>(all_rows_ * Width(qkv_heads))}, recv_counts_);
-  if (!s.ok() && step_status_.ok()) step_status_ = s;
+  Check(sp_group_->AllToAll(a2a_send_, send_counts_,
+                            {Rows(qkv_heads), static_cast<size_t>(all_rows_ * block)}, recv_counts_));
 }
 
 void CpuBackend::HeadsToSequence(Activation attn_heads, Activation attn_rows) {
-  if (sp_size_ == 1) return;
-  const int64_t hd = config_.head_dim, mine = Width(attn_heads), width = Width(attn_rows);
-  // To rank j: its rows of my heads (a contiguous block of kAttnHeads).
-  send_counts_.resize(sp_size_);
-  recv_counts_.resize(sp_size_);
-  int64_t received = 0;
-  for (int j = 0; j < sp_size_; ++j) {
-    send_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * mine;
-    recv_counts_[j] = rows_ * sp_heads_[j].num_heads() * hd;
-    received += recv_counts_[j];
-  }
-  a2a_recv_.resize(received);
-  const absl::Status s = communicator_->AllToAll({Rows(attn_heads), static_cast<size_t>(all_rows_ * mine)},
-                                                 send_counts_, a2a_recv_, recv_counts_);
-  if (!s.ok() && step_status_.ok()) step_status_ = s;
+  if (!sp_step()) return;
+  const int sp = layout_.sequence;
+  const int64_t block = Width(attn_heads), width = Width(attn_rows);
+  // To SP rank j: its rows of my heads (a contiguous block of kAttnHeads).
+  send_counts_.resize(sp);
+  recv_counts_.assign(sp, rows_ * block);
+  for (int j = 0; j < sp; ++j) send_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * block;
+  a2a_recv_.resize(sp * rows_ * block);
+  Check(sp_group_->AllToAll({Rows(attn_heads), static_cast<size_t>(all_rows_ * block)}, send_counts_, a2a_recv_,
+                            recv_counts_));
   // From rank i: my rows of its heads, placed at its heads' columns.
   float* dst = Rows(attn_rows);
-  int64_t at = 0;
-  for (int i = 0; i < sp_size_; ++i) {
-    const int64_t cols = sp_heads_[i].num_heads() * hd, col0 = sp_heads_[i].q_head_begin * hd;
-    for (int64_t r = 0; r < rows_; ++r, at += cols) std::memcpy(dst + r * width + col0, &a2a_recv_[at], cols * sizeof(float));
+  for (int i = 0; i < sp; ++i) {
+    for (int64_t r = 0; r < rows_; ++r)
+      std::memcpy(dst + r * width + i * block, &a2a_recv_[(i * rows_ + r) * block], block * sizeof(float));
   }
 }
 
 void CpuBackend::AllReduce(Activation x) {
-  if (!communicator_) return;
-  const absl::Status s =
-      communicator_->AllReduceSum({Rows(x), static_cast<size_t>(rows_ * Width(x))});
-  if (!s.ok() && step_status_.ok()) step_status_ = s;
+  Communicator* group = step_mode_ == ParallelMode::kSequence && layout_.sequence > 1 ? tp_group_ : world_;
+  if (!group || rows_ == 0) return;
+  Check(group->AllReduceSum({Rows(x), static_cast<size_t>(rows_ * Width(x))}));
 }
 
 void CpuBackend::Logits(Activation in, WeightId matrix, float* logits) {

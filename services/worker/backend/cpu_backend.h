@@ -34,15 +34,21 @@ namespace floe {
 
 struct CpuBackendOptions {
   int num_threads = 0;  // 0: std::thread::hardware_concurrency()
-  // Tensor parallel: this rank's group (null: one rank). The backend holds
-  // its rank's shard of the weights and of the KV heads and all-reduces the
-  // row-parallel projections; every rank must run the same batches.
+  // Several ranks (null: one rank): `communicator` spans every rank of the
+  // worker, a grid of T x S with S = sequence_parallel_size
+  // (model/parallel_layout.h). The backend holds its SP group's shard of
+  // the weights and its own KV heads, and runs each step in the mode
+  // SetParallelMode last set: TP over every rank (all-reduces) or Ulysses
+  // SP x TP (the step's rows split over the SP group, two all-to-alls per
+  // layer; all-reduces in the TP group). Every rank must run the same
+  // batches in the same modes. With T = 1 the SP mode's outputs are
+  // bit-identical to one rank's (every kernel is batch-invariant).
   Communicator* communicator = nullptr;
-  // With a communicator: Ulysses sequence parallel instead (T = 1): full
-  // weights, the step's rows split over the ranks, the KV cache and the
-  // attention split by heads, two all-to-alls per layer. Every rank's
-  // outputs are bit-identical to one rank's (every kernel is batch-invariant).
-  bool sequence_parallel = false;
+  int sequence_parallel_size = 1;
+  // This rank's SP group (S ranks) and TP group (T ranks); either may be
+  // null where it is the whole worker (T = 1, or S = 1).
+  Communicator* sequence_group = nullptr;
+  Communicator* tensor_group = nullptr;
 };
 
 class CpuBackend final : public Backend, private ModelOps {
@@ -60,6 +66,11 @@ class CpuBackend final : public Backend, private ModelOps {
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override;
   std::span<const float> LastHiddenStates() const override;
   absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
+  void SetParallelMode(ParallelMode mode) override { mode_ = mode; }
+
+  // Bytes of packed weights this rank holds (its SP group's shard, held once
+  // for both modes).
+  size_t WeightBytes() const;
 
  private:
   CpuBackend(const ModelConfig& config, int num_threads);
@@ -74,6 +85,8 @@ class CpuBackend final : public Backend, private ModelOps {
   WeightId PrepareMatrix(std::span<const TensorView> parts) override;
   WeightId PrepareVector(std::span<const TensorView> parts) override;
   void PrepareEmbedding(const TensorView& table) override { embed_tokens_ = table; }
+  WeightId SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                       int64_t col_end) override;
   void BeginStep(const StepRows& rows) override;
   void Embed(Activation x) override;
   void RmsNorm(Activation in, WeightId weight, Activation out) override;
@@ -82,19 +95,29 @@ class CpuBackend final : public Backend, private ModelOps {
   void WriteKv(int layer, Activation qkv) override;
   void Attention(int layer, Activation qkv, Activation out) override;
   void AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) override;
-  void SiluMul(Activation gate_up) override;
+  void SiluMul(Activation gate_up, int groups) override;
   void Add(Activation x, Activation delta) override;
   void GatherRmsNorm(Activation in, WeightId weight, Activation out) override;
   void Logits(Activation in, WeightId matrix, float* logits) override;
   void AllReduce(Activation x) override;
   void SequenceToHeads(Activation qkv_rows, Activation qkv_heads) override;
   void HeadsToSequence(Activation attn_heads, Activation attn_rows) override;
-  // Rows rank j holds of the step's all_rows_ (contiguous blocks in rank order).
-  int64_t RowBegin(int j) const { return all_rows_ * j / sp_size_; }
+  // SP mode: the rows SP-group rank j holds of the step's all_rows_
+  // (contiguous blocks in rank order).
+  int64_t RowBegin(int j) const { return all_rows_ * j / layout_.sequence; }
+  bool sp_step() const { return step_mode_ == ParallelMode::kSequence && layout_.sequence > 1; }
+  void Check(const absl::Status& s) {
+    if (!s.ok() && step_status_.ok()) step_status_ = s;
+  }
 
   ModelConfig config_;
-  ModelConfig local_;  // config_ with this rank's heads, KV heads and intermediate size
-  Communicator* communicator_ = nullptr;
+  ModelConfig local_;  // config_ with this rank's heads, KV heads and TP-mode intermediate size
+  RankLayout layout_;
+  Communicator* world_ = nullptr;     // every rank
+  Communicator* sp_group_ = nullptr;  // SP group (S > 1)
+  Communicator* tp_group_ = nullptr;  // TP group (T > 1)
+  ParallelMode mode_ = ParallelMode::kTensor;       // of the next Forward
+  ParallelMode step_mode_ = ParallelMode::kTensor;  // of the current one
   absl::Status step_status_;  // a collective's failure during the current Forward
   cpu::ThreadPool pool_;
   std::unique_ptr<LlamaForward> model_;
@@ -103,11 +126,6 @@ class CpuBackend final : public Backend, private ModelOps {
   std::vector<std::vector<float>> vectors_;  // by WeightId
   std::vector<float> inv_freq_;
   int q_dim_ = 0, kv_dim_ = 0;  // this rank's heads (attention, KV cache)
-  // Heads in a kQkv / kAttn row: this rank's (one rank, TP), all of them (SP).
-  int row_heads_ = 0, row_kv_heads_ = 0;
-  // Sequence parallel: this rank in its group, every rank's heads.
-  int sp_rank_ = 0, sp_size_ = 1;
-  std::vector<ParallelLayout> sp_heads_;
   std::vector<float> qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;
   std::vector<int64_t> send_counts_, recv_counts_;
   std::vector<int64_t> sp_logit_rows_;  // this rank's logits rows (local indices)
@@ -120,6 +138,7 @@ class CpuBackend final : public Backend, private ModelOps {
   std::span<const int64_t> logit_rows_;
   int64_t rows_ = 0, max_context_ = 0;  // rows_: this rank's rows of the step
   int64_t row0_ = 0, all_rows_ = 0;        // its first row, and the step's rows
+  int groups_ = 1;                          // heads / MLP groups in a kQkv, kAttn, kGateUp row
   std::vector<float> x_, xn_, qkv_, attn_, gate_up_, cos_, sin_, scratch_, final_rows_;
   cpu::MatmulScratch matmul_scratch_;
   std::vector<cpu::AttentionSeq> seqs_;

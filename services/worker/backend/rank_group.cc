@@ -24,7 +24,8 @@ void Append(std::vector<int32_t>& out, std::span<const int32_t> values) {
 }
 
 // The forward batch from its encoding; spans point into `payload`.
-absl::Status Decode(const std::vector<int32_t>& payload, std::vector<ForwardSequence>& batch) {
+absl::Status Decode(const std::vector<int32_t>& payload, std::vector<ForwardSequence>& batch,
+                    ParallelMode* parallel_mode) {
   size_t at = 0;
   auto take = [&](std::span<const int32_t>& into) -> bool {
     if (at >= payload.size()) return false;
@@ -34,7 +35,11 @@ absl::Status Decode(const std::vector<int32_t>& payload, std::vector<ForwardSequ
     at += n;
     return true;
   };
-  if (payload.empty()) return absl::DataLossError("forward command: empty payload");
+  if (payload.size() < 2) return absl::DataLossError("forward command: empty payload");
+  const int32_t mode = payload[at++];
+  if (mode != static_cast<int32_t>(ParallelMode::kTensor) && mode != static_cast<int32_t>(ParallelMode::kSequence))
+    return absl::DataLossError(absl::StrCat("forward command: mode ", mode));
+  *parallel_mode = static_cast<ParallelMode>(mode);
   const int32_t count = payload[at++];
   batch.assign(count < 0 ? 0 : count, ForwardSequence{});
   for (ForwardSequence& f : batch) {
@@ -48,6 +53,13 @@ absl::Status Decode(const std::vector<int32_t>& payload, std::vector<ForwardSequ
 }
 
 }  // namespace
+
+absl::StatusOr<ShiftPolicy::Pin> ParseParallelMode(const std::string& name) {
+  if (name == "tp") return ShiftPolicy::Pin::kTensor;
+  if (name == "sp") return ShiftPolicy::Pin::kSequence;
+  if (name == "shift") return ShiftPolicy::Pin::kShift;
+  return absl::InvalidArgumentError(absl::StrCat("parallel mode \"", name, "\": expected tp, sp or shift"));
+}
 
 LeaderBackend::~LeaderBackend() {
   if (!stopped_) (void)Send(kStop, {});
@@ -72,7 +84,11 @@ absl::Status LeaderBackend::AllocateKvCache(int num_blocks, int block_size) {
 }
 
 absl::Status LeaderBackend::Forward(std::span<const ForwardSequence> batch, float* logits) {
+  int64_t tokens = 0;
+  for (const ForwardSequence& f : batch) tokens += static_cast<int64_t>(f.tokens.size());
+  const ParallelMode mode = policy_.Choose(tokens);
   payload_.clear();
+  payload_.push_back(static_cast<int32_t>(mode));
   payload_.push_back(static_cast<int32_t>(batch.size()));
   for (const ForwardSequence& f : batch) {
     payload_.push_back(f.start_pos);
@@ -82,7 +98,20 @@ absl::Status LeaderBackend::Forward(std::span<const ForwardSequence> batch, floa
     Append(payload_, f.parents);
   }
   if (absl::Status s = Send(kForward, payload_); !s.ok()) return Failed(s);
-  return Failed(local_->Forward(batch, logits));
+  local_->SetParallelMode(mode);
+  const int64_t collective_before = stats_->collective_ns.load(std::memory_order_relaxed);
+  absl::Status s = local_->Forward(batch, logits);
+  // Counted for the metrics.
+  const int m = static_cast<int>(mode);
+  if (stats_->mode.exchange(m) != m && stats_->steps[0] + stats_->steps[1] > 0) stats_->switches.fetch_add(1);
+  stats_->steps[m].fetch_add(1);
+  stats_->tokens[m].fetch_add(tokens);
+  const int64_t ns = stats_->collective_ns.load(std::memory_order_relaxed) - collective_before;
+  stats_->step_collective_ns_sum.fetch_add(ns);
+  int bucket = 0;
+  while (bucket < ParallelStats::kNumBuckets && ns * 1e-9 > ParallelStats::kBuckets[bucket]) ++bucket;
+  stats_->step_collective_buckets[bucket].fetch_add(1);
+  return Failed(std::move(s));
 }
 
 absl::Status LeaderBackend::CopyKvSlots(std::span<const KvSlotCopy> copies) {
@@ -100,7 +129,6 @@ constexpr std::chrono::hours kIdle(24 * 7);
 absl::Status RunFollower(Backend& backend, Communicator& comm) {
   std::vector<int32_t> payload;
   std::vector<ForwardSequence> batch;
-  std::vector<float> logits;
   for (;;) {
     Header h;
     if (absl::Status s = comm.Broadcast(Bytes(&h, sizeof(h)), 0, kIdle); !s.ok()) return s;
@@ -119,11 +147,11 @@ absl::Status RunFollower(Backend& backend, Communicator& comm) {
         if (absl::Status s = backend.AllocateKvCache(payload[0], payload[1]); !s.ok()) return s;
         break;
       case kForward: {
-        if (absl::Status s = Decode(payload, batch); !s.ok()) return s;
-        int64_t rows = 0;
-        for (const ForwardSequence& f : batch) rows += f.num_logits;
-        logits.resize(static_cast<size_t>(rows) * backend.config().vocab_size);
-        if (absl::Status s = backend.Forward(batch, logits.data()); !s.ok()) return s;
+        ParallelMode mode = ParallelMode::kTensor;
+        if (absl::Status s = Decode(payload, batch, &mode); !s.ok()) return s;
+        backend.SetParallelMode(mode);
+        // Only rank 0 samples: the others skip the lm_head.
+        if (absl::Status s = backend.Forward(batch, nullptr); !s.ok()) return s;
         break;
       }
       case kCopy: {

@@ -110,7 +110,9 @@ const char* TorchDtype(DType dtype) {
 
 }  // namespace
 
-std::vector<std::string> CheckpointPresetNames() { return {"tiny", "llama-3.2-1b"}; }
+std::vector<std::string> CheckpointPresetNames() {
+  return {"tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-32b"};
+}
 
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view preset, absl::string_view architecture) {
   ModelConfig c = Llama32Base();
@@ -130,6 +132,32 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view preset, absl::string_
     c.head_dim = 64;
     c.intermediate_size = 8192;
     c.tie_word_embeddings = true;
+  } else if (preset == "llama-3.1-8b" || preset == "llama-3.1-70b") {
+    const bool big = preset == "llama-3.1-70b";
+    c.num_layers = big ? 80 : 32;
+    c.hidden_size = big ? 8192 : 4096;
+    c.num_heads = big ? 64 : 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.intermediate_size = big ? 28672 : 14336;
+    c.rope_scaling.factor = 8.0f;  // Llama 3.1's (3.2: 32)
+    c.tie_word_embeddings = false;
+  } else if (preset == "qwen3-32b") {
+    c.architecture = Architecture::kQwen3;
+    c.architecture_name = "Qwen3ForCausalLM";
+    c.qk_norm = true;
+    c.vocab_size = 151936;
+    c.num_layers = 64;
+    c.hidden_size = 5120;
+    c.num_heads = 64;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.intermediate_size = 25600;
+    c.rope_theta = 1000000.0f;
+    c.rope_scaling = {};
+    c.bos_token_id = -1;
+    c.eos_token_ids = {151645, 151643};
+    c.tie_word_embeddings = false;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", preset, "\" (supported: ",
                                                    absl::StrJoin(CheckpointPresetNames(), ", "), ")"));

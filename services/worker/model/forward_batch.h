@@ -28,6 +28,13 @@ struct ForwardSequence {
   std::span<const int32_t> parents;
 };
 
+// How a worker over several ranks runs a step (model/parallel_layout.h):
+// TP over all ranks, or Ulysses SP with TP inside it. Shift Parallelism
+// picks one per step; one rank ignores it.
+enum class ParallelMode : int32_t { kTensor = 0, kSequence = 1 };
+
+inline const char* ParallelModeName(ParallelMode mode) { return mode == ParallelMode::kTensor ? "tp" : "sp"; }
+
 // One token's KV (every layer, K and V) copied between cache slots.
 struct KvSlotCopy {
   int32_t src_block = 0, src_slot = 0;

@@ -107,27 +107,38 @@ TensorView ColumnSlice(const TensorView& t, int64_t begin, int64_t end, std::vec
 
 absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelConfig& config,
                                                                    const ModelWeights& weights, ModelOps& ops,
-                                                                   const ParallelLayout* layout) {
+                                                                   const RankLayout* layout) {
   FLOE_RETURN_IF_ERROR(CheckConfig(config));
   FLOE_RETURN_IF_ERROR(CheckWeights(config, weights));
-  ParallelLayout whole;
+  RankLayout one;
   if (!layout) {
-    auto one = TensorParallelLayout(config, 0, 1);
-    if (!one.ok()) return one.status();
-    whole = *one;
-    layout = &whole;
+    FLOE_ASSIGN_OR_RETURN(one, ShiftRankLayout(config, 0, 1, 1));
+    layout = &one;
   }
-  std::unique_ptr<LlamaForward> forward(new LlamaForward(config, ops, layout->size > 1));
-  const int64_t hd = config.head_dim;
-  const int64_t q0 = layout->q_head_begin * hd, q1 = layout->q_head_end * hd;
-  const int64_t kv0 = layout->kv_head_begin * hd, kv1 = layout->kv_head_end * hd;
-  const int64_t i0 = layout->inter_begin, i1 = layout->inter_end;
+  std::unique_ptr<LlamaForward> forward(new LlamaForward(config, ops, *layout));
+  const int64_t hd = config.head_dim, h = config.hidden_size;
+  const std::vector<ParallelLayout>& group = layout->group;
+  const ParallelLayout& mine = layout->heads;
+  // Held: the SP group's heads, as [q | k | v] per rank of the group, and
+  // its MLP rows, as [gate | up] per rank; o_proj and down_proj the
+  // matching columns, in order. The TP mode's shard is this rank's group
+  // entry: a slice of each.
+  const int64_t q_first = group.front().q_head_begin * hd, q_last = group.back().q_head_end * hd;
+  const int64_t i_first = group.front().inter_begin, i_last = group.back().inter_end;
+  int64_t qkv_begin = 0;  // this rank's q|k|v rows in the group's
+  for (int s = 0; s < layout->sp_rank(); ++s)
+    qkv_begin += (group[s].num_heads() + 2 * group[s].num_kv_heads()) * hd;
+  const int64_t qkv_width = (mine.num_heads() + 2 * mine.num_kv_heads()) * hd;
+  const bool sliced = layout->sequence > 1;
   std::vector<char> o_storage, down_storage;
+  std::vector<TensorView> parts;
   for (const LayerWeights& l : weights.layers) {
     Layer layer;
     layer.input_norm = ops.PrepareVector({&l.input_norm, 1});
     layer.post_norm = ops.PrepareVector({&l.post_attention_norm, 1});
-    if (config.attention_bias) {
+    const int64_t q0 = mine.q_head_begin * hd, q1 = mine.q_head_end * hd;
+    const int64_t kv0 = mine.kv_head_begin * hd, kv1 = mine.kv_head_end * hd;
+    if (config.attention_bias) {  // applied on this rank's heads (PrepareQk)
       const TensorView qkv_bias[] = {RowSlice(l.q_bias, q0, q1), RowSlice(l.k_bias, kv0, kv1),
                                      RowSlice(l.v_bias, kv0, kv1)};
       layer.qkv_bias = ops.PrepareVector(qkv_bias);
@@ -136,15 +147,38 @@ absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelCo
     }
     layer.q_norm = config.qk_norm ? ops.PrepareVector({&l.q_norm, 1}) : kNoWeight;
     layer.k_norm = config.qk_norm ? ops.PrepareVector({&l.k_norm, 1}) : kNoWeight;
-    // Column-parallel: this rank's heads and rows. Row-parallel: the matching columns.
-    const TensorView qkv[] = {RowSlice(l.q_proj, q0, q1), RowSlice(l.k_proj, kv0, kv1), RowSlice(l.v_proj, kv0, kv1)};
-    layer.qkv = ops.PrepareMatrix(qkv);
-    const TensorView o = ColumnSlice(l.o_proj, q0, q1, o_storage);
-    layer.o = ops.PrepareMatrix({&o, 1});
-    const TensorView gate_up[] = {RowSlice(l.gate_proj, i0, i1), RowSlice(l.up_proj, i0, i1)};
-    layer.gate_up = ops.PrepareMatrix(gate_up);
-    const TensorView down = ColumnSlice(l.down_proj, i0, i1, down_storage);
-    layer.down = ops.PrepareMatrix({&down, 1});
+    // Column-parallel: the group's heads and rows. Row-parallel: the matching columns.
+    parts.clear();
+    for (const ParallelLayout& g : group) {
+      const int64_t k0 = g.kv_head_begin * hd, k1 = g.kv_head_end * hd;
+      parts.push_back(RowSlice(l.q_proj, g.q_head_begin * hd, g.q_head_end * hd));
+      parts.push_back(RowSlice(l.k_proj, k0, k1));
+      parts.push_back(RowSlice(l.v_proj, k0, k1));
+    }
+    layer.qkv.sp = ops.PrepareMatrix(parts);
+    const TensorView o = ColumnSlice(l.o_proj, q_first, q_last, o_storage);
+    layer.o.sp = ops.PrepareMatrix({&o, 1});
+    parts.clear();
+    for (const ParallelLayout& g : group) {
+      parts.push_back(RowSlice(l.gate_proj, g.inter_begin, g.inter_end));
+      parts.push_back(RowSlice(l.up_proj, g.inter_begin, g.inter_end));
+    }
+    layer.gate_up.sp = ops.PrepareMatrix(parts);
+    const TensorView down = ColumnSlice(l.down_proj, i_first, i_last, down_storage);
+    layer.down.sp = ops.PrepareMatrix({&down, 1});
+    if (sliced) {
+      const int64_t inter = mine.intermediate();
+      layer.qkv.tp = ops.SliceMatrix(layer.qkv.sp, qkv_begin, qkv_begin + qkv_width, 0, h);
+      layer.o.tp = ops.SliceMatrix(layer.o.sp, 0, h, q0 - q_first, q1 - q_first);
+      layer.gate_up.tp = ops.SliceMatrix(layer.gate_up.sp, layout->sp_rank() * 2 * inter,
+                                         (layout->sp_rank() + 1) * 2 * inter, 0, h);
+      layer.down.tp = ops.SliceMatrix(layer.down.sp, 0, h, mine.inter_begin - i_first, mine.inter_end - i_first);
+    } else {
+      layer.qkv.tp = layer.qkv.sp;
+      layer.o.tp = layer.o.sp;
+      layer.gate_up.tp = layer.gate_up.sp;
+      layer.down.tp = layer.down.sp;
+    }
     forward->layers_.push_back(layer);
   }
   forward->final_norm_ = ops.PrepareVector({&weights.final_norm, 1});
@@ -153,7 +187,7 @@ absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelCo
   return forward;
 }
 
-void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits) {
+void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits, ParallelMode mode) {
   tokens_.clear();
   positions_.clear();
   logit_rows_.clear();
@@ -171,30 +205,36 @@ void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits) {
     max_context = std::max<int64_t>(max_context, seq.start_pos + n);
   }
   if (tokens_.empty()) return;
+  // With S = 1 the SP mode is the TP mode.
+  if (layout_.sequence == 1) mode = ParallelMode::kTensor;
+  const bool sp = mode == ParallelMode::kSequence;
+  // The ranks holding the same rows, whose partial sums add up.
+  const bool reduce = sp ? layout_.tensor > 1 : layout_.world() > 1;
+  const int groups = sp ? layout_.sequence : 1;  // [gate | up] groups of the step's gate_up
   using A = Activation;
-  ops_.BeginStep({batch, tokens_, positions_, logit_rows_, max_context});
+  ops_.BeginStep({batch, tokens_, positions_, logit_rows_, max_context, mode});
   ops_.Embed(A::kX);
   for (int li = 0; li < config_.num_layers; ++li) {
     const Layer& layer = layers_[li];
     ops_.RmsNorm(A::kX, layer.input_norm, A::kXn);
-    ops_.Matmul(A::kXn, layer.qkv, A::kQkv);
-    ops_.PrepareQk(A::kQkv, layer.qkv_bias, layer.q_norm, layer.k_norm);
+    ops_.Matmul(A::kXn, layer.qkv.For(mode), A::kQkv);
     ops_.SequenceToHeads(A::kQkv, A::kQkvHeads);
+    ops_.PrepareQk(A::kQkvHeads, layer.qkv_bias, layer.q_norm, layer.k_norm);
     ops_.WriteKv(li, A::kQkvHeads);
     ops_.Attention(li, A::kQkvHeads, A::kAttnHeads);
     ops_.HeadsToSequence(A::kAttnHeads, A::kAttn);
-    ops_.Matmul(A::kAttn, layer.o, A::kXn);
-    if (tensor_parallel_) ops_.AllReduce(A::kXn);  // the heads' partial sums
+    ops_.Matmul(A::kAttn, layer.o.For(mode), A::kXn);
+    if (reduce) ops_.AllReduce(A::kXn);  // the heads' partial sums
     ops_.AddRmsNorm(A::kX, A::kXn, layer.post_norm, A::kXn);
-    ops_.Matmul(A::kXn, layer.gate_up, A::kGateUp);
-    ops_.SiluMul(A::kGateUp);
-    ops_.Matmul(A::kGateUp, layer.down, A::kXn);
-    if (tensor_parallel_) ops_.AllReduce(A::kXn);  // the MLP rows' partial sums
+    ops_.Matmul(A::kXn, layer.gate_up.For(mode), A::kGateUp);
+    ops_.SiluMul(A::kGateUp, groups);
+    ops_.Matmul(A::kGateUp, layer.down.For(mode), A::kXn);
+    if (reduce) ops_.AllReduce(A::kXn);  // the MLP rows' partial sums
     ops_.Add(A::kX, A::kXn);
   }
   if (logit_rows_.empty()) return;
   ops_.GatherRmsNorm(A::kX, final_norm_, A::kFinal);
-  ops_.Logits(A::kFinal, lm_head_, logits);
+  if (logits != nullptr) ops_.Logits(A::kFinal, lm_head_, logits);
 }
 
 }  // namespace floe

@@ -26,30 +26,39 @@ namespace floe {
 
 class LlamaForward {
  public:
-  // `ops` must outlive the forward. `layout`: this rank's shard (the
-  // default: one rank holding everything); each weight is prepared as the
-  // rank's shard only.
+  // `ops` must outlive the forward. `layout`: this rank's place in its
+  // worker's grid (the default: one rank holding everything); the rank
+  // prepares the weights it holds (its SP group's shard) and, with S > 1,
+  // slices of them for the TP mode.
   static absl::StatusOr<std::unique_ptr<LlamaForward>> Create(const ModelConfig& config,
                                                                const ModelWeights& weights, ModelOps& ops,
-                                                               const ParallelLayout* layout = nullptr);
+                                                               const RankLayout* layout = nullptr);
 
-  // Runs every sequence of the batch, writing its new tokens' KV and the
-  // logits rows of each sequence's last num_logits tokens into `logits`.
-  void Run(std::span<const ForwardSequence> batch, float* logits);
+  // Runs every sequence of the batch in `mode` (every rank the same),
+  // writing its new tokens' KV and the logits rows of each sequence's last
+  // num_logits tokens into `logits` (null: no logits wanted, a rank other
+  // than 0).
+  void Run(std::span<const ForwardSequence> batch, float* logits, ParallelMode mode = ParallelMode::kTensor);
   // Logits rows of the last Run.
   int64_t num_logit_rows() const { return static_cast<int64_t>(logit_rows_.size()); }
 
  private:
+  // A sharded matrix: the SP mode's (the shard held) and the TP mode's (a
+  // slice of it; the same with S = 1).
+  struct Sharded {
+    WeightId sp = kNoWeight, tp = kNoWeight;
+    WeightId For(ParallelMode mode) const { return mode == ParallelMode::kSequence ? sp : tp; }
+  };
   struct Layer {
     WeightId input_norm, post_norm, qkv_bias, q_norm, k_norm;
-    WeightId qkv, o, gate_up, down;
+    Sharded qkv, o, gate_up, down;
   };
-  LlamaForward(const ModelConfig& config, ModelOps& ops, bool tensor_parallel)
-      : config_(config), ops_(ops), tensor_parallel_(tensor_parallel) {}
+  LlamaForward(const ModelConfig& config, ModelOps& ops, const RankLayout& layout)
+      : config_(config), ops_(ops), layout_(layout) {}
 
   ModelConfig config_;
   ModelOps& ops_;
-  bool tensor_parallel_;
+  RankLayout layout_;
   std::vector<Layer> layers_;
   WeightId final_norm_ = kNoWeight, lm_head_ = kNoWeight;
   // The step's rows, rebuilt by each Run (capacity reused).

@@ -6,8 +6,10 @@
 //
 // Every op runs over all of the step's rows (the tokens of BeginStep, in
 // order) unless it says otherwise, and reads or writes whole rows of the
-// activations it names. Under tensor parallelism (parallel_layout.h) the
-// widths are the rank's: its q and KV heads, its share of the MLP.
+// activations it names. Over several ranks (parallel_layout.h) the widths
+// are the rank's: its q and KV heads, its share of the MLP; and each step
+// runs in one ParallelMode, which decides the rows a rank holds and the
+// ranks each collective spans.
 //
 // Threading: one caller (the backend's Forward); an implementation may use
 // its own threads inside an op.
@@ -23,13 +25,14 @@ namespace floe {
 
 // The step's activation buffers, each `rows` rows of its width:
 //   kX, kXn: hidden_size (the residual stream and a normed or projected copy)
-//   kQkv:    (num_heads + 2 num_kv_heads) head_dim, q | k | v
-//   kAttn:   num_heads head_dim
-//   kGateUp: 2 intermediate_size, gate | up
+//   kQkv:    the q | k | v of the heads the step's qkv matrix computes,
+//            as groups [q | k | v], one per rank whose heads they are
+//   kAttn:   those heads' attention output, in head order
+//   kGateUp: [gate | up] groups of the MLP rows the gate_up matrix computes
 //   kFinal:  hidden_size, one row per logits row only
-// Under Ulysses sequence parallelism a rank holds only its share of the
-// step's rows in those, and the attention's view, every row but only its
-// heads, in two more (the same buffers as kQkv and kAttn otherwise):
+// In the SP mode a rank holds only its share of the step's rows in those,
+// and the attention's view, every row but only its heads, in two more (the
+// same buffers as kQkv and kAttn otherwise):
 //   kQkvHeads:  every row's q | k | v of this rank's heads
 //   kAttnHeads: every row's attention output of this rank's heads
 enum class Activation { kX, kXn, kQkv, kAttn, kGateUp, kFinal, kQkvHeads, kAttnHeads };
@@ -45,6 +48,7 @@ struct StepRows {
   std::span<const int32_t> positions;      // every row's position id (RoPE)
   std::span<const int64_t> logit_rows;     // rows whose logits are wanted, in order
   int64_t max_context = 0;                 // the longest sequence's end position
+  ParallelMode mode = ParallelMode::kTensor;
 };
 
 class ModelOps {
@@ -58,6 +62,10 @@ class ModelOps {
   virtual WeightId PrepareVector(std::span<const TensorView> parts) = 0;
   // The token embedding table [vocab, hidden].
   virtual void PrepareEmbedding(const TensorView& table) = 0;
+  // Output rows [row_begin, row_end) over inputs [col_begin, col_end) of a
+  // prepared matrix, as a matrix of its own over the same memory (no copy).
+  virtual WeightId SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                               int64_t col_end) = 0;
 
   // Sizes the step's activations and lays out its attention (block tables,
   // tree masks) and RoPE angles.
@@ -69,12 +77,14 @@ class ModelOps {
   // out = in W^T; `in` is read up to W's input width (the first half of
   // kGateUp after SiluMul).
   virtual void Matmul(Activation in, WeightId matrix, Activation out) = 0;
-  // On q|k|v rows: + bias, per-head RMSNorm of q and k (Qwen3), RoPE of q
-  // and k at each row's position. Ids may be kNoWeight.
-  virtual void PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) = 0;
-  // Sequence parallel: one all-to-all turns this rank's rows of every head
-  // (kQkv) into every row of this rank's heads (kQkvHeads), and one turns
-  // the attention output back (kAttnHeads -> kAttn). No-ops otherwise.
+  // On every row's q|k|v of this rank's heads: + bias, per-head RMSNorm of
+  // q and k (Qwen3), RoPE of q and k at the row's position. Ids may be
+  // kNoWeight.
+  virtual void PrepareQk(Activation qkv_heads, WeightId bias, WeightId q_norm, WeightId k_norm) = 0;
+  // SP mode: one all-to-all in the SP group turns this rank's rows of the
+  // group's heads (kQkv) into every row of this rank's heads (kQkvHeads),
+  // and one turns the attention output back (kAttnHeads -> kAttn). No-ops
+  // otherwise.
   virtual void SequenceToHeads(Activation qkv_rows, Activation qkv_heads) = 0;
   virtual void HeadsToSequence(Activation attn_heads, Activation attn_rows) = 0;
   // Stores every row's k and v in the KV cache of `layer`.
@@ -84,16 +94,18 @@ class ModelOps {
   virtual void Attention(int layer, Activation qkv, Activation out) = 0;
   // x += delta; out = RMSNorm(x) * weight.
   virtual void AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) = 0;
-  // The first half of every row = silu(gate) * up.
-  virtual void SiluMul(Activation gate_up) = 0;
+  // Every row holds `groups` [gate | up] groups of equal width; its first
+  // half becomes silu(gate) * up, group after group.
+  virtual void SiluMul(Activation gate_up, int groups) = 0;
   // x += delta.
   virtual void Add(Activation x, Activation delta) = 0;
   // out row i = RMSNorm(in row logit_rows[i]) * weight.
   virtual void GatherRmsNorm(Activation in, WeightId weight, Activation out) = 0;
   // logits (host memory, vocab floats per row) = in W^T over the logit rows.
   virtual void Logits(Activation in, WeightId matrix, float* logits) = 0;
-  // Tensor parallel: x = the sum of every rank's x (the row-parallel
-  // projections' partial sums). Called only when the layout has > 1 rank.
+  // x = the sum of x over the ranks holding the same rows (the row-parallel
+  // projections' partial sums): every rank in the TP mode, the TP group in
+  // the SP mode. Called only where that is more than this rank.
   virtual void AllReduce(Activation x) = 0;
 };
 

@@ -30,4 +30,26 @@ absl::StatusOr<ParallelLayout> TensorParallelLayout(const ModelConfig& config, i
   return l;
 }
 
+absl::StatusOr<RankLayout> ShiftRankLayout(const ModelConfig& config, int rank, int tensor, int sequence) {
+  if (tensor < 1 || sequence < 1)
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallel size ", tensor, " and sequence parallel size ",
+                                                   sequence, " must be at least 1"));
+  RankLayout l;
+  l.rank = rank;
+  l.tensor = tensor;
+  l.sequence = sequence;
+  auto heads = TensorParallelLayout(config, rank, l.world());
+  if (!heads.ok()) return heads.status();
+  l.heads = *heads;
+  if (sequence > 1) {
+    const int64_t inter = config.intermediate_size / l.world();
+    if (config.head_dim % 16 != 0 || inter % 16 != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence parallel size ", sequence, " with ", l.world(), " ranks: head_dim ", config.head_dim,
+          " and intermediate_size / ranks = ", inter, " must be multiples of 16 (the TP mode's weight slices)"));
+  }
+  for (int s = 0; s < sequence; ++s) l.group.push_back(*TensorParallelLayout(config, l.tp_rank() * sequence + s, l.world()));
+  return l;
+}
+
 }  // namespace floe

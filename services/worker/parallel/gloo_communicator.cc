@@ -156,4 +156,32 @@ absl::Status GlooCommunicator::Barrier() {
   });
 }
 
+absl::StatusOr<GlooGrid> ConnectGlooGrid(const GlooOptions& options, int sequence_parallel_size) {
+  const int world = options.size, sp = sequence_parallel_size;
+  if (sp < 1 || world % sp != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence parallel size ", sp, " does not divide the ", world, " ranks"));
+  const int tp = world / sp, t = options.rank / sp, s = options.rank % sp;
+  GlooGrid grid;
+  auto world_comm = GlooCommunicator::Connect(options);
+  if (!world_comm.ok()) return world_comm.status();
+  grid.world = std::move(world_comm).value();
+  if (sp > 1 && tp > 1) {
+    GlooOptions o = options;
+    o.group = absl::StrCat(options.group, "-sp", t);
+    o.rank = s;
+    o.size = sp;
+    auto sp_comm = GlooCommunicator::Connect(o);
+    if (!sp_comm.ok()) return sp_comm.status();
+    grid.sequence = std::move(sp_comm).value();
+    o.group = absl::StrCat(options.group, "-tp", s);
+    o.rank = t;
+    o.size = tp;
+    auto tp_comm = GlooCommunicator::Connect(o);
+    if (!tp_comm.ok()) return tp_comm.status();
+    grid.tensor = std::move(tp_comm).value();
+  }
+  return grid;
+}
+
 }  // namespace floe

@@ -66,4 +66,16 @@ class GlooCommunicator final : public Communicator {
   bool broken_ = false;
 };
 
+// The communicators of one rank of a worker's T x S grid
+// (model/parallel_layout.h): every rank (the step plan, the TP mode), the
+// rank's SP group (ranks t S .. t S + S - 1) and its TP group (ranks s,
+// S + s, ...); a group is null where it is one rank or the whole worker.
+struct GlooGrid {
+  std::unique_ptr<GlooCommunicator> world, sequence, tensor;
+};
+
+// Connects them in that order (every rank does), keys prefixed by
+// options.group; options.size is the world.
+absl::StatusOr<GlooGrid> ConnectGlooGrid(const GlooOptions& options, int sequence_parallel_size);
+
 }  // namespace floe

@@ -20,6 +20,7 @@
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/model/parallel_layout.h"
 #include "services/worker/parallel/gloo_communicator.h"
+#include "services/worker/backend/rank_group.h"
 #include "tests/services/worker/backend/test_model.h"
 
 namespace floe {
@@ -53,42 +54,115 @@ double Margin(const std::vector<float>& v) {
   return s[0] - s[1];
 }
 
-// Runs fn(rank, communicator) on `size` ranks, a thread each, connected
-// over Gloo (all of them before any fn starts, so a rank that returns early
-// never breaks another's rendezvous).
-void OnRanks(int size, const std::function<void(int, Communicator&)>& fn) {
+// Runs fn(rank, grid) on the T x S ranks of a grid, a thread each,
+// connected over Gloo (all of them before any fn starts, so a rank that
+// returns early never breaks another's rendezvous).
+void OnGrid(int tensor, int sequence, const std::function<void(int, GlooGrid&)>& fn) {
   static std::atomic<int> n{0};
   const fs::path dir = fs::temp_directory_path() / ("floe_tp_" + std::to_string(getpid()) + "_" + std::to_string(n++));
   fs::create_directories(dir);
+  const int size = tensor * sequence;
   std::vector<std::thread> ranks;
   for (int r = 0; r < size; ++r) {
     ranks.emplace_back([&, r] {
-      auto comm = GlooCommunicator::Connect({.rank = r, .size = size, .store_dir = dir.string()});
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      ASSERT_TRUE((*comm)->Barrier().ok());
-      fn(r, **comm);
+      auto grid = ConnectGlooGrid({.rank = r, .size = size, .store_dir = dir.string()}, sequence);
+      ASSERT_TRUE(grid.ok()) << grid.status();
+      ASSERT_TRUE(grid->world->Barrier().ok());
+      fn(r, *grid);
     });
   }
   for (auto& t : ranks) t.join();
   fs::remove_all(dir);
 }
 
-Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps,
-                      int chunk, bool sequence_parallel = false) {
+void OnRanks(int size, const std::function<void(int, Communicator&)>& fn) {
+  OnGrid(size, 1, [&](int r, GlooGrid& grid) { fn(r, *grid.world); });
+}
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> GridBackend(const TestModel& model, GlooGrid& grid, int sequence) {
+  return CpuBackend::Create(model.config(), model.weights(),
+                            {.num_threads = 1,
+                             .communicator = grid.world.get(),
+                             .sequence_parallel_size = sequence,
+                             .sequence_group = grid.sequence.get(),
+                             .tensor_group = grid.tensor.get()});
+}
+
+// A backend whose k-th Forward runs in schedule(k), as a LeaderBackend's
+// policy would pick.
+class Scheduled final : public Backend {
+ public:
+  Scheduled(Backend& inner, std::function<ParallelMode(int)> schedule) : inner_(inner), schedule_(std::move(schedule)) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  size_t KvBytesPerBlock(int block_size) const override { return inner_.KvBytesPerBlock(block_size); }
+  absl::Status AllocateKvCache(int num_blocks, int block_size) override {
+    return inner_.AllocateKvCache(num_blocks, block_size);
+  }
+  absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override {
+    inner_.SetParallelMode(schedule_(step_++));
+    return inner_.Forward(batch, logits);
+  }
+  std::span<const float> LastHiddenStates() const override { return inner_.LastHiddenStates(); }
+
+ private:
+  Backend& inner_;
+  std::function<ParallelMode(int)> schedule_;
+  int step_ = 0;
+};
+
+ParallelMode AlwaysTp(int) { return ParallelMode::kTensor; }
+ParallelMode AlwaysSp(int) { return ParallelMode::kSequence; }
+
+// Generates on every rank of a T x S grid with the modes of `schedule`;
+// every rank must compute the same logits (the TP mode's all-reduce and the
+// SP mode's gather hand each the same rows), bit for bit.
+Generation RunOnGrid(const TestModel& model, int tensor, int sequence, const std::vector<int32_t>& prompt, int steps,
+                     int chunk, const std::function<ParallelMode(int)>& schedule) {
+  const int size = tensor * sequence;
   std::vector<Generation> out(size);
-  OnRanks(size, [&](int r, Communicator& comm) {
-    auto backend = CpuBackend::Create(
-        model.config(), model.weights(),
-        {.num_threads = 1, .communicator = &comm, .sequence_parallel = sequence_parallel});
+  OnGrid(tensor, sequence, [&](int r, GlooGrid& grid) {
+    auto backend = GridBackend(model, grid, sequence);
     ASSERT_TRUE(backend.ok()) << backend.status();
     ASSERT_TRUE((*backend)->AllocateKvCache(64, 4).ok());
-    out[r] = testing_model::Generate(**backend, prompt, steps, chunk, 4, 0, 64);
+    Scheduled scheduled(**backend, schedule);
+    out[r] = testing_model::Generate(scheduled, prompt, steps, chunk, 4, 0, 64);
   });
   for (int r = 1; r < size; ++r) {
     EXPECT_EQ(out[r].step_logits, out[0].step_logits) << "rank " << r << " differs from rank 0";
     EXPECT_EQ(out[r].tokens, out[0].tokens);
   }
   return out[0];
+}
+
+Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps, int chunk,
+                      bool sequence_parallel = false) {
+  return sequence_parallel ? RunOnGrid(model, 1, size, prompt, steps, chunk, AlwaysSp)
+                           : RunOnGrid(model, size, 1, prompt, steps, chunk, AlwaysTp);
+}
+
+// Worst |dlogit| / max|logit| of `got` against one rank's `want`; greedy
+// tokens must be equal up to the first flip, and a flip only at a near tie.
+double CompareAtTheMargin(const Generation& want, const Generation& got) {
+  double worst = 0;
+  for (size_t p = 0; p < want.prompt_logits.size(); ++p) {
+    if (want.prompt_logits[p].empty()) continue;
+    const double scale = MaxAbs(want.prompt_logits[p]);
+    for (size_t i = 0; i < want.prompt_logits[p].size(); ++i)
+      worst = std::max(worst, std::fabs(want.prompt_logits[p][i] - got.prompt_logits[p][i]) / scale);
+  }
+  EXPECT_EQ(got.tokens.size(), want.tokens.size());
+  for (size_t t = 0; t < std::min(want.tokens.size(), got.tokens.size()); ++t) {
+    const double scale = MaxAbs(want.step_logits[t]);
+    for (size_t i = 0; i < want.step_logits[t].size(); ++i)
+      worst = std::max(worst, std::fabs(want.step_logits[t][i] - got.step_logits[t][i]) / scale);
+    if (got.tokens[t] != want.tokens[t]) {
+      // Only a near tie may flip; past it the contexts differ, so stop comparing.
+      EXPECT_LT(Margin(want.step_logits[t]), 2 * kRelativeTolerance * scale) << "step " << t;
+      break;
+    }
+  }
+  EXPECT_LE(worst, kRelativeTolerance);
+  return worst;
 }
 
 TEST(TensorParallelTest, LogitsWithinToleranceAndGreedyTokensEqualAtTheMargin) {
@@ -106,25 +180,7 @@ TEST(TensorParallelTest, LogitsWithinToleranceAndGreedyTokensEqualAtTheMargin) {
         SCOPED_TRACE(::testing::Message() << "flavor " << static_cast<int>(flavor) << " dtype "
                                           << DTypeName(dtype) << " TP " << size);
         const Generation got = RunOnRanks(model, size, prompt, 24, 8);
-        double worst = 0;
-        for (size_t p = 0; p < want.prompt_logits.size(); ++p) {
-          if (want.prompt_logits[p].empty()) continue;
-          const double scale = MaxAbs(want.prompt_logits[p]);
-          for (size_t i = 0; i < want.prompt_logits[p].size(); ++i)
-            worst = std::max(worst, std::fabs(want.prompt_logits[p][i] - got.prompt_logits[p][i]) / scale);
-        }
-        ASSERT_EQ(got.tokens.size(), want.tokens.size());
-        for (size_t t = 0; t < want.tokens.size(); ++t) {
-          const double scale = MaxAbs(want.step_logits[t]);
-          for (size_t i = 0; i < want.step_logits[t].size(); ++i)
-            worst = std::max(worst, std::fabs(want.step_logits[t][i] - got.step_logits[t][i]) / scale);
-          if (got.tokens[t] != want.tokens[t]) {
-            // Only a near tie may flip; past it the contexts differ, so stop comparing.
-            EXPECT_LT(Margin(want.step_logits[t]), 2 * kRelativeTolerance * scale) << "step " << t;
-            break;
-          }
-        }
-        EXPECT_LE(worst, kRelativeTolerance);
+        const double worst = CompareAtTheMargin(want, got);
         std::printf("TP %d %s: max |dlogit| / max|logit| = %.3g\n", size, DTypeName(dtype), worst);
       }
     }
@@ -182,10 +238,11 @@ TEST(SequenceParallelTest, MixedBatchWithATreeIsBitIdentical) {
     std::vector<absl::Status> created(size);
     OnRanks(size, [&](int r, Communicator& comm) {
       auto b = CpuBackend::Create(model.config(), model.weights(),
-                                  {.num_threads = 1, .communicator = &comm, .sequence_parallel = true});
+                                  {.num_threads = 1, .communicator = &comm, .sequence_parallel_size = size});
       created[r] = b.status();
       if (!b.ok()) return;
       ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
+      (*b)->SetParallelMode(ParallelMode::kSequence);
       got[r] = run(**b);
     });
     if (size == 3) {
@@ -249,6 +306,148 @@ TEST(TensorParallelTest, ImpossibleLayoutsFailNamingTheNumbers) {
     EXPECT_EQ(l->num_kv_heads(), 1);
     EXPECT_EQ(l->intermediate(), 32);
   }
+}
+
+
+// Shift Parallelism on a 2 x 2 grid (T = 2, S = 2; the tiny model's 4 heads
+// give each rank one head, its 2 KV heads are replicated on two ranks each).
+// The TP mode reads its shard as a slice of the SP x TP shard, so it must
+// equal TP over 4 ranks bit for bit; the SP x TP mode runs every row's
+// linears with the same TP-2 shard and sums the same two partials, so it
+// must equal TP over 2 ranks bit for bit. Both hold for a mixed batch with
+// a tree too.
+TEST(ShiftGridTest, EachModeEqualsItsPureLayoutBitForBit) {
+  for (Flavor flavor : {Flavor::kLlama3, Flavor::kQwen2, Flavor::kQwen3}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << "flavor " << static_cast<int>(flavor) << " " << DTypeName(dtype));
+      TestModel model(flavor, dtype, 19);
+      const std::vector<int32_t> prompt = Prompt(21, model.config().vocab_size);
+      const Generation tp4 = RunOnGrid(model, 4, 1, prompt, 10, 8, AlwaysTp);
+      const Generation tp2 = RunOnGrid(model, 2, 1, prompt, 10, 8, AlwaysTp);
+      const Generation grid_tp = RunOnGrid(model, 2, 2, prompt, 10, 8, AlwaysTp);
+      const Generation grid_sp = RunOnGrid(model, 2, 2, prompt, 10, 8, AlwaysSp);
+      EXPECT_EQ(grid_tp.prompt_logits, tp4.prompt_logits);
+      EXPECT_EQ(grid_tp.step_logits, tp4.step_logits);
+      EXPECT_EQ(grid_tp.prompt_hidden, tp4.prompt_hidden);
+      EXPECT_EQ(grid_sp.prompt_logits, tp2.prompt_logits);
+      EXPECT_EQ(grid_sp.step_logits, tp2.step_logits);
+      EXPECT_EQ(grid_sp.prompt_hidden, tp2.prompt_hidden);
+    }
+  }
+  TestModel model(Flavor::kQwen2, DType::kBF16, 17);
+  const int vocab = model.config().vocab_size;
+  std::vector<int32_t> p1 = Prompt(9, vocab), p2 = Prompt(5, vocab), p3 = {1, 2, 3, 4, 5};
+  std::vector<int32_t> t1 = {0, 1, 2}, t2 = {3, 4, 5, 6, 7}, t3 = {8, 9, 10, 11};
+  std::vector<int32_t> parents = {-1, 0, 0, 1, 1};
+  const ForwardSequence seqs[3] = {{p1, 0, t1, 9}, {p2, 0, t2, 1}, {p3, 0, t3, 5, parents}};
+  auto run = [&](int tensor, int sequence, ParallelMode mode) {
+    std::vector<std::vector<float>> got(tensor * sequence);
+    OnGrid(tensor, sequence, [&](int r, GlooGrid& grid) {
+      auto b = GridBackend(model, grid, sequence);
+      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
+      (*b)->SetParallelMode(mode);
+      got[r].resize(15 * vocab);
+      EXPECT_TRUE((*b)->Forward(seqs, got[r].data()).ok());
+      auto hidden = (*b)->LastHiddenStates();
+      got[r].insert(got[r].end(), hidden.begin(), hidden.end());
+    });
+    for (size_t r = 1; r < got.size(); ++r) EXPECT_EQ(got[r], got[0]) << "rank " << r;
+    return got[0];
+  };
+  EXPECT_EQ(run(2, 2, ParallelMode::kTensor), run(4, 1, ParallelMode::kTensor));
+  EXPECT_EQ(run(2, 2, ParallelMode::kSequence), run(2, 1, ParallelMode::kTensor));
+}
+
+// Shifting between the modes mid-request (the KV written in one mode is read
+// in the other: both keep the same heads on the same rank): a prompt
+// prefilled in SP and decoded in TP, and one switching every step, stay
+// within the tolerance of one rank, tokens equal at the margin.
+TEST(ShiftGridTest, ShiftingMidRequestStaysWithinToleranceOfOneRank) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    TestModel model(Flavor::kLlama3, dtype, 23);
+    const std::vector<int32_t> prompt = Prompt(21, model.config().vocab_size);
+    auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+    ASSERT_TRUE(one.ok());
+    ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
+    const Generation want = testing_model::Generate(**one, prompt, 20, 8, 4, 0, 64);
+    // 21 prompt tokens in chunks of 8: forwards 0-2 are the prefill.
+    const std::pair<const char*, std::function<ParallelMode(int)>> schedules[] = {
+        {"prefill SP, decode TP", [](int k) { return k < 3 ? ParallelMode::kSequence : ParallelMode::kTensor; }},
+        {"every step", [](int k) { return k % 2 ? ParallelMode::kSequence : ParallelMode::kTensor; }},
+        {"prefill TP, decode SP", [](int k) { return k < 3 ? ParallelMode::kTensor : ParallelMode::kSequence; }}};
+    for (const auto& [name, schedule] : schedules) {
+      SCOPED_TRACE(::testing::Message() << name << " " << DTypeName(dtype));
+      const Generation got = RunOnGrid(model, 2, 2, prompt, 20, 8, schedule);
+      const double worst = CompareAtTheMargin(want, got);
+      std::printf("shift 2x2 %s, %s: max |dlogit| / max|logit| = %.3g\n", name, DTypeName(dtype), worst);
+    }
+  }
+}
+
+// The weights are held once: a grid rank holds its SP x TP shard and
+// nothing more for the TP mode (Arctic's layout holds both: x (1 + 1/S)).
+TEST(ShiftGridTest, WeightsAreHeldOnce) {
+  TestModel model(Flavor::kLlama3, DType::kBF16, 3);
+  size_t tp2 = 0, tp4 = 0, grid = 0;
+  OnGrid(2, 1, [&](int r, GlooGrid& g) {
+    auto b = GridBackend(model, g, 1);
+    if (r == 0) tp2 = (*b)->WeightBytes();
+  });
+  OnGrid(4, 1, [&](int r, GlooGrid& g) {
+    auto b = GridBackend(model, g, 1);
+    if (r == 0) tp4 = (*b)->WeightBytes();
+  });
+  OnGrid(2, 2, [&](int r, GlooGrid& g) {
+    auto b = GridBackend(model, g, 2);
+    if (r == 0) grid = (*b)->WeightBytes();
+  });
+  std::printf("weight bytes per rank: TP2 %zu, TP4 %zu, grid 2x2 %zu (Arctic's layout: %zu)\n", tp2, tp4, grid,
+              tp2 + tp4);
+  EXPECT_GE(grid, tp2);
+  // Over TP2's shard: only the KV rows two ranks of a group share (KV heads
+  // < ranks) and panel padding; a small part of the second copy Arctic keeps.
+  EXPECT_LT(grid - tp2, tp4 / 4);
+}
+
+TEST(ShiftGridTest, LayoutFollowsTheTransposedGrid) {
+  TestModel model(Flavor::kLlama3, DType::kF32, 1);  // 4 heads, 2 KV heads, intermediate 128
+  for (int w = 0; w < 4; ++w) {
+    auto l = ShiftRankLayout(model.config(), w, 2, 2);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->tp_rank(), w / 2);
+    EXPECT_EQ(l->sp_rank(), w % 2);
+    EXPECT_EQ(l->heads.q_head_begin, w);  // the same head in both modes
+    EXPECT_EQ(l->heads.kv_head_begin, w / 2);
+    ASSERT_EQ(l->group.size(), 2u);
+    EXPECT_EQ(l->group[0].q_head_begin, 2 * (w / 2));  // weights held: its SP group's heads
+    EXPECT_EQ(l->group[1].q_head_end, 2 * (w / 2) + 2);
+  }
+  ModelConfig narrow = model.config();
+  narrow.head_dim = 8;
+  narrow.hidden_size = 32;
+  auto refused = ShiftRankLayout(narrow, 0, 2, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("head_dim 8"), std::string::npos) << refused.status();
+}
+
+// The policy: TP below the threshold, SP x TP from it; pins stay put.
+TEST(ShiftPolicyTest, ChoosesByScheduledTokens) {
+  const struct {
+    ShiftPolicy::Pin pin;
+    int64_t tokens;
+    ParallelMode want;
+  } cases[] = {
+      {ShiftPolicy::Pin::kShift, 1, ParallelMode::kTensor},     {ShiftPolicy::Pin::kShift, 99, ParallelMode::kTensor},
+      {ShiftPolicy::Pin::kShift, 100, ParallelMode::kSequence}, {ShiftPolicy::Pin::kShift, 4096, ParallelMode::kSequence},
+      {ShiftPolicy::Pin::kTensor, 4096, ParallelMode::kTensor}, {ShiftPolicy::Pin::kSequence, 1, ParallelMode::kSequence},
+  };
+  for (const auto& c : cases) {
+    ShiftPolicy p{c.pin, 100};
+    EXPECT_EQ(p.Choose(c.tokens), c.want) << c.tokens;
+  }
+  EXPECT_FALSE(ParseParallelMode("ulysses").ok());
+  EXPECT_EQ(*ParseParallelMode("shift"), ShiftPolicy::Pin::kShift);
 }
 
 }  // namespace
