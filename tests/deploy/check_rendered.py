@@ -325,6 +325,8 @@ def expected_worker_args(model, values):
         "--drain-timeout-s": str(spec["drainTimeoutSeconds"]),
         "--tensor-parallel-size": str(model["tensorParallelSize"]) if model["tensorParallelSize"] > 1 else None,
         "--sequence-parallel-size": str(model["sequenceParallelSize"]) if model["sequenceParallelSize"] > 1 else None,
+        "--parallel-mode": model["parallelMode"] or None,
+        "--shift-threshold": str(model["shiftThreshold"]) if model["shiftThreshold"] > 0 else None,
     }
     sp = model["speculation"]
     want["--speculative"] = sp["method"]
