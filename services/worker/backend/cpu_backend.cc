@@ -471,8 +471,34 @@ void CpuBackend::AllReduce(Activation x) {
 }
 
 void CpuBackend::Logits(Activation in, WeightId matrix, float* logits) {
-  cpu::Matmul(Rows(in), static_cast<int64_t>(logit_rows_.size()), matrices_[matrix], logits, pool_, -1,
-              &matmul_scratch_);
+  const int64_t rows = static_cast<int64_t>(logit_rows_.size());
+  if (!world_) {
+    if (logits) cpu::Matmul(Rows(in), rows, matrices_[matrix], logits, pool_, -1, &matmul_scratch_);
+    return;
+  }
+  // Vocab-parallel: this rank's slice of every row, gathered on rank 0 (an
+  // all-to-all that sends only to rank 0) and interleaved into whole rows.
+  const int world = layout_.world(), vocab = config_.vocab_size;
+  auto slice_begin = [&](int r) { return static_cast<int64_t>(vocab) * r / world; };
+  const int64_t mine = layout_.vocab_end - layout_.vocab_begin;
+  logits_slice_.resize(rows * mine);
+  cpu::Matmul(Rows(in), rows, matrices_[matrix], logits_slice_.data(), pool_, -1, &matmul_scratch_);
+  const bool root = layout_.rank == 0;
+  send_counts_.assign(world, 0);
+  send_counts_[0] = rows * mine;
+  recv_counts_.assign(world, 0);
+  if (root) {
+    for (int r = 0; r < world; ++r) recv_counts_[r] = rows * (slice_begin(r + 1) - slice_begin(r));
+  }
+  a2a_recv_.resize(root ? rows * vocab : 0);
+  Check(world_->AllToAll(logits_slice_, send_counts_, a2a_recv_, recv_counts_));
+  if (!root || !logits) return;
+  const float* from = a2a_recv_.data();
+  for (int r = 0; r < world; ++r) {
+    const int64_t v0 = slice_begin(r), width = slice_begin(r + 1) - v0;
+    for (int64_t i = 0; i < rows; ++i, from += width)
+      std::memcpy(logits + i * vocab + v0, from, width * sizeof(float));
+  }
 }
 
 std::span<const float> CpuBackend::LastHiddenStates() const {

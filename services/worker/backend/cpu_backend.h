@@ -126,7 +126,7 @@ class CpuBackend final : public Backend, private ModelOps {
   std::vector<std::vector<float>> vectors_;  // by WeightId
   std::vector<float> inv_freq_;
   int q_dim_ = 0, kv_dim_ = 0;  // this rank's heads (attention, KV cache)
-  std::vector<float> qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;
+  std::vector<float> qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_, logits_slice_;
   std::vector<int64_t> send_counts_, recv_counts_;
   std::vector<int64_t> sp_logit_rows_;  // this rank's logits rows (local indices)
 

@@ -182,7 +182,9 @@ absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelCo
     forward->layers_.push_back(layer);
   }
   forward->final_norm_ = ops.PrepareVector({&weights.final_norm, 1});
-  forward->lm_head_ = ops.PrepareMatrix({&weights.lm_head, 1});
+  // Vocab-parallel: this rank's rows of the lm_head (all of them on one rank).
+  const TensorView lm_head = RowSlice(weights.lm_head, layout->vocab_begin, layout->vocab_end);
+  forward->lm_head_ = ops.PrepareMatrix({&lm_head, 1});
   ops.PrepareEmbedding(weights.embed_tokens);
   return forward;
 }
@@ -234,7 +236,8 @@ void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits, Pa
   }
   if (logit_rows_.empty()) return;
   ops_.GatherRmsNorm(A::kX, final_norm_, A::kFinal);
-  if (logits != nullptr) ops_.Logits(A::kFinal, lm_head_, logits);
+  // Every rank its vocabulary slice; rank 0 gathers them into `logits`.
+  ops_.Logits(A::kFinal, lm_head_, logits);
 }
 
 }  // namespace floe

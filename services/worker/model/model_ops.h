@@ -99,9 +99,11 @@ class ModelOps {
   virtual void SiluMul(Activation gate_up, int groups) = 0;
   // x += delta.
   virtual void Add(Activation x, Activation delta) = 0;
-  // out row i = RMSNorm(in row logit_rows[i]) * weight.
+  // out row i = RMSNorm(in row logit_rows[i]) * weight, on every rank.
   virtual void GatherRmsNorm(Activation in, WeightId weight, Activation out) = 0;
-  // logits (host memory, vocab floats per row) = in W^T over the logit rows.
+  // logits = in W^T over the logit rows: host memory, vocab floats per row,
+  // on rank 0 (null on the others). Over several ranks `matrix` is this
+  // rank's vocabulary slice (vocab-parallel) and rank 0 gathers the slices.
   virtual void Logits(Activation in, WeightId matrix, float* logits) = 0;
   // x = the sum of x over the ranks holding the same rows (the row-parallel
   // projections' partial sums): every rank in the TP mode, the TP group in

@@ -49,6 +49,8 @@ absl::StatusOr<RankLayout> ShiftRankLayout(const ModelConfig& config, int rank, 
           " and intermediate_size / ranks = ", inter, " must be multiples of 16 (the TP mode's weight slices)"));
   }
   for (int s = 0; s < sequence; ++s) l.group.push_back(*TensorParallelLayout(config, l.tp_rank() * sequence + s, l.world()));
+  l.vocab_begin = static_cast<int64_t>(config.vocab_size) * rank / l.world();
+  l.vocab_end = static_cast<int64_t>(config.vocab_size) * (rank + 1) / l.world();
   return l;
 }
 

@@ -6,7 +6,8 @@
 // and its rows' outputs), o_proj and down_proj row-parallel (partial sums,
 // all-reduced). Where KV heads are fewer than ranks, each KV head is
 // replicated on the ranks whose q heads read it. Norms, the embedding and
-// the lm_head are replicated (vocab-parallel lm_head: not yet).
+// the embedding are replicated; the lm_head is vocab-parallel over every
+// rank of the worker (RankLayout::vocab_begin/end).
 //
 // RankLayout: one rank of a Shift Parallelism grid of T x S ranks (world
 // W = T S), which runs each step either as TP over all W ranks or as
@@ -58,6 +59,9 @@ struct RankLayout {
   // The W-way layouts of the S ranks of this rank's SP group, in order:
   // their heads and MLP rows are the weights this rank holds.
   std::vector<ParallelLayout> group;
+  // The lm_head rows (vocabulary entries) this rank computes logits for, in
+  // both modes; rank 0 gathers them.
+  int64_t vocab_begin = 0, vocab_end = 0;
 
   int world() const { return tensor * sequence; }
   int tp_rank() const { return rank / sequence; }  // t

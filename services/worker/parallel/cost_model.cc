@@ -43,16 +43,17 @@ Hardware H200Sxm() {
 }
 
 Hardware CpuRankThread() {
-  // One thread of the 2-core AVX512-BF16 host CI runs on (bench/parallel
-  // --calibrate measures these: bf16 GEMM rate at 256 rows, GEMV streaming
-  // rate over a weight larger than the caches, Gloo all-reduce on loopback
-  // at 4 bytes and at 4 MiB).
+  // One thread of the 2-core AVX512-BF16 host CI runs on, with the other
+  // rank's thread busy beside it, as `bench_shift --calibrate` measures them
+  // (two runs, 2026-12-05: bf16 GEMM of 256 rows 222 and 225 GFLOP/s; GEMV
+  // streaming a 64 MiB weight 33 and 41 GB/s; Gloo all-reduce on loopback
+  // 80 and 94 us at 4 bytes, 1.1 and 2.2 GB/s at 4 MiB).
   Hardware h;
   h.name = "cpu";
-  h.flops = 150e9;
-  h.memory_bandwidth = 9e9;
+  h.flops = 220e9;
+  h.memory_bandwidth = 35e9;
   h.link_bandwidth = 1.5e9;
-  h.collective_latency = 60e-6;
+  h.collective_latency = 90e-6;
   h.step_overhead = 0;
   h.activation_bytes = 4;  // f32 activations
   h.weight_bytes = 2;
@@ -78,9 +79,15 @@ StepWork CountStep(const ModelConfig& m, Grid grid, ParallelMode mode, const Ste
   const double rows = sp ? std::ceil(static_cast<double>(load.tokens) / grid.sequence) : load.tokens;
   const double groups = sp ? grid.sequence : 1;
   const double layer_weights = groups * (h * (q_heads + 2 * kv_heads) * d + q_heads * d * h + 3 * h * inter / world);
+  // The lm_head is vocab-parallel over every rank; rank 0 gathers the logits.
+  const double vocab_slice = static_cast<double>(m.vocab_size) / world;
   StepWork w;
-  w.linear_flops = m.num_layers * 2 * rows * layer_weights + 2.0 * load.logit_rows * h * m.vocab_size;
-  w.weight_elements = m.num_layers * layer_weights + h * m.vocab_size;
+  w.linear_flops = m.num_layers * 2 * rows * layer_weights + 2.0 * load.logit_rows * h * vocab_slice;
+  w.weight_elements = m.num_layers * layer_weights + h * vocab_slice;
+  if (world > 1) {
+    const double rank0_slice = std::floor(vocab_slice);
+    w.gather = {1, load.logit_rows * (m.vocab_size - rank0_slice), world};
+  }
   w.attention_flops = m.num_layers * 4.0 * load.attended * d * q_heads;
   w.kv_elements = m.num_layers * 2.0 * load.kv_tokens * kv_heads * d;
   if (sp) {
@@ -104,8 +111,8 @@ StepTime PredictStep(const ModelConfig& m, const Hardware& hw, Grid grid, Parall
   const StepWork w = CountStep(m, grid, mode, load);
   // Rooflines per layer (every layer alike), then the lm_head.
   auto roofline = [&](double flops, double bytes) { return std::max(flops / hw.flops, bytes / hw.memory_bandwidth); };
-  const double lm_flops = 2.0 * load.logit_rows * m.hidden_size * m.vocab_size;
-  const double lm_elements = static_cast<double>(m.hidden_size) * m.vocab_size;
+  const double lm_elements = static_cast<double>(m.hidden_size) * m.vocab_size / grid.world();
+  const double lm_flops = 2.0 * load.logit_rows * lm_elements;
   StepTime t;
   t.linear = m.num_layers * roofline((w.linear_flops - lm_flops) / m.num_layers,
                                      (w.weight_elements - lm_elements) * hw.weight_bytes / m.num_layers) +
@@ -119,6 +126,8 @@ StepTime PredictStep(const ModelConfig& m, const Hardware& hw, Grid grid, Parall
                        2.0 * (ar.ranks - 1) / ar.ranks * ar.elements * hw.activation_bytes / hw.link_bandwidth;
   if (a2a.calls > 0)
     t.communication += a2a.calls * hw.collective_latency + a2a.elements * hw.activation_bytes / hw.link_bandwidth;
+  if (w.gather.calls > 0)
+    t.communication += hw.collective_latency + w.gather.elements * hw.activation_bytes / hw.link_bandwidth;
   t.overhead = hw.step_overhead;
   return t;
 }

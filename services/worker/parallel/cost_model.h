@@ -88,6 +88,8 @@ struct StepWork {
     int ranks = 1;
   };
   Collective all_reduce, all_to_all;
+  // Vocab-parallel logits gathered on rank 0: the elements it receives.
+  Collective gather;
 };
 
 StepWork CountStep(const ModelConfig& model, Grid grid, ParallelMode mode, const StepLoad& load);

@@ -4,8 +4,8 @@
 // the row-parallel sums, so logits agree within a stated tolerance, not
 // bitwise; greedy tokens must be identical wherever one rank's top-2 margin
 // exceeds that tolerance (checked at every step: a divergence below it is
-// reported, one above fails). Every rank computes the same logits (the
-// all-reduce hands every rank the same sums), bit for bit.
+// reported, one above fails). Rank 0 drives the others through a
+// LeaderBackend, as floe-worker does, and gathers the vocab-parallel logits.
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,24 +88,27 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> GridBackend(const TestModel& model, 
                              .tensor_group = grid.tensor.get()});
 }
 
-// A backend whose k-th Forward runs in schedule(k), as a LeaderBackend's
-// policy would pick.
+// Rank 0 of a grid drives the others as floe-worker does: a LeaderBackend
+// broadcasts each step (its k-th Forward in schedule(k)), the other ranks
+// run RunFollower; rank 0 alone gathers the logits (vocab-parallel).
 class Scheduled final : public Backend {
  public:
-  Scheduled(Backend& inner, std::function<ParallelMode(int)> schedule) : inner_(inner), schedule_(std::move(schedule)) {}
-  const ModelConfig& config() const override { return inner_.config(); }
-  size_t KvBytesPerBlock(int block_size) const override { return inner_.KvBytesPerBlock(block_size); }
+  Scheduled(LeaderBackend& leader, std::function<ParallelMode(int)> schedule)
+      : leader_(leader), schedule_(std::move(schedule)) {}
+  const ModelConfig& config() const override { return leader_.config(); }
+  size_t KvBytesPerBlock(int block_size) const override { return leader_.KvBytesPerBlock(block_size); }
   absl::Status AllocateKvCache(int num_blocks, int block_size) override {
-    return inner_.AllocateKvCache(num_blocks, block_size);
+    return leader_.AllocateKvCache(num_blocks, block_size);
   }
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override {
-    inner_.SetParallelMode(schedule_(step_++));
-    return inner_.Forward(batch, logits);
+    const bool sp = schedule_(step_++) == ParallelMode::kSequence;
+    leader_.set_policy({sp ? ShiftPolicy::Pin::kSequence : ShiftPolicy::Pin::kTensor});
+    return leader_.Forward(batch, logits);
   }
-  std::span<const float> LastHiddenStates() const override { return inner_.LastHiddenStates(); }
+  std::span<const float> LastHiddenStates() const override { return leader_.LastHiddenStates(); }
 
  private:
-  Backend& inner_;
+  LeaderBackend& leader_;
   std::function<ParallelMode(int)> schedule_;
   int step_ = 0;
 };
@@ -113,25 +116,33 @@ class Scheduled final : public Backend {
 ParallelMode AlwaysTp(int) { return ParallelMode::kTensor; }
 ParallelMode AlwaysSp(int) { return ParallelMode::kSequence; }
 
-// Generates on every rank of a T x S grid with the modes of `schedule`;
-// every rank must compute the same logits (the TP mode's all-reduce and the
-// SP mode's gather hand each the same rows), bit for bit.
-Generation RunOnGrid(const TestModel& model, int tensor, int sequence, const std::vector<int32_t>& prompt, int steps,
-                     int chunk, const std::function<ParallelMode(int)>& schedule) {
-  const int size = tensor * sequence;
-  std::vector<Generation> out(size);
+// Runs lead(backend) on rank 0 of a T x S grid (its backend wrapped in a
+// LeaderBackend) while the other ranks follow it.
+void LeadGrid(const TestModel& model, int tensor, int sequence, const std::function<void(LeaderBackend&)>& lead) {
   OnGrid(tensor, sequence, [&](int r, GlooGrid& grid) {
     auto backend = GridBackend(model, grid, sequence);
     ASSERT_TRUE(backend.ok()) << backend.status();
-    ASSERT_TRUE((*backend)->AllocateKvCache(64, 4).ok());
-    Scheduled scheduled(**backend, schedule);
-    out[r] = testing_model::Generate(scheduled, prompt, steps, chunk, 4, 0, 64);
+    if (r > 0) {
+      const absl::Status s = RunFollower(**backend, *grid.world);
+      EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s;
+      return;
+    }
+    LeaderBackend leader(std::move(backend).value(), *grid.world,
+                         [](const absl::Status& s) { ADD_FAILURE() << "rank group failed: " << s; });
+    lead(leader);
+  });  // the leader tells the followers to stop as it goes
+}
+
+// Generates on a T x S grid with the modes of `schedule`.
+Generation RunOnGrid(const TestModel& model, int tensor, int sequence, const std::vector<int32_t>& prompt, int steps,
+                     int chunk, const std::function<ParallelMode(int)>& schedule) {
+  Generation out;
+  LeadGrid(model, tensor, sequence, [&](LeaderBackend& leader) {
+    ASSERT_TRUE(leader.AllocateKvCache(64, 4).ok());
+    Scheduled scheduled(leader, schedule);
+    out = testing_model::Generate(scheduled, prompt, steps, chunk, 4, 0, 64);
   });
-  for (int r = 1; r < size; ++r) {
-    EXPECT_EQ(out[r].step_logits, out[0].step_logits) << "rank " << r << " differs from rank 0";
-    EXPECT_EQ(out[r].tokens, out[0].tokens);
-  }
-  return out[0];
+  return out;
 }
 
 Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps, int chunk,
@@ -233,24 +244,19 @@ TEST(SequenceParallelTest, MixedBatchWithATreeIsBitIdentical) {
   ASSERT_TRUE(one.ok());
   ASSERT_TRUE((*one)->AllocateKvCache(16, 4).ok());
   const std::vector<float> want = run(**one);
-  for (int size : {2, 3}) {  // 3 ranks: 19 rows split 6/6/7, heads 4 do not split by 3: refused
-    std::vector<std::vector<float>> got(size);
-    std::vector<absl::Status> created(size);
-    OnRanks(size, [&](int r, Communicator& comm) {
-      auto b = CpuBackend::Create(model.config(), model.weights(),
-                                  {.num_threads = 1, .communicator = &comm, .sequence_parallel_size = size});
-      created[r] = b.status();
-      if (!b.ok()) return;
-      ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
-      (*b)->SetParallelMode(ParallelMode::kSequence);
-      got[r] = run(**b);
+  for (int size : {2, 4}) {
+    std::vector<float> got;
+    LeadGrid(model, 1, size, [&](LeaderBackend& leader) {
+      ASSERT_TRUE(leader.AllocateKvCache(16, 4).ok());
+      leader.set_policy({ShiftPolicy::Pin::kSequence});
+      got = run(leader);
     });
-    if (size == 3) {
-      EXPECT_EQ(created[0].code(), absl::StatusCode::kInvalidArgument) << created[0];
-      continue;
-    }
-    for (int r = 0; r < size; ++r) EXPECT_EQ(got[r], want) << "rank " << r;
+    EXPECT_EQ(got, want) << "SP " << size;
   }
+  // 3 ranks: 4 heads do not split by 3: refused, naming the numbers.
+  auto refused = ShiftRankLayout(model.config(), 0, 1, 3);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
 }
 
 // A rank that goes away fails the step on the others, within the deadline,
@@ -341,19 +347,16 @@ TEST(ShiftGridTest, EachModeEqualsItsPureLayoutBitForBit) {
   std::vector<int32_t> parents = {-1, 0, 0, 1, 1};
   const ForwardSequence seqs[3] = {{p1, 0, t1, 9}, {p2, 0, t2, 1}, {p3, 0, t3, 5, parents}};
   auto run = [&](int tensor, int sequence, ParallelMode mode) {
-    std::vector<std::vector<float>> got(tensor * sequence);
-    OnGrid(tensor, sequence, [&](int r, GlooGrid& grid) {
-      auto b = GridBackend(model, grid, sequence);
-      ASSERT_TRUE(b.ok()) << b.status();
-      ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
-      (*b)->SetParallelMode(mode);
-      got[r].resize(15 * vocab);
-      EXPECT_TRUE((*b)->Forward(seqs, got[r].data()).ok());
-      auto hidden = (*b)->LastHiddenStates();
-      got[r].insert(got[r].end(), hidden.begin(), hidden.end());
+    std::vector<float> got;
+    LeadGrid(model, tensor, sequence, [&](LeaderBackend& leader) {
+      ASSERT_TRUE(leader.AllocateKvCache(16, 4).ok());
+      leader.set_policy({mode == ParallelMode::kSequence ? ShiftPolicy::Pin::kSequence : ShiftPolicy::Pin::kTensor});
+      got.resize(15 * vocab);
+      EXPECT_TRUE(leader.Forward(seqs, got.data()).ok());
+      auto hidden = leader.LastHiddenStates();
+      got.insert(got.end(), hidden.begin(), hidden.end());
     });
-    for (size_t r = 1; r < got.size(); ++r) EXPECT_EQ(got[r], got[0]) << "rank " << r;
-    return got[0];
+    return got;
   };
   EXPECT_EQ(run(2, 2, ParallelMode::kTensor), run(4, 1, ParallelMode::kTensor));
   EXPECT_EQ(run(2, 2, ParallelMode::kSequence), run(2, 1, ParallelMode::kTensor));

@@ -72,12 +72,18 @@ class CountingOps final : public ModelOps {
   void Logits(Activation, WeightId m, float*) override {
     work.linear_flops += 2.0 * logit_rows_ * shapes_[m].first * shapes_[m].second;
     work.weight_elements += static_cast<double>(shapes_[m].first) * shapes_[m].second;
+    // Rank 0 receives every other rank's vocabulary slice.
+    const int world = layout_.world();
+    if (world > 1) {
+      const int64_t rank0 = vocab_ / world;
+      work.gather = {1, static_cast<double>(logit_rows_) * (vocab_ - rank0), world};
+    }
   }
   void AllReduce(Activation) override {
     if (rows_ == 0) return;
     Add(work.all_reduce, static_cast<double>(rows_) * hidden_, sp_ ? layout_.tensor : layout_.world());
   }
-  int64_t head_dim_ = 0, hidden_ = 0;
+  int64_t head_dim_ = 0, hidden_ = 0, vocab_ = 0;
 
  private:
   static void Add(StepWork::Collective& c, double elements, int ranks) {
@@ -103,7 +109,7 @@ struct Model {
     config.num_kv_heads = 2;
     config.head_dim = 16;
     config.intermediate_size = 256;
-    config.vocab_size = 300;
+    config.vocab_size = 320;  // divisible by every grid here (CountStep takes V / W per rank)
     config.num_layers = 3;
     auto t = [&](std::vector<int64_t> shape) {
       int64_t n = 1;
@@ -145,6 +151,7 @@ TEST(CostModelTest, CountsWhatTheModelRuns) {
         CountingOps ops(*layout);
         ops.head_dim_ = model.config.head_dim;
         ops.hidden_ = model.config.hidden_size;
+        ops.vocab_ = model.config.vocab_size;
         auto forward = LlamaForward::Create(model.config, model.weights, ops, &*layout);
         ASSERT_TRUE(forward.ok()) << forward.status();
         std::vector<int32_t> ids(tokens, 1), table(64, 0);
@@ -161,6 +168,8 @@ TEST(CostModelTest, CountsWhatTheModelRuns) {
         }
         EXPECT_EQ(ops.work.all_to_all.calls, want.all_to_all.calls);
         EXPECT_DOUBLE_EQ(ops.work.all_to_all.elements, want.all_to_all.elements);
+        EXPECT_EQ(ops.work.gather.calls, want.gather.calls);
+        EXPECT_DOUBLE_EQ(ops.work.gather.elements, want.gather.elements);
       }
     }
   }
@@ -175,8 +184,8 @@ TEST(CostModelTest, DecodeIsMemoryBoundAndPrefillComputeBound) {
   EXPECT_NEAR(decode.linear, w.weight_elements * gpu.weight_bytes / gpu.memory_bandwidth, 1e-9);
   const StepTime prefill = PredictStep(m, gpu, grid, ParallelMode::kSequence, {.tokens = 8192});
   const StepWork pw = CountStep(m, grid, ParallelMode::kSequence, {.tokens = 8192});
-  // The layers compute-bound; the lm_head (one logits row) streams its weights.
-  const double lm_elements = static_cast<double>(m.hidden_size) * m.vocab_size;
+  // The layers compute-bound; the lm_head (one logits row, its vocab slice) streams its weights.
+  const double lm_elements = static_cast<double>(m.hidden_size) * m.vocab_size / grid.world();
   EXPECT_NEAR(prefill.linear,
               (pw.linear_flops - 2 * lm_elements) / gpu.flops + lm_elements * gpu.weight_bytes / gpu.memory_bandwidth,
               1e-9);
