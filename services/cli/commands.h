@@ -10,5 +10,6 @@ int RunTokenize(int argc, char** argv);
 int RunDetokenize(int argc, char** argv);
 int RunMakeModel(int argc, char** argv);
 int RunBench(int argc, char** argv);
+int RunPlan(int argc, char** argv);
 
 }  // namespace floe

@@ -15,7 +15,8 @@ constexpr char kUsage[] =
     "  tokenize     text on stdin -> {\"ids\": [...]} with a tokenizer.json\n"
     "  detokenize   {\"ids\": [...]} on stdin -> text\n"
     "  make-model   write a Hugging Face checkpoint folder with seeded random weights\n"
-    "  bench        serving benchmark against a router (TTFT, TPOT, ITL, throughput)\n";
+    "  bench        serving benchmark against a router (TTFT, TPOT, ITL, throughput)\n"
+    "  plan         predict TTFT, TPOT and throughput of DP, TP, SP and shift on N GPUs (cost model)\n";
 
 }  // namespace
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   if (command == "detokenize") return floe::RunDetokenize(argc - 1, argv + 1);
   if (command == "make-model") return floe::RunMakeModel(argc - 1, argv + 1);
   if (command == "bench") return floe::RunBench(argc - 1, argv + 1);
+  if (command == "plan") return floe::RunPlan(argc - 1, argv + 1);
   std::fprintf(stderr, "floe: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
   return 2;
 }
