@@ -17,7 +17,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 # dependencies this image lacks (Gloo for the NCCL test's bootstrap) is
 # named as not built.
 gpu_tests=$(grep -rhoE 'NAME [a-z_]+' tests/kernels/cuda/CMakeLists.txt | awk '{print $2}')
-gpu_tests="$gpu_tests nccl_communicator_test"
+# nccl_parallel_test: the 2-GPU TP/SP equality case (the model's collectives on NCCL).
+gpu_tests="$gpu_tests nccl_communicator_test nccl_parallel_test"
 FLOE_BUILD_DIR=build-gpu FLOE_CMAKE_ARGS="-DFLOE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" \
   FLOE_JOBS=$(nproc) scripts/build.sh build.ninja >/dev/null 2>&1 || true
 built=""

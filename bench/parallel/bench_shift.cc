@@ -32,6 +32,7 @@
 #include "services/worker/model/checkpoint_writer.h"
 #include "services/worker/parallel/cost_model.h"
 #include "services/worker/parallel/gloo_communicator.h"
+#include "services/worker/parallel/timed_communicator.h"
 
 namespace floe {
 namespace {
@@ -46,12 +47,14 @@ double Median(std::vector<double> v) {
 struct Point {
   int64_t tokens = 0;
   std::vector<double> tp, sp, shift;  // seconds per step
+  std::vector<double> tp_collective, sp_collective;  // of which rank 0 spent in collectives
 };
 
-// The figures of CpuRankThread(), measured: one thread's bf16 GEMM rate (256
-// rows through the 1B model's gate|up), its streaming rate (one row through
-// a 64 MiB weight), and a Gloo all-reduce between the two ranks at 4 bytes
-// (latency) and 4 MiB (bandwidth).
+// The figures of CpuRankThread(), measured on both ranks at once: one
+// thread's bf16 GEMM rate (256 rows through the 1B model's gate|up), its
+// streaming rate (one row through a 64 MiB weight), and a Gloo all-reduce
+// between the two ranks at 4 bytes, idle and after a stretch of compute
+// (the latency a layer sees), and at 4 MiB (bandwidth).
 nlohmann::json Calibrate(Communicator& comm) {
   cpu::ThreadPool pool(1);
   std::vector<uint16_t> w(static_cast<size_t>(16384) * 2048, 0x3c00);
@@ -72,13 +75,34 @@ nlohmann::json Calibrate(Communicator& comm) {
   const double gemv = best_of(5, [&] { cpu::Matmul(x.data(), 1, packed, y.data(), pool, -1, &scratch); });
   std::vector<float> small(1), big(1 << 20);
   (void)comm.AllReduceSum(small);
-  const double latency = best_of(50, [&] { (void)comm.AllReduceSum(small); });
+  const double idle_latency = best_of(50, [&] { (void)comm.AllReduceSum(small); });
+  // Under load, as in a layer: each all-reduce follows a stretch of compute
+  // on both ranks, so Gloo's I/O thread must be scheduled beside the busy
+  // compute threads (2 cores, 2 ranks). Median of 20 (compute + all-reduce)
+  // minus the compute alone.
+  const TensorView quarter{DType::kBF16, {4096, 2048}, w.data()};
+  const cpu::PackedMatrix slice = cpu::PackMatrix({&quarter, 1}, pool);
+  std::vector<double> with, without;
+  for (int i = 0; i < 20; ++i) {
+    double t0 = Now();
+    cpu::Matmul(x.data(), 1, slice, y.data(), pool, -1, &scratch);
+    without.push_back(Now() - t0);
+    t0 = Now();
+    cpu::Matmul(x.data(), 1, slice, y.data(), pool, -1, &scratch);
+    (void)comm.AllReduceSum(small);
+    with.push_back(Now() - t0);
+  }
+  std::sort(with.begin(), with.end());
+  std::sort(without.begin(), without.end());
+  // A 2-rank ring all-reduce is 2 hops (the cost model's unit).
+  const double latency = std::max(idle_latency, with[10] - without[10]) / 2;
   const double big_time = best_of(5, [&] { (void)comm.AllReduceSum(big); });
   // A 2-rank ring moves 2 (n-1)/n = 1 x the data each way.
-  const double link = big.size() * 4.0 / std::max(1e-9, big_time - latency);
+  const double link = big.size() * 4.0 / std::max(1e-9, big_time - idle_latency);
   return {{"flops", 2.0 * 256 * 16384 * 2048 / gemm},
           {"memory_bandwidth", packed.bytes() / gemv},
           {"collective_latency", latency},
+          {"all_reduce_latency_idle", idle_latency},
           {"link_bandwidth", link}};
 }
 
@@ -94,7 +118,7 @@ size_t SustainedCrossing(std::vector<Point>& points) {
 }  // namespace
 
 int Run(int argc, char** argv) {
-  int layers = 16, reps = 3;
+  int layers = 16, reps = 3, tensor = 1, sequence = 2;
   std::string token_list = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096";
   int64_t threshold = 0;
   bool calibrate = false;
@@ -106,6 +130,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("reps", &reps, "repetitions per point (medians; at least 15 for steps under 0.5 s)");
   parser.AddInt64("threshold", &threshold, "shift threshold (0: the cost model's)");
   parser.AddBool("calibrate", &calibrate, "measure the CPU rank figures the cost model names");
+  parser.AddInt("tensor-parallel-size", &tensor, "T of the 2-rank grid (T x S = 2)");
+  parser.AddInt("sequence-parallel-size", &sequence, "S of the 2-rank grid (S = 1: both modes are TP)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "bench_shift")) return *exit_code;
   std::vector<int64_t> tokens;
   for (absl::string_view t : absl::StrSplit(token_list, ',')) {
@@ -116,7 +142,8 @@ int Run(int argc, char** argv) {
   auto config = PresetConfig("llama-3.2-1b");
   config->num_layers = layers;
   std::unique_ptr<DummyModel> model = BuildModel(*config);
-  const Grid grid{1, 2};
+  if (tensor * sequence != 2) return std::fprintf(stderr, "bench_shift: T x S must be 2\n"), 2;
+  const Grid grid{tensor, sequence};
   const int64_t predicted = PredictShiftThreshold(model->config, CpuRankThread(), grid);
   ShiftPolicy policy{ShiftPolicy::Pin::kShift, threshold > 0 ? threshold : predicted};
 
@@ -127,20 +154,27 @@ int Run(int argc, char** argv) {
   const int block_size = 16, blocks = static_cast<int>((max_tokens + block_size - 1) / block_size);
   nlohmann::json calibration;
   std::vector<Point> points;
+  std::atomic<int64_t> rank1_collective_ns{0};
   std::thread follower([&] {
-    auto g = ConnectGlooGrid({.rank = 1, .size = 2, .store_dir = dir.string(), .timeout = std::chrono::minutes(5)}, 2);
+    auto g = ConnectGlooGrid({.rank = 1, .size = 2, .store_dir = dir.string(), .timeout = std::chrono::minutes(5)},
+                             sequence);
     if (!g.ok()) return (void)std::fprintf(stderr, "rank 1: %s\n", g.status().ToString().c_str());
+    TimedCommunicator timed1(*g->world, rank1_collective_ns);
     auto b = CpuBackend::Create(model->config, model->weights,
-                                {.num_threads = 1, .communicator = g->world.get(), .sequence_parallel_size = 2});
+                                {.num_threads = 1, .communicator = &timed1, .sequence_parallel_size = sequence});
     if (!b.ok()) return (void)std::fprintf(stderr, "rank 1: %s\n", b.status().ToString().c_str());
     if (calibrate) calibration = Calibrate(*g->world);
     const absl::Status s = RunFollower(**b, *g->world);
     if (!s.ok()) std::fprintf(stderr, "rank 1: %s\n", s.ToString().c_str());
   });
-  auto g = ConnectGlooGrid({.rank = 0, .size = 2, .store_dir = dir.string(), .timeout = std::chrono::minutes(5)}, 2);
+  auto g = ConnectGlooGrid({.rank = 0, .size = 2, .store_dir = dir.string(), .timeout = std::chrono::minutes(5)},
+                           sequence);
   if (!g.ok()) return std::fprintf(stderr, "rank 0: %s\n", g.status().ToString().c_str()), 1;
+  // Rank 0's collectives timed: the JSON reports their share of each step.
+  std::atomic<int64_t> collective_ns{0};
+  TimedCommunicator timed(*g->world, collective_ns);
   auto local = CpuBackend::Create(model->config, model->weights,
-                                  {.num_threads = 1, .communicator = g->world.get(), .sequence_parallel_size = 2});
+                                  {.num_threads = 1, .communicator = &timed, .sequence_parallel_size = sequence});
   if (!local.ok()) return std::fprintf(stderr, "rank 0: %s\n", local.status().ToString().c_str()), 1;
   if (calibrate) (void)Calibrate(*g->world);
   {
@@ -152,20 +186,28 @@ int Run(int argc, char** argv) {
     std::vector<int32_t> table(blocks);
     for (int i = 0; i < blocks; ++i) table[i] = i;
     std::vector<float> logits(model->config.vocab_size);
+    int64_t last_collective_start = 0;
     // One prefill-like step of n tokens (one sequence, one logits row).
     auto step = [&](int64_t n, ShiftPolicy p) {
       std::vector<int32_t> ids(n);
       for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919) % model->config.vocab_size);
       const ForwardSequence seq{ids, 0, {table.data(), static_cast<size_t>((n + block_size - 1) / block_size)}, 1};
       leader.set_policy(p);
+      last_collective_start = collective_ns.load();
+      const int64_t r1 = rank1_collective_ns.load();
       const double t0 = Now();
       if (absl::Status s = leader.Forward({&seq, 1}, logits.data()); !s.ok()) {
         std::fprintf(stderr, "step: %s\n", s.ToString().c_str());
         std::exit(1);
       }
+      if (getenv("FLOE_BENCH_DEBUG"))
+        std::fprintf(stderr, "  step %lld %s: %.4f s, rank 0 in collectives %.4f, rank 1 %.4f\n", (long long)n,
+                     p.pin == ShiftPolicy::Pin::kTensor ? "tp" : "sp", Now() - t0,
+                     (collective_ns.load() - last_collective_start) * 1e-9, (rank1_collective_ns.load() - r1) * 1e-9);
       return Now() - t0;
     };
     const ShiftPolicy tp{ShiftPolicy::Pin::kTensor}, sp{ShiftPolicy::Pin::kSequence};
+    auto collective_s = [&] { return (collective_ns.load() - last_collective_start) * 1e-9; };
     auto measure = [&](int64_t n) {
       Point p{n};
       // Short steps get more repetitions: this host's memory bandwidth swings
@@ -174,18 +216,27 @@ int Run(int argc, char** argv) {
       const int n_reps = warm < 1.0 ? std::max(reps, 15) : reps;
       for (int r = 0; r < n_reps; ++r) {
         // Alternate the order so that drift on this host favours no mode.
-        if (r % 2 == 0) {
+        auto run_tp = [&] {
           p.tp.push_back(step(n, tp));
+          p.tp_collective.push_back(collective_s());
+        };
+        auto run_sp = [&] {
           p.sp.push_back(step(n, sp));
+          p.sp_collective.push_back(collective_s());
+        };
+        if (r % 2 == 0) {
+          run_tp();
+          run_sp();
           p.shift.push_back(step(n, policy));
         } else {
           p.shift.push_back(step(n, policy));
-          p.sp.push_back(step(n, sp));
-          p.tp.push_back(step(n, tp));
+          run_sp();
+          run_tp();
         }
       }
-      std::fprintf(stderr, "tokens %5lld: tp %.4f s, sp %.4f s, shift %.4f s\n", static_cast<long long>(n),
-                   Median(p.tp), Median(p.sp), Median(p.shift));
+      std::fprintf(stderr, "tokens %5lld: tp %.4f s (collectives %.4f), sp %.4f s (%.4f), shift %.4f s\n",
+                   static_cast<long long>(n), Median(p.tp), Median(p.tp_collective), Median(p.sp),
+                   Median(p.sp_collective), Median(p.shift));
       return p;
     };
     for (int64_t n : tokens) points.push_back(measure(n));
@@ -224,6 +275,8 @@ int Run(int argc, char** argv) {
                     {"sp_s", sp},
                     {"shift_s", shift},
                     {"shift_mode", ParallelModeName(policy.Choose(p.tokens))},
+                    {"tp_collective_s", Median(p.tp_collective)},
+                    {"sp_collective_s", Median(p.sp_collective)},
                     {"tp_samples", p.tp},
                     {"sp_samples", p.sp},
                     {"shift_samples", p.shift}});

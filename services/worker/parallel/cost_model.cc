@@ -14,8 +14,9 @@ constexpr double kGpuFlopsEfficiency = 0.7;
 constexpr double kGpuMemoryEfficiency = 0.8;
 // NVLink 4: 450 GB/s each way per GPU; NCCL's ring reaches about 80% of it.
 constexpr double kNvlinkBandwidth = 450e9 * 0.8;
-// One NCCL collective launched inside a CUDA graph, small message.
-constexpr double kNcclLatency = 8e-6;
+// One hop of an NCCL collective inside a CUDA graph (a small ring
+// all-reduce over 8 GPUs, 14 hops: about 17 us).
+constexpr double kNcclLatency = 1.2e-6;
 
 }  // namespace
 
@@ -45,15 +46,17 @@ Hardware H200Sxm() {
 Hardware CpuRankThread() {
   // One thread of the 2-core AVX512-BF16 host CI runs on, with the other
   // rank's thread busy beside it, as `bench_shift --calibrate` measures them
-  // (two runs, 2026-12-05: bf16 GEMM of 256 rows 222 and 225 GFLOP/s; GEMV
-  // streaming a 64 MiB weight 33 and 41 GB/s; Gloo all-reduce on loopback
-  // 80 and 94 us at 4 bytes, 1.1 and 2.2 GB/s at 4 MiB).
+  // (2026-12-05, three runs: bf16 GEMM of 256 rows 222-225 GFLOP/s; GEMV
+  // streaming a 64 MiB weight 30-41 GB/s; Gloo on loopback 1.1-2.2 GB/s at
+  // 4 MiB; a 2-rank all-reduce (2 hops) right after a stretch of compute
+  // 0.81 ms, where idle it takes 74-94 us: Gloo's I/O thread waits for a
+  // core the compute threads hold).
   Hardware h;
   h.name = "cpu";
   h.flops = 220e9;
-  h.memory_bandwidth = 35e9;
+  h.memory_bandwidth = 32e9;
   h.link_bandwidth = 1.5e9;
-  h.collective_latency = 90e-6;
+  h.collective_latency = 0.4e-3;
   h.step_overhead = 0;
   h.activation_bytes = 4;  // f32 activations
   h.weight_bytes = 2;
@@ -122,12 +125,14 @@ StepTime PredictStep(const ModelConfig& m, const Hardware& hw, Grid grid, Parall
   const StepWork::Collective& ar = w.all_reduce;
   const StepWork::Collective& a2a = w.all_to_all;
   if (ar.calls > 0)
-    t.communication += ar.calls * hw.collective_latency +
+    t.communication += ar.calls * 2.0 * (ar.ranks - 1) * hw.collective_latency +
                        2.0 * (ar.ranks - 1) / ar.ranks * ar.elements * hw.activation_bytes / hw.link_bandwidth;
   if (a2a.calls > 0)
-    t.communication += a2a.calls * hw.collective_latency + a2a.elements * hw.activation_bytes / hw.link_bandwidth;
+    t.communication += a2a.calls * (a2a.ranks - 1.0) * hw.collective_latency +
+                       a2a.elements * hw.activation_bytes / hw.link_bandwidth;
   if (w.gather.calls > 0)
-    t.communication += hw.collective_latency + w.gather.elements * hw.activation_bytes / hw.link_bandwidth;
+    t.communication += (w.gather.ranks - 1.0) * hw.collective_latency +
+                       w.gather.elements * hw.activation_bytes / hw.link_bandwidth;
   t.overhead = hw.step_overhead;
   return t;
 }

@@ -10,8 +10,9 @@
 // bandwidth (a roofline: decode streams the weights, prefill is
 // compute-bound); attention's FLOPs and KV reads are the same in both modes
 // (each rank holds the same heads) and added once; every collective costs
-// a fixed latency plus its bytes over the link bandwidth (ring all-reduce:
-// 2 (n-1)/n of the data; all-to-all: the (n-1)/n that leaves the rank).
+// its hops' latency plus its bytes over the link bandwidth (ring all-reduce:
+// 2 (n-1) hops and 2 (n-1)/n of the data; all-to-all: n-1 hops and what
+// leaves the rank).
 // TP moves the rows' hidden states twice a layer over all ranks and reads
 // 1/(T S) of the weights; SP x TP splits the rows S ways, moves only q|k|v
 // and the attention output within its SP group, and reads 1/T of them. So
@@ -36,7 +37,10 @@ struct Hardware {
   double flops = 0;               // FLOP/s one rank sustains in the model's GEMMs
   double memory_bandwidth = 0;    // bytes/s one rank streams its weights and KV at
   double link_bandwidth = 0;      // bytes/s one rank sends (and receives) in a collective
-  double collective_latency = 0;  // seconds each collective call costs beyond its bytes
+  // Seconds per hop of a collective beyond its bytes: one round of messages
+  // (a ring all-reduce over n ranks takes 2 (n-1) of them, an all-to-all or
+  // a gather n-1, a message to each other rank).
+  double collective_latency = 0;
   double step_overhead = 0;       // seconds per step outside the model (plan, sampling)
   double activation_bytes = 4;    // bytes per activation element on the wire
   double weight_bytes = 2;        // bytes per weight element
