@@ -3,7 +3,9 @@
 // S, on a grid of T S ranks (Shift Parallelism, model/parallel_layout.h):
 // this process is rank 0 (engine, gRPC) and starts ranks 1..TS-1 as child
 // processes of the same binary (--rank R --rank-dir DIR), which run only
-// their shard of the model (services/worker/backend/rank_group.h).
+// their shard of the model (services/worker/backend/rank_group.h); with
+// --rank-launch remote it waits for ranks started elsewhere instead, which
+// meet through the store it serves on its port (--rank-store).
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -27,6 +29,7 @@
 #include "services/worker/backend/rank_group.h"
 #include "services/worker/parallel/cost_model.h"
 #include "services/worker/parallel/gloo_communicator.h"
+#include "services/worker/parallel/rank_store.h"
 #include "services/worker/parallel/timed_communicator.h"
 #include "services/worker/engine/engine.h"
 #include "services/worker/speculation/make_proposers.h"
@@ -70,6 +73,11 @@ struct WorkerFlags {
   int64_t shift_threshold = 0;  // 0: from the cost model
   int rank = 0;          // internal: > 0 in the ranks rank 0 starts
   std::string rank_dir;  // internal: their rendezvous folder
+  // Ranks started elsewhere (another pod or machine): rank 0 does not fork
+  // them and serves the rendezvous store on its port; they find it there.
+  std::string rank_launch = "local";
+  std::string rank_store;
+  std::string rank_host = "127.0.0.1";
 };
 
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
@@ -82,9 +90,14 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
   };
   auto checkpoint = Checkpoint::Load(f.model, load);
   if (!checkpoint.ok()) return failed("load_failed", checkpoint.status());
-  auto grid = ConnectGlooGrid(
-      {.rank = f.rank, .size = f.tensor_parallel_size * f.sequence_parallel_size, .store_dir = f.rank_dir},
-      f.sequence_parallel_size);
+  std::unique_ptr<RemoteRankStore> store;
+  if (!f.rank_store.empty()) store = std::make_unique<RemoteRankStore>(f.rank_store);
+  auto grid = ConnectGlooGrid({.rank = f.rank,
+                               .size = f.tensor_parallel_size * f.sequence_parallel_size,
+                               .store_dir = f.rank_dir,
+                               .store = store.get(),
+                               .hostname = f.rank_host},
+                              f.sequence_parallel_size);
   if (!grid.ok()) return failed("rank_connect_failed", grid.status());
   auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(),
                                     {.num_threads = threads,
@@ -185,6 +198,12 @@ int Run(int argc, char** argv) {
                 "compute threads of each rank with several ranks (0: cores / ranks)");
   parser.AddInt("rank", &f.rank, "internal: this process's rank (set by rank 0 for the ranks it starts)");
   parser.AddString("rank-dir", &f.rank_dir, "internal: the ranks' rendezvous folder (set by rank 0)");
+  parser.AddString("rank-launch", &f.rank_launch,
+                   "local|remote: rank 0 starts the other ranks as child processes, or waits for ranks started "
+                   "elsewhere (each: the same flags plus --rank R --rank-store RANK0_HOST:PORT --rank-host ITS_IP)");
+  parser.AddString("rank-store", &f.rank_store,
+                   "ranks > 0 started elsewhere: rank 0's worker address, where they meet the others");
+  parser.AddString("rank-host", &f.rank_host, "the address this rank's collectives listen on (its pod IP)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-worker")) return *exit_code;
   if (f.model.empty()) {
     std::fprintf(stderr, "floe-worker: --model is required (see --help)\n");
@@ -242,8 +261,9 @@ int Run(int argc, char** argv) {
                           ? f.threads_per_rank
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
   if (f.rank > 0) {
-    if (f.rank >= ranks || f.rank_dir.empty()) {
-      std::fprintf(stderr, "floe-worker: --rank %d needs --rank-dir and more than %d ranks\n", f.rank, f.rank);
+    if (f.rank >= ranks || f.rank_dir.empty() == f.rank_store.empty()) {
+      std::fprintf(stderr, "floe-worker: --rank %d needs one of --rank-dir and --rank-store, and more than %d ranks\n",
+                   f.rank, f.rank);
       return 2;
     }
     return RunRank(f, load, threads);
@@ -275,7 +295,15 @@ int Run(int argc, char** argv) {
     metrics_server = std::move(started).value();
     std::printf("metrics worker %s\n", metrics_server->url().c_str());
   }
-  auto runner = ServerRunner::Start({absl::StrCat(f.host, ":", f.port)}, {&service});
+  if (f.rank_launch != "local" && f.rank_launch != "remote") {
+    std::fprintf(stderr, "floe-worker: --rank-launch must be local or remote, got %s\n", f.rank_launch.c_str());
+    return 2;
+  }
+  const bool remote_ranks = ranks > 1 && f.rank_launch == "remote";
+  RankStoreService rank_store;
+  std::vector<grpc::Service*> services = {&service};
+  if (remote_ranks) services.push_back(&rank_store);
+  auto runner = ServerRunner::Start({absl::StrCat(f.host, ":", f.port)}, services);
   if (!runner.ok()) {
     LogEvent(LogLevel::kError, "worker", "listen_failed", {{"error", std::string(runner.status().message())}});
     return 1;
@@ -299,7 +327,10 @@ int Run(int argc, char** argv) {
     LogEvent(LogLevel::kError, "worker", "rank_failed", {{"rank", rank}, {"error", why}});
     std::_Exit(1);
   };
-  if (ranks > 1) {
+  if (remote_ranks) {
+    LogEvent(LogLevel::kInfo, "worker", "waiting_for_ranks",
+             {{"ranks", static_cast<int64_t>(ranks - 1)}, {"rank_store", (*runner)->address()}});
+  } else if (ranks > 1) {
     char dir_template[] = "/tmp/floe-ranks-XXXXXX";
     if (!mkdtemp(dir_template)) {
       LogEvent(LogLevel::kError, "worker", "rank_dir_failed", {{"error", std::string(std::strerror(errno))}});
@@ -350,7 +381,13 @@ int Run(int argc, char** argv) {
     return timed.back().get();
   };
   if (ranks > 1) {
-    auto connected = ConnectGlooGrid({.rank = 0, .size = ranks, .store_dir = f.rank_dir}, f.sequence_parallel_size);
+    auto connected = ConnectGlooGrid({.rank = 0,
+                                      .size = ranks,
+                                      .store_dir = f.rank_dir,
+                                      .store = remote_ranks ? &rank_store.Local() : nullptr,
+                                      .hostname = f.rank_host},
+                                     f.sequence_parallel_size);
+    rank_store.Close();  // every rank has connected (or the worker gives up)
     if (!connected.ok()) {
       LogEvent(LogLevel::kError, "worker", "rank_connect_failed",
                {{"error", std::string(connected.status().message())}});

@@ -9,6 +9,7 @@
 // and the router serves on.
 #include <dirent.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <cmath>
@@ -226,6 +227,67 @@ TEST(TensorParallelClusterTest, AKilledRankTakesItsWorkerDownAndTheRouterServesO
     EXPECT_TRUE(Generate(*stub, r).status.ok());
   }
   std::printf("load during the kill: %d ok, %d failed (in flight on the dead worker)\n", ok.load(), failed.load());
+}
+
+
+// Ranks started elsewhere (another pod or machine, here another process
+// started by hand): rank 0 with --rank-launch remote waits for them and
+// serves the rendezvous store on its port; rank 1 meets it there with
+// --rank-store. The worker then serves, and losing rank 1 takes it down.
+TEST(TensorParallelClusterTest, RanksStartedElsewhereMeetThroughRankZero) {
+  const std::vector<std::string> common = {"--model", TinyModelDir(), "--tensor-parallel-size", "2",
+                                           "--threads-per-rank", "1", "--metrics-port", "-1"};
+  std::vector<std::string> rank0 = {BinaryPath("floe-worker"), "--port", "0", "--rank-launch", "remote"};
+  rank0.insert(rank0.end(), common.begin(), common.end());
+  auto leader = Subprocess::Spawn(rank0);
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  auto address = (*leader)->WaitForLine("worker listening on ", std::chrono::seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  std::vector<std::string> rank1 = {BinaryPath("floe-worker"), "--rank", "1", "--rank-store", *address};
+  rank1.insert(rank1.end(), common.begin(), common.end());
+  auto follower = Subprocess::Spawn(rank1);
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  auto channel = grpc::CreateChannel(*address, grpc::InsecureChannelCredentials());
+  auto stub = floe::v1::Worker::NewStub(channel);
+  // Serving once the ranks met and the model loaded.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext context;
+        floe::v1::LoadReport load;
+        return stub->GetLoad(&context, floe::v1::LoadRequest(), &load).ok();
+      },
+      std::chrono::seconds(60)));
+  GenerateRequest r;
+  r.mutable_token_ids()->add_ids(1);
+  r.mutable_token_ids()->add_ids(2);
+  r.mutable_token_ids()->add_ids(3);
+  r.mutable_stopping()->set_max_tokens(8);
+  r.mutable_stopping()->set_ignore_eos(true);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub->Generate(&context, r);
+  floe::v1::GenerateResponse response;
+  int tokens = 0;
+  while (reader->Read(&response)) tokens += response.has_chunk() ? response.chunk().token_ids_size() : 0;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, 8);
+  // The store closed once the ranks met: a late rank is told so.
+  std::vector<std::string> late = {BinaryPath("floe-worker"), "--rank", "1", "--rank-store", *address};
+  late.insert(late.end(), common.begin(), common.end());
+  auto third = Subprocess::Spawn(late);
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(WaitFor([&] { return (*third)->Exited(); }, std::chrono::seconds(60)));
+  EXPECT_TRUE(WIFEXITED((*third)->exit_status()) && WEXITSTATUS((*third)->exit_status()) == 1);
+  // Rank 1 gone: rank 0 fails its next step and exits non-zero.
+  kill((*follower)->pid(), SIGKILL);
+  grpc::ClientContext again;
+  again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader2 = stub->Generate(&again, r);
+  while (reader2->Read(&response)) {
+  }
+  (void)reader2->Finish();
+  EXPECT_TRUE(WaitFor([&] { return (*leader)->Exited(); }, std::chrono::seconds(60)));
+  EXPECT_TRUE(WIFEXITED((*leader)->exit_status()) && WEXITSTATUS((*leader)->exit_status()) == 1);
 }
 
 }  // namespace

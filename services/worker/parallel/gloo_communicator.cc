@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <vector>
 
 #include <gloo/allgather.h>
@@ -32,19 +33,51 @@ absl::Status FromException(const char* what, int rank, const std::exception& e) 
   return absl::UnavailableError(message);
 }
 
+// A RendezvousStore as Gloo's Store (whose errors are exceptions).
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(RendezvousStore& store, std::chrono::milliseconds wait) : store_(store), wait_(wait) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const absl::Status s = store_.Set(key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw std::runtime_error(absl::StrCat("store set ", key, ": ", s.ToString()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto v = store_.Get(key, wait_);
+    if (!v.ok()) throw std::runtime_error(absl::StrCat("store get ", key, absl::IsDeadlineExceeded(v.status()) ? ": timeout: " : ": ", v.status().ToString()));
+    return {v->begin(), v->end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, wait_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) {
+      auto v = store_.Get(key, timeout);
+      if (!v.ok()) throw std::runtime_error(absl::StrCat("store wait ", key, ": timeout: ", v.status().ToString()));
+    }
+  }
+
+ private:
+  RendezvousStore& store_;
+  std::chrono::milliseconds wait_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(const GlooOptions& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " is outside a world of ", options.size, " ranks"));
-  if (options.store_dir.empty()) return absl::InvalidArgumentError("GlooOptions.store_dir is empty");
+  if (options.store_dir.empty() == (options.store == nullptr))
+    return absl::InvalidArgumentError("GlooOptions: give exactly one of store_dir and store");
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore file_store(options.store_dir);
-    gloo::rendezvous::PrefixStore store(options.group, file_store);
+    std::unique_ptr<gloo::rendezvous::Store> base;
+    if (options.store) {
+      base = std::make_unique<StoreAdapter>(*options.store, options.rendezvous_timeout);
+    } else {
+      base = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
+    }
+    gloo::rendezvous::PrefixStore store(options.group, *base);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.rendezvous_timeout);
     context->connectFullMesh(store, device);

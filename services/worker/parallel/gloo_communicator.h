@@ -1,10 +1,11 @@
 // Communicator over Gloo (Debian's libgloo-dev): its TCP transport, on
 // loopback or the pod network, for CPU ranks.
 //
-// Rendezvous: ranks publish their addresses in a Gloo store; on one machine
-// a FileStore in a folder every rank can reach (floe-worker uses a fresh
-// temporary folder per worker). `group` prefixes the keys so several
-// communicators can share a folder.
+// Rendezvous: ranks publish their addresses in a store; on one machine a
+// Gloo FileStore in a folder every rank can reach (floe-worker uses a fresh
+// temporary folder per worker), across machines a RendezvousStore (rank 0
+// serves one over gRPC: rank_store.h). `group` prefixes the keys so several
+// communicators can share a store.
 //
 // Errors: Gloo reports failures (a peer gone, a deadline passed, sizes that
 // disagree) as exceptions; every call here catches them and answers a
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/worker/parallel/communicator.h"
+#include "services/worker/parallel/rendezvous_store.h"
 
 namespace gloo {
 class Context;
@@ -27,7 +29,8 @@ namespace floe {
 struct GlooOptions {
   int rank = 0;
   int size = 1;
-  std::string store_dir;           // FileStore folder shared by the ranks
+  std::string store_dir;           // FileStore folder shared by the ranks, or
+  RendezvousStore* store = nullptr;  // a store they reach (must outlive Connect)
   std::string group = "floe";      // key prefix in the store
   std::string hostname = "127.0.0.1";  // the address this rank listens on
   // Deadline of every collective, and of the rendezvous (ranks may still
