@@ -59,7 +59,22 @@ void WriteLimits(const RequestLimits& limits, floe::v1::ModelInfo* info) {
   info->set_max_tokens_limit(limits.max_tokens_limit);
 }
 
+absl::Status CheckRequestStrings(const GenerateRequest& request) {
+  const std::pair<const char*, std::pair<size_t, int>> fields[] = {
+      {"request_id", {request.request_id().size(), kMaxRequestIdBytes}},
+      {"model", {request.model().size(), kMaxModelNameBytes}},
+      {"session_id", {request.session_id().size(), kMaxSessionIdBytes}},
+      {"speculation.namespace", {request.speculation().namespace_().size(), kMaxNamespaceBytes}}};
+  for (const auto& [name, size_limit] : fields) {
+    if (size_limit.first > static_cast<size_t>(size_limit.second))
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has ", size_limit.first, " bytes; the limit is ", size_limit.second));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ResolveRequest(const RequestLimits& limits, GenerateRequest& request) {
+  if (absl::Status s = CheckRequestStrings(request); !s.ok()) return s;
   if (request.prompt_case() == GenerateRequest::kText)
     return absl::InvalidArgumentError("the prompt must be token_ids here (text is tokenized by the router)");
   const auto& ids = request.token_ids().ids();

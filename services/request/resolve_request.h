@@ -25,6 +25,18 @@ struct RequestLimits {
   int32_t max_stop_token_ids = 64;
 };
 
+// Every client-chosen string of a request, bounded (bytes): labels and
+// keys, never echoed or stored beyond these.
+inline constexpr int kMaxRequestIdBytes = 128;
+inline constexpr int kMaxModelNameBytes = 256;
+inline constexpr int kMaxSessionIdBytes = 256;
+inline constexpr int kMaxNamespaceBytes = 256;
+
+// INVALID_ARGUMENT naming the field and its limit when request_id, model,
+// session_id or speculation.namespace is longer than allowed. The router
+// calls it before any other work (tokenizing); ResolveRequest calls it too.
+absl::Status CheckRequestStrings(const floe::v1::GenerateRequest& request);
+
 // The limits a worker reports (ModelInfo.vocab_size, max_context,
 // max_tokens_limit); a worker that reports no max_tokens_limit (older)
 // allows up to its context.
@@ -33,6 +45,7 @@ void WriteLimits(const RequestLimits& limits, floe::v1::ModelInfo* info);
 
 // Checks `request`, whose prompt must be token ids (the router tokenizes text
 // first), against `limits` and fills its defaults in place:
+// - its strings (CheckRequestStrings);
 // - the prompt: 1 .. max_context - 1 ids, each in [0, vocab_size);
 // - stopping.max_tokens: unset means min(max_tokens_limit, max_context -
 //   prompt); set, it must be > 0, prompt + max_tokens must fit the context

@@ -38,6 +38,10 @@ bool RouterService::model_known() const {
 }
 
 grpc::Status RouterService::CheckModel(const std::string& model) const {
+  // Never echo an unbounded name back.
+  if (model.size() > static_cast<size_t>(kMaxModelNameBytes))
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("model has ", model.size(), " bytes; the limit is ", kMaxModelNameBytes));
   std::lock_guard<std::mutex> lock(model_mu_);
   if (!model.empty() && model != options_.model_name)
     return Error(grpc::StatusCode::NOT_FOUND,
@@ -46,6 +50,7 @@ grpc::Status RouterService::CheckModel(const std::string& model) const {
 }
 
 absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& request) const {
+  if (absl::Status s = CheckRequestStrings(request); !s.ok()) return s;
   GenerateRequest out = request;
   RequestLimits limits;
   {
@@ -93,6 +98,7 @@ grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRe
 
 grpc::Status RouterService::ServeOnce(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
   if (draining_.load()) return Error(grpc::StatusCode::UNAVAILABLE, "router is draining");
+  if (absl::Status s = CheckRequestStrings(request); !s.ok()) return ToGrpcStatus(s);
   if (!model_known()) return Error(grpc::StatusCode::UNAVAILABLE, "no worker has reported its model yet");
   if (grpc::Status s = CheckModel(request.model()); !s.ok()) return s;
   absl::StatusOr<GenerateRequest> prepared = Prepare(request);

@@ -4,8 +4,10 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
 #include "services/request/resolve_request.h"
@@ -82,6 +84,11 @@ void WorkerService::AttachEngine(Engine* engine, WorkerServiceOptions descriptio
   engine_.store(engine);
 }
 
+WorkerService::WorkerService() {
+  std::random_device entropy;
+  instance_ = absl::StrFormat("%08x%08x", entropy(), entropy());
+}
+
 void WorkerService::StartDraining() { draining_.store(true); }
 
 grpc::Status WorkerService::Generate(grpc::ServerContext* context, const GenerateRequest* request,
@@ -98,10 +105,29 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   if (absl::Status s = ResolveRequest(options_.limits, resolved); !s.ok()) return ToGrpcStatus(s);
   EngineRequest engine_request = FromProto(resolved, options_.default_namespace);
   engine_request.arrival = arrival;
-  engine_request.id = request->request_id().empty()
-                          ? absl::StrCat("worker-", next_request_number_.fetch_add(1))
-                          : request->request_id();
-  const std::string id = engine_request.id;
+  engine_request.id = absl::StrCat(instance_, "-", next_request_number_.fetch_add(1));
+  const std::string engine_id = engine_request.id;
+  // What the client sees (its own label, or ours when it set none).
+  const std::string id = request->request_id().empty() ? engine_id : request->request_id();
+  {
+    std::lock_guard<std::mutex> lock(labels_mu_);
+    labels_.emplace(id, engine_id);
+  }
+  struct LabelGuard {
+    WorkerService* self;
+    const std::string& label;
+    const std::string& engine_id;
+    ~LabelGuard() {
+      std::lock_guard<std::mutex> lock(self->labels_mu_);
+      auto [begin, end] = self->labels_.equal_range(label);
+      for (auto it = begin; it != end; ++it) {
+        if (it->second == engine_id) {
+          self->labels_.erase(it);
+          break;
+        }
+      }
+    }
+  } label_guard{this, id, engine_id};
 
   auto queue = std::make_shared<OutputQueue>();
   engine_request.sink = [queue](const RequestOutput& output) {
@@ -131,9 +157,9 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
       batch.swap(queue->outputs);
     }
     if (context->IsCancelled() && !abort_sent) {
-      engine->Abort(id);  // the final kAbort output follows; no one reads it
+      engine->Abort(engine_id);  // the final kAbort output follows; no one reads it
       abort_sent = true;
-      LogEvent(LogLevel::kInfo, "worker", "request_cancelled", {{"request_id", id}});
+      LogEvent(LogLevel::kInfo, "worker", "request_cancelled", {{"request_id", id}, {"engine_id", engine_id}});
     }
     for (const RequestOutput& output : batch) {
       if (!output.status.ok()) return ToGrpcStatus(output.status);
@@ -172,7 +198,7 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
         return grpc::Status::OK;
       }
       if (!abort_sent && !writer->Write(response)) {
-        engine->Abort(id);
+        engine->Abort(engine_id);
         abort_sent = true;
       }
     }
@@ -183,8 +209,14 @@ grpc::Status WorkerService::Abort(grpc::ServerContext*, const floe::v1::AbortReq
                                   floe::v1::AbortResponse* response) {
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
-  engine->Abort(request->request_id());
-  response->set_found(true);  // aborts are asynchronous; unknown ids are ignored
+  std::vector<std::string> engine_ids;
+  {
+    std::lock_guard<std::mutex> lock(labels_mu_);
+    auto [begin, end] = labels_.equal_range(request->request_id());
+    for (auto it = begin; it != end; ++it) engine_ids.push_back(it->second);
+  }
+  for (const std::string& engine_id : engine_ids) engine->Abort(engine_id);
+  response->set_found(!engine_ids.empty());  // aborts are asynchronous
   return grpc::Status::OK;
 }
 

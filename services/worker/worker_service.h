@@ -4,11 +4,19 @@
 // engine's outputs (delivered on the engine thread into a per-call queue) to
 // the client until the request finishes. A cancelled call or a passed
 // deadline aborts the request in the engine, which frees its KV blocks.
+//
+// The engine (and the suffix cache behind it) keys a request by an id this
+// worker makes ("<random instance>-<n>", unique across the workers that
+// share a suffix cache); the client's request_id is only a label, echoed in
+// its responses and logs, never a key into another request's state. Only
+// the Worker.Abort call (an internal, admin one) finds requests by label.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "floe/v1/worker.grpc.pb.h"
 #include "services/request/resolve_request.h"
@@ -33,7 +41,7 @@ struct WorkerServiceOptions {
 
 class WorkerService final : public floe::v1::Worker::Service {
  public:
-  WorkerService() = default;
+  WorkerService();
 
   // Until an engine is attached, calls answer UNAVAILABLE ("model loading").
   // Called once; `description` is what GetModelInfo reports.
@@ -60,6 +68,9 @@ class WorkerService final : public floe::v1::Worker::Service {
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};
+  std::string instance_;  // random, per process: the prefix of engine ids
+  std::mutex labels_mu_;
+  std::unordered_multimap<std::string, std::string> labels_;  // client label -> engine ids in flight
 };
 
 }  // namespace floe

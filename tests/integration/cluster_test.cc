@@ -158,6 +158,18 @@ TEST_F(ClusterTest, BadInputGetsTheRightStatusAndServiceKeepsServing) {
       {"message over size limit", [](GenerateRequest& r) { r.set_text(std::string(2 << 20, 'a')); },
        grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
       {"unknown model", [](GenerateRequest& r) { r.set_model("gpt-17"); }, grpc::StatusCode::NOT_FOUND, "gpt-17"},
+      // Every client string is bounded, and refused without being echoed.
+      {"request_id over its limit", [](GenerateRequest& r) { r.set_request_id(std::string(129, 'x')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "request_id has 129 bytes; the limit is 128"},
+      {"a 600 kB request_id", [](GenerateRequest& r) { r.set_request_id(std::string(600000, 'x')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "request_id has 600000 bytes"},
+      {"session_id over its limit", [](GenerateRequest& r) { r.set_session_id(std::string(257, 's')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "session_id has 257 bytes; the limit is 256"},
+      {"namespace over its limit",
+       [](GenerateRequest& r) { r.mutable_speculation()->set_namespace_(std::string(257, 'n')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "speculation.namespace has 257 bytes; the limit is 256"},
+      {"model name over its limit", [](GenerateRequest& r) { r.set_model(std::string(300, 'm')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "model has 300 bytes; the limit is 256"},
   };
   auto stub = cluster_->RouterStub();
   for (const BadCase& c : cases) {
@@ -166,6 +178,7 @@ TEST_F(ClusterTest, BadInputGetsTheRightStatusAndServiceKeepsServing) {
     Generation g = Generate(*stub, r);
     EXPECT_EQ(g.status.error_code(), c.code) << c.name << ": " << g.status.error_message();
     EXPECT_NE(g.status.error_message().find(c.needle), std::string::npos) << c.name << ": " << g.status.error_message();
+    EXPECT_LT(g.status.error_message().size(), 1000u) << c.name << ": the message echoes the input";
     EXPECT_TRUE(g.token_ids.empty()) << c.name;
   }
   Generation ok = Generate(*stub, TextRequest("still serving?", 4));
@@ -223,6 +236,58 @@ TEST_F(ClusterTest, ClientCancellationAbortsAndFreesKv) {
   while (reader->Read(&response)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WorkerIdle(*cluster_, 0));
+}
+
+// A client's request_id is a label, not a key: another client that sends
+// the same id and cancels it aborts only its own request (the probe of
+// issue 17 saw the first stream end with FINISH_REASON_ABORT). Both echo
+// the label; Worker.Abort (admin) still finds requests by it.
+TEST_F(ClusterTest, ASharedRequestIdNeverReachesAnotherClientsRequest) {
+  auto stub = cluster_->RouterStub();
+  GenerateRequest mine = TextRequest("a long one", 500);
+  mine.set_request_id("shared-id");
+  grpc::ClientContext first_context;
+  auto first = stub->Generate(&first_context, mine);
+  floe::v1::GenerateResponse response;
+  ASSERT_TRUE(first->Read(&response));
+  int first_tokens = response.has_chunk() ? response.chunk().token_ids_size() : 0;
+  EXPECT_EQ(response.request_id(), "shared-id");
+  // The other client: the same id, cancelled once it runs.
+  grpc::ClientContext second_context;
+  auto second = stub->Generate(&second_context, mine);
+  floe::v1::GenerateResponse theirs;
+  ASSERT_TRUE(second->Read(&theirs));
+  EXPECT_EQ(theirs.request_id(), "shared-id");
+  second_context.TryCancel();
+  while (second->Read(&theirs)) {
+  }
+  EXPECT_EQ(second->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_LT(first_tokens, 500) << "the first request finished before the second was cancelled: nothing was tested";
+  floe::v1::FinishReason reason = floe::v1::FINISH_REASON_UNSPECIFIED;
+  while (first->Read(&response)) {
+    if (response.has_chunk()) first_tokens += response.chunk().token_ids_size();
+    if (response.has_complete()) reason = response.complete().finish_reason();
+  }
+  EXPECT_TRUE(first->Finish().ok());
+  EXPECT_EQ(reason, floe::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(first_tokens, 500);
+  // Worker.Abort by label reaches requests carrying it.
+  grpc::ClientContext third_context;
+  auto third = stub->Generate(&third_context, mine);
+  ASSERT_TRUE(third->Read(&response));
+  grpc::ClientContext abort_context;
+  floe::v1::AbortRequest abort;
+  abort.set_request_id("shared-id");
+  floe::v1::AbortResponse aborted;
+  ASSERT_TRUE(cluster_->WorkerStub(0)->Abort(&abort_context, abort, &aborted).ok());
+  EXPECT_TRUE(aborted.found());
+  reason = floe::v1::FINISH_REASON_UNSPECIFIED;
+  while (third->Read(&response)) {
+    if (response.has_complete()) reason = response.complete().finish_reason();
+  }
+  (void)third->Finish();
+  EXPECT_EQ(reason, floe::v1::FINISH_REASON_ABORT);
   EXPECT_TRUE(WorkerIdle(*cluster_, 0));
 }
 

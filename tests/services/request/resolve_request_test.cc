@@ -56,6 +56,15 @@ TEST(ResolveRequestTest, EachBadFieldIsNamedWithItsLimit) {
          r.mutable_stopping()->set_min_tokens(6);
        },
        C::kInvalidArgument, "stopping.min_tokens", "max_tokens = 5"},
+      {"request_id past its limit", [](GenerateRequest& r) { r.set_request_id(std::string(129, 'r')); },
+       C::kInvalidArgument, "request_id has 129 bytes", "limit is 128"},
+      {"model past its limit", [](GenerateRequest& r) { r.set_model(std::string(257, 'm')); }, C::kInvalidArgument,
+       "model has 257 bytes", "limit is 256"},
+      {"session_id past its limit", [](GenerateRequest& r) { r.set_session_id(std::string(257, 's')); },
+       C::kInvalidArgument, "session_id has 257 bytes", "limit is 256"},
+      {"namespace past its limit",
+       [](GenerateRequest& r) { r.mutable_speculation()->set_namespace_(std::string(257, 'n')); },
+       C::kInvalidArgument, "speculation.namespace has 257 bytes", "limit is 256"},
       {"stop id past the vocabulary", [](GenerateRequest& r) { r.mutable_stopping()->add_stop_token_ids(1000); },
        C::kInvalidArgument, "stopping.stop_token_ids[0]", "1000"},
       {"too many stop ids",
@@ -88,6 +97,15 @@ TEST(ResolveRequestTest, EachBadFieldIsNamedWithItsLimit) {
     EXPECT_NE(s.message().find(c.needle), absl::string_view::npos) << c.name << ": " << s;
     EXPECT_NE(s.message().find(c.limit), absl::string_view::npos) << c.name << ": " << s;
   }
+}
+
+TEST(ResolveRequestTest, StringsAtTheirLimitsPass) {
+  GenerateRequest r = Prompt(3);
+  r.set_request_id(std::string(kMaxRequestIdBytes, 'r'));
+  r.set_model(std::string(kMaxModelNameBytes, 'm'));
+  r.set_session_id(std::string(kMaxSessionIdBytes, 's'));
+  r.mutable_speculation()->set_namespace_(std::string(kMaxNamespaceBytes, 'n'));
+  EXPECT_TRUE(ResolveRequest(kLimits, r).ok());
 }
 
 TEST(ResolveRequestTest, DefaultsAreFilled) {
