@@ -31,9 +31,11 @@ absl::Status ResolveSampling(floe::v1::SamplingParams& s) {
   if (!(s.min_p() >= 0.0f && s.min_p() < 1.0f))
     return absl::InvalidArgumentError(absl::StrCat("sampling.min_p must be in [0, 1), got ", s.min_p()));
   if (s.repetition_penalty() == 0.0f) s.set_repetition_penalty(1.0f);
-  if (!(s.repetition_penalty() > 0.0f) || std::isinf(s.repetition_penalty()))
+  // Logits are divided or multiplied by it: outside [0.01, 100] they leave
+  // any useful range (1e-45 would turn every logit into infinity).
+  if (!(s.repetition_penalty() >= 0.01f && s.repetition_penalty() <= 100.0f))
     return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.repetition_penalty must be > 0 and finite (1 or unset: off), got ", s.repetition_penalty()));
+        "sampling.repetition_penalty must be in [0.01, 100] (1 or unset: off), got ", s.repetition_penalty()));
   if (!(std::fabs(s.presence_penalty()) <= 2.0f))
     return absl::InvalidArgumentError(
         absl::StrCat("sampling.presence_penalty must be in [-2, 2], got ", s.presence_penalty()));

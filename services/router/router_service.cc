@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "common/tokenizer/utf8.h"
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
@@ -69,10 +70,15 @@ absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& re
   if (stopping.stop_size() > options_.max_stop_strings)
     return absl::InvalidArgumentError(absl::StrCat("stopping.stop has ", stopping.stop_size(),
                                                    " strings; the limit is ", options_.max_stop_strings));
-  for (const std::string& stop : stopping.stop()) {
+  for (int i = 0; i < stopping.stop_size(); ++i) {
+    const std::string& stop = stopping.stop(i);
     if (stop.empty() || static_cast<int>(stop.size()) > options_.max_stop_string_bytes)
       return absl::InvalidArgumentError(absl::StrCat("stopping.stop strings must have 1..",
                                                      options_.max_stop_string_bytes, " bytes"));
+    // A stop string is matched against decoded text, which is valid UTF-8:
+    // an invalid one could never match.
+    if (const size_t bad = utf8::FindInvalid(stop); bad != stop.size())
+      return absl::InvalidArgumentError(absl::StrCat("stopping.stop[", i, "] is not valid UTF-8 (byte offset ", bad, ")"));
   }
   if (out.request_id().empty()) {
     static thread_local std::mt19937_64 rng(std::random_device{}());

@@ -158,6 +158,10 @@ TEST_F(ClusterTest, BadInputGetsTheRightStatusAndServiceKeepsServing) {
       {"message over size limit", [](GenerateRequest& r) { r.set_text(std::string(2 << 20, 'a')); },
        grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
       {"unknown model", [](GenerateRequest& r) { r.set_model("gpt-17"); }, grpc::StatusCode::NOT_FOUND, "gpt-17"},
+      {"stop string not UTF-8", [](GenerateRequest& r) { r.mutable_stopping()->add_stop(std::string("a\xC3\x28")); },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.stop[0] is not valid UTF-8 (byte offset 1)"},
+      {"repetition penalty 1e-45", [](GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(1e-45f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "repetition_penalty must be in [0.01, 100]"},
       // Every client string is bounded, and refused without being echoed.
       {"request_id over its limit", [](GenerateRequest& r) { r.set_request_id(std::string(129, 'x')); },
        grpc::StatusCode::INVALID_ARGUMENT, "request_id has 129 bytes; the limit is 128"},
