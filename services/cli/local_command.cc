@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <thread>
 
@@ -69,6 +71,45 @@ absl::Status CheckBinaries(const fs::path& dir, bool suffix_cache) {
   if (missing.empty()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat("cannot start ", absl::StrJoin(missing, ", "),
                                           ": not built (build them all with: scripts/build.sh floe-local)"));
+}
+
+// A child floe local keeps alive: how to start it again, on the ports it
+// got the first time (the router and the workers know each other's
+// addresses, and the printed metrics URLs stay right).
+struct Supervised {
+  std::string name;
+  std::vector<std::string> argv;
+  std::string ready;  // the line prefix that says it is up
+  int restarts = 0;
+  std::chrono::seconds backoff{1};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> restart_at;  // set while it is down
+};
+
+void SetFlag(std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == flag) {
+      argv[i + 1] = value;
+      return;
+    }
+  }
+  argv.insert(argv.end(), {flag, value});
+}
+
+// "host:port" or "http://host:port/metrics": the port.
+std::string PortOf(std::string address) {
+  if (const size_t slash = address.find('/', address.find("//") == std::string::npos ? 0 : address.find("//") + 2);
+      slash != std::string::npos)
+    address = address.substr(0, slash);
+  return address.substr(address.rfind(':') + 1);
+}
+
+// Pins the ports a child bound (its listening address, its metrics URL).
+void PinPorts(Supervised& child, const Subprocess& process, const std::string& address) {
+  SetFlag(child.argv, "--port", PortOf(address));
+  for (const std::string& line : process.lines()) {
+    if (line.rfind("metrics ", 0) == 0) SetFlag(child.argv, "--metrics-port", PortOf(line.substr(line.rfind(' ') + 1)));
+  }
 }
 
 bool RouterReady(const std::string& address) {
@@ -153,6 +194,7 @@ int RunLocal(int argc, char** argv) {
 
   std::vector<std::unique_ptr<Subprocess>> children;
   std::vector<std::string> names;  // parallel to children, for the metrics lines
+  std::vector<Supervised> supervised;  // parallel to children
   std::vector<std::string> worker_addresses;
   auto shutdown = [&](int code) {
     // Router first, so it drains before its workers go.
@@ -175,8 +217,9 @@ int RunLocal(int argc, char** argv) {
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
   if (speculative == "suffix") {
-    auto cache = Subprocess::Spawn(
-        {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0", "--metrics-port", "0"});
+    const std::vector<std::string> cache_argv = {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0",
+                                                 "--metrics-port", "0"};
+    auto cache = Subprocess::Spawn(cache_argv);
     if (!cache.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(cache.status().message()).c_str()), shutdown(1);
     auto address = (*cache)->WaitForLine("suffix-cache listening on ", std::chrono::seconds(60), /*keep_reading=*/true);
     children.push_back(std::move(cache).value());
@@ -184,6 +227,8 @@ int RunLocal(int argc, char** argv) {
     if (!address.ok()) return std::fprintf(stderr, "floe local: suffix-cache: %s\n", std::string(address.status().message()).c_str()), shutdown(1);
     // Its metrics line follows the listening line.
     (void)children.back()->WaitForLine("metrics ", std::chrono::seconds(10));
+    supervised.push_back({"suffix-cache", cache_argv, "suffix-cache listening on "});
+    PinPorts(supervised.back(), *children.back(), *address);
     speculation_args.insert(speculation_args.end(), {"--suffix-cache", *address});
   }
   for (int i = 0; i < workers; ++i) {
@@ -205,14 +250,19 @@ int RunLocal(int argc, char** argv) {
     names.push_back(absl::StrCat("worker-", i));
     if (!address.ok()) return std::fprintf(stderr, "floe local: worker %d: %s\n", i, std::string(address.status().message()).c_str()), shutdown(1);
     worker_addresses.push_back(*address);
+    supervised.push_back({names.back(), argv, "worker listening on "});
+    PinPorts(supervised.back(), *children.back(), *address);
   }
-  auto router = Subprocess::Spawn({(bin / "floe-router").string(), "--workers", absl::StrJoin(worker_addresses, ","),
-                                   "--tokenizer", model, "--host", host, "--port", std::to_string(port)});
+  const std::vector<std::string> router_argv = {(bin / "floe-router").string(), "--workers",
+                                                absl::StrJoin(worker_addresses, ","), "--tokenizer", model, "--host", host,
+                                                "--port", std::to_string(port)};
+  auto router = Subprocess::Spawn(router_argv);
   if (!router.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(router.status().message()).c_str()), shutdown(1);
   auto router_address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));
   children.push_back(std::move(router).value());
   names.push_back("router");
   if (!router_address.ok()) return std::fprintf(stderr, "floe local: router: %s\n", std::string(router_address.status().message()).c_str()), shutdown(1);
+  supervised.push_back({"router", router_argv, "router bound to "});
 
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);
   while (!RouterReady(*router_address)) {
@@ -233,16 +283,52 @@ int RunLocal(int argc, char** argv) {
   }
   std::printf("router listening on %s\n", router_address->c_str());
   std::fflush(stdout);
+  PinPorts(supervised.back(), *children.back(), *router_address);
+  // Supervision: a child that dies is restarted on its ports after a
+  // backoff (1 s, doubling to 30 s; back to 1 s once it has run a minute),
+  // while the others keep serving (the router ejects a dead worker and
+  // takes it back once it answers again).
+  constexpr std::chrono::seconds kMaxBackoff{30}, kStable{60};
   for (;;) {
     if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {
       LogEvent(LogLevel::kInfo, "local", "stopping", {{"signal", static_cast<int64_t>(*signal)}});
       return shutdown(0);
     }
-    for (auto& child : children) {
-      if (child->Exited()) {
-        LogEvent(LogLevel::kError, "local", "process_died", {{"pid", static_cast<int64_t>(child->pid())}});
-        return shutdown(1);
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < children.size(); ++i) {
+      Supervised& child = supervised[i];
+      if (!child.restart_at) {
+        if (!children[i]->Exited()) continue;
+        if (now - child.started >= kStable) child.backoff = std::chrono::seconds(1);
+        child.restart_at = now + child.backoff;
+        LogEvent(LogLevel::kError, "local", "process_died",
+                 {{"process", child.name},
+                  {"pid", static_cast<int64_t>(children[i]->pid())},
+                  {"status", static_cast<int64_t>(children[i]->exit_status())},
+                  {"restart_in_s", static_cast<int64_t>(child.backoff.count())}});
+        child.backoff = std::min(kMaxBackoff, child.backoff * 2);
+        continue;
       }
+      if (now < *child.restart_at) continue;
+      auto process = Subprocess::Spawn(child.argv);
+      auto up = process.ok() ? (*process)->WaitForLine(child.ready, std::chrono::seconds(ready_timeout_s))
+                             : absl::StatusOr<std::string>(process.status());
+      if (process.ok()) children[i] = std::move(process).value();
+      if (!up.ok()) {
+        LogEvent(LogLevel::kError, "local", "restart_failed",
+                 {{"process", child.name}, {"error", std::string(up.status().message())},
+                  {"retry_in_s", static_cast<int64_t>(child.backoff.count())}});
+        child.restart_at = std::chrono::steady_clock::now() + child.backoff;
+        child.backoff = std::min(kMaxBackoff, child.backoff * 2);
+        continue;
+      }
+      child.restart_at.reset();
+      child.started = std::chrono::steady_clock::now();
+      ++child.restarts;
+      LogEvent(LogLevel::kInfo, "local", "process_restarted",
+               {{"process", child.name},
+                {"pid", static_cast<int64_t>(children[i]->pid())},
+                {"restarts", static_cast<int64_t>(child.restarts)}});
     }
   }
 }
