@@ -3,11 +3,24 @@
 #include "absl/strings/str_cat.h"
 
 namespace floe {
+namespace {
+
+constexpr int kThreads = 8;
+constexpr int kIdleMs = 2000;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port) {
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   try {
-    server->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
+    // civetweb serves a connection per thread for as long as the client keeps
+    // it: with its defaults (2 threads, 30 s to send a request) two idle
+    // connections blinded /metrics. More threads, and a connection that
+    // sends nothing, or idles between keep-alive requests, is closed after
+    // kIdleMs.
+    server->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", absl::StrCat(host, ":", port), "num_threads", std::to_string(kThreads),
+        "request_timeout_ms", std::to_string(kIdleMs), "keep_alive_timeout_ms", std::to_string(kIdleMs)});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", host, ":", port, ": ", e.what()));
   }
