@@ -1,5 +1,6 @@
 #include "services/worker/parallel/gloo_communicator.h"
 
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -62,6 +63,13 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(const GlooOptions& options) {
+  // Gloo's TCP pairs write with writev, without MSG_NOSIGNAL: a write to a
+  // peer that just died raises SIGPIPE, whose default action kills this
+  // process before the error reaches us (seen as a SIGPIPE death in
+  // gloo_communicator_test under load). Ignored once, process-wide: every
+  // other writer here (gRPC, our HTTP) handles EPIPE.
+  static const bool sigpipe_ignored = [] { return std::signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+  (void)sigpipe_ignored;
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " is outside a world of ", options.size, " ranks"));

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -166,6 +168,10 @@ TEST(GlooCommunicatorTest, ARankProcessThatDiesFailsTheOthersWithinTheDeadline) 
   auto comm = GlooCommunicator::Connect(zero);
   ASSERT_TRUE(comm.ok()) << comm.status();
   ASSERT_TRUE((*comm)->Barrier().ok());  // both fully connected before rank 1 goes
+  // Writing to the dead peer must come back as an error, not SIGPIPE's kill.
+  struct sigaction pipe_action {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &pipe_action), 0);
+  EXPECT_EQ(pipe_action.sa_handler, SIG_IGN);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
