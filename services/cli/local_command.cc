@@ -310,10 +310,25 @@ int RunLocal(int argc, char** argv) {
         continue;
       }
       if (now < *child.restart_at) continue;
+      // The last attempt may still live (up but never ready): it holds the
+      // pinned port, so it goes first.
+      children[i]->Terminate(std::chrono::seconds(5));
       auto process = Subprocess::Spawn(child.argv);
-      auto up = process.ok() ? (*process)->WaitForLine(child.ready, std::chrono::seconds(ready_timeout_s))
-                             : absl::StatusOr<std::string>(process.status());
-      if (process.ok()) children[i] = std::move(process).value();
+      absl::StatusOr<std::string> up = absl::UnavailableError("not started");
+      if (!process.ok()) up = process.status();
+      if (process.ok()) {
+        children[i] = std::move(process).value();
+        // Waits in one-second slices, so SIGTERM is still heard.
+        const auto ready_by = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);
+        for (;;) {
+          up = children[i]->WaitForLine(child.ready, std::chrono::seconds(1));
+          if (up.ok() || !absl::IsDeadlineExceeded(up.status()) || std::chrono::steady_clock::now() > ready_by) break;
+          if (auto signal = termination.WaitFor(std::chrono::milliseconds(0))) {
+            LogEvent(LogLevel::kInfo, "local", "stopping", {{"signal", static_cast<int64_t>(*signal)}});
+            return shutdown(0);
+          }
+        }
+      }
       if (!up.ok()) {
         LogEvent(LogLevel::kError, "local", "restart_failed",
                  {{"process", child.name}, {"error", std::string(up.status().message())},

@@ -72,6 +72,8 @@ class SessionAffinityPicker final : public WorkerPicker {
 
   WorkerState* Pick(const PickRequest& request) override {
     if (request.session_id.empty() || ring_.empty()) return LeastOutstanding(pool_, request);
+    // None usable (all ejected): answer at once instead of walking the ring.
+    if (!LeastOutstanding(pool_, request)) return nullptr;
     const uint64_t h = StableHash(request.session_id);
     auto start = std::lower_bound(ring_.begin(), ring_.end(), h,
                                   [](const Point& p, uint64_t value) { return p.hash < value; });

@@ -150,7 +150,8 @@ absl::Status RunFollower(Backend& backend, Communicator& comm) {
         ParallelMode mode = ParallelMode::kTensor;
         if (absl::Status s = Decode(payload, batch, &mode); !s.ok()) return s;
         backend.SetParallelMode(mode);
-        // Only rank 0 samples: the others skip the lm_head.
+        // Only rank 0 receives logits: the others compute their vocabulary
+        // slice and send it (a collective), then have nothing to sample.
         if (absl::Status s = backend.Forward(batch, nullptr); !s.ok()) return s;
         break;
       }

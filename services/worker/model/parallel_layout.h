@@ -5,8 +5,8 @@
 // rank. q|k|v and gate|up are column-parallel (a rank computes its heads'
 // and its rows' outputs), o_proj and down_proj row-parallel (partial sums,
 // all-reduced). Where KV heads are fewer than ranks, each KV head is
-// replicated on the ranks whose q heads read it. Norms, the embedding and
-// the embedding are replicated; the lm_head is vocab-parallel over every
+// replicated on the ranks whose q heads read it. Norms and the embedding
+// are replicated; the lm_head is vocab-parallel over every
 // rank of the worker (RankLayout::vocab_begin/end).
 //
 // RankLayout: one rank of a Shift Parallelism grid of T x S ranks (world

@@ -222,6 +222,10 @@ absl::StatusOr<GlooGrid> ConnectGlooGrid(const GlooOptions& options, int sequenc
     if (!tp_comm.ok()) return tp_comm.status();
     grid.tensor = std::move(tp_comm).value();
   }
+  // Every rank has met every group it belongs to before any returns: rank 0
+  // may close a rendezvous store it serves once it gets here, while groups
+  // without it could still be reading their keys.
+  if (absl::Status s = grid.world->Barrier(); !s.ok()) return s;
   return grid;
 }
 

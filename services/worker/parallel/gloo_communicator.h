@@ -78,7 +78,8 @@ struct GlooGrid {
 };
 
 // Connects them in that order (every rank does), keys prefixed by
-// options.group; options.size is the world.
+// options.group; options.size is the world. Returns once every rank has
+// connected all its groups (a world barrier).
 absl::StatusOr<GlooGrid> ConnectGlooGrid(const GlooOptions& options, int sequence_parallel_size);
 
 }  // namespace floe
