@@ -154,14 +154,12 @@ int Run(int argc, char** argv) {
   const int block_size = 16, blocks = static_cast<int>((max_tokens + block_size - 1) / block_size);
   nlohmann::json calibration;
   std::vector<Point> points;
-  std::atomic<int64_t> rank1_collective_ns{0};
   std::thread follower([&] {
     auto g = ConnectGlooGrid({.rank = 1, .size = 2, .store_dir = dir.string(), .timeout = std::chrono::minutes(5)},
                              sequence);
     if (!g.ok()) return (void)std::fprintf(stderr, "rank 1: %s\n", g.status().ToString().c_str());
-    TimedCommunicator timed1(*g->world, rank1_collective_ns);
     auto b = CpuBackend::Create(model->config, model->weights,
-                                {.num_threads = 1, .communicator = &timed1, .sequence_parallel_size = sequence});
+                                {.num_threads = 1, .communicator = g->world.get(), .sequence_parallel_size = sequence});
     if (!b.ok()) return (void)std::fprintf(stderr, "rank 1: %s\n", b.status().ToString().c_str());
     if (calibrate) calibration = Calibrate(*g->world);
     const absl::Status s = RunFollower(**b, *g->world);
@@ -194,16 +192,11 @@ int Run(int argc, char** argv) {
       const ForwardSequence seq{ids, 0, {table.data(), static_cast<size_t>((n + block_size - 1) / block_size)}, 1};
       leader.set_policy(p);
       last_collective_start = collective_ns.load();
-      const int64_t r1 = rank1_collective_ns.load();
       const double t0 = Now();
       if (absl::Status s = leader.Forward({&seq, 1}, logits.data()); !s.ok()) {
         std::fprintf(stderr, "step: %s\n", s.ToString().c_str());
         std::exit(1);
       }
-      if (getenv("FLOE_BENCH_DEBUG"))
-        std::fprintf(stderr, "  step %lld %s: %.4f s, rank 0 in collectives %.4f, rank 1 %.4f\n", (long long)n,
-                     p.pin == ShiftPolicy::Pin::kTensor ? "tp" : "sp", Now() - t0,
-                     (collective_ns.load() - last_collective_start) * 1e-9, (rank1_collective_ns.load() - r1) * 1e-9);
       return Now() - t0;
     };
     const ShiftPolicy tp{ShiftPolicy::Pin::kTensor}, sp{ShiftPolicy::Pin::kSequence};

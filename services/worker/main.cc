@@ -375,7 +375,7 @@ int Run(int argc, char** argv) {
   auto parallel_stats = std::make_shared<ParallelStats>();
   GlooGrid grid;
   std::vector<std::unique_ptr<TimedCommunicator>> timed;
-  auto time = [&](GlooCommunicator* c) -> Communicator* {
+  auto timing = [&](GlooCommunicator* c) -> Communicator* {
     if (!c) return nullptr;
     timed.push_back(std::make_unique<TimedCommunicator>(*c, parallel_stats->collective_ns));
     return timed.back().get();
@@ -397,10 +397,10 @@ int Run(int argc, char** argv) {
   }
   auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
                                 {.num_threads = threads,
-                                 .communicator = time(grid.world.get()),
+                                 .communicator = timing(grid.world.get()),
                                  .sequence_parallel_size = f.sequence_parallel_size,
-                                 .sequence_group = time(grid.sequence.get()),
-                                 .tensor_group = time(grid.tensor.get())});
+                                 .sequence_group = timing(grid.sequence.get()),
+                                 .tensor_group = timing(grid.tensor.get())});
   if (!cpu.ok()) {
     LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
     return 1;

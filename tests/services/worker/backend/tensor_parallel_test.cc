@@ -151,6 +151,15 @@ Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_
                            : RunOnGrid(model, size, 1, prompt, steps, chunk, AlwaysTp);
 }
 
+// The reference: one rank holding everything, prefill in chunks of 8.
+Generation OneRank(const TestModel& model, const std::vector<int32_t>& prompt, int steps) {
+  auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+  EXPECT_TRUE(one.ok()) << one.status();
+  if (!one.ok()) return {};
+  EXPECT_TRUE((*one)->AllocateKvCache(64, 4).ok());
+  return testing_model::Generate(**one, prompt, steps, 8, 4, 0, 64);
+}
+
 // Worst |dlogit| / max|logit| of `got` against one rank's `want`; greedy
 // tokens must be equal up to the first flip, and a flip only at a near tie.
 double CompareAtTheMargin(const Generation& want, const Generation& got) {
@@ -182,10 +191,7 @@ TEST(TensorParallelTest, LogitsWithinToleranceAndGreedyTokensEqualAtTheMargin) {
       TestModel model(flavor, dtype, 11);
       const int vocab = model.config().vocab_size;
       const std::vector<int32_t> prompt = Prompt(21, vocab);
-      auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
-      ASSERT_TRUE(one.ok());
-      ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
-      const Generation want = testing_model::Generate(**one, prompt, 24, 8, 4, 0, 64);
+      const Generation want = OneRank(model, prompt, 24);
       // 2 ranks shard the 2 KV heads; 4 ranks replicate each KV head on two.
       for (int size : {2, 4}) {
         SCOPED_TRACE(::testing::Message() << "flavor " << static_cast<int>(flavor) << " dtype "
@@ -209,10 +215,7 @@ TEST(SequenceParallelTest, BitIdenticalToOneRank) {
       TestModel model(flavor, dtype, 13);
       const int vocab = model.config().vocab_size;
       const std::vector<int32_t> prompt = Prompt(21, vocab);
-      auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
-      ASSERT_TRUE(one.ok());
-      ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
-      const Generation want = testing_model::Generate(**one, prompt, 12, 8, 4, 0, 64);
+      const Generation want = OneRank(model, prompt, 12);
       for (int size : {2, 4}) {
         SCOPED_TRACE(::testing::Message() << "flavor " << static_cast<int>(flavor) << " " << DTypeName(dtype)
                                           << " SP " << size);
@@ -370,10 +373,7 @@ TEST(ShiftGridTest, ShiftingMidRequestStaysWithinToleranceOfOneRank) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     TestModel model(Flavor::kLlama3, dtype, 23);
     const std::vector<int32_t> prompt = Prompt(21, model.config().vocab_size);
-    auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
-    ASSERT_TRUE(one.ok());
-    ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
-    const Generation want = testing_model::Generate(**one, prompt, 20, 8, 4, 0, 64);
+    const Generation want = OneRank(model, prompt, 20);
     // 21 prompt tokens in chunks of 8: forwards 0-2 are the prefill.
     const std::pair<const char*, std::function<ParallelMode(int)>> schedules[] = {
         {"prefill SP, decode TP", [](int k) { return k < 3 ? ParallelMode::kSequence : ParallelMode::kTensor; }},
