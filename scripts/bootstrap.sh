@@ -13,6 +13,7 @@ APT_PACKAGES=(
   prometheus gnuplot-nox
   python3-yaml unzip
   libgloo-dev
+  libboost-dev python3-jinja2 curl
 )
 
 missing=()
