@@ -1,5 +1,7 @@
 #include "services/router/router_service.h"
 
+#include <condition_variable>
+#include <deque>
 #include <random>
 
 #include "common/tokenizer/utf8.h"
@@ -87,127 +89,87 @@ absl::StatusOr<GenerateRequest> RouterService::Prepare(const GenerateRequest& re
   return out;
 }
 
-grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
-  if (!metrics_) return ServeOnce(context, request, emit);
-  const auto start = std::chrono::steady_clock::now();
-  bool first = true;
-  grpc::Status status = ServeOnce(context, request, [&](const GenerateResponse& response) {
-    if (first && response.has_chunk() && response.chunk().token_ids_size() > 0) {
-      metrics_->ObserveFirstToken(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      first = false;
-    }
-    return emit(response);
-  });
-  metrics_->ObserveFinished(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
-  return status;
+std::optional<floe::v1::ModelInfo> RouterService::model_info() const {
+  std::lock_guard<std::mutex> lock(model_mu_);
+  if (!model_known_) return std::nullopt;
+  return model_info_;
 }
 
-grpc::Status RouterService::ServeOnce(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
-  if (draining_.load()) return Error(grpc::StatusCode::UNAVAILABLE, "router is draining");
-  if (absl::Status s = CheckRequestStrings(request); !s.ok()) return ToGrpcStatus(s);
-  if (!model_known()) return Error(grpc::StatusCode::UNAVAILABLE, "no worker has reported its model yet");
-  if (grpc::Status s = CheckModel(request.model()); !s.ok()) return s;
-  absl::StatusOr<GenerateRequest> prepared = Prepare(request);
-  if (!prepared.ok()) return ToGrpcStatus(prepared.status());
-  const GenerateRequest& worker_request = *prepared;
-  const std::string& id = worker_request.request_id();
+absl::StatusOr<GenerateRequest> RouterService::Check(const GenerateRequest& request) const {
+  if (draining_.load()) return absl::UnavailableError("router is draining");
+  if (absl::Status s = CheckRequestStrings(request); !s.ok()) return s;
+  if (!model_known()) return absl::UnavailableError("no worker has reported its model yet");
+  if (grpc::Status s = CheckModel(request.model()); !s.ok())
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return Prepare(request);
+}
 
-  if (absl::Status admitted = gate_->Enter(); !admitted.ok()) return ToGrpcStatus(admitted);
-  in_flight_.fetch_add(1);
-  struct Exit {
-    RouterService* self;
-    ~Exit() {
-      self->in_flight_.fetch_sub(1);
-      self->gate_->Leave();
-    }
-  } exit{this};
-
-  const int prompt_tokens = worker_request.token_ids().ids_size();
-  std::vector<std::string> stops(request.stopping().stop().begin(), request.stopping().stop().end());
-  PickRequest pick{request.session_id(), {}};
-  grpc::Status last_status;
-  for (int attempt = 0; attempt <= options_.max_retries; ++attempt) {
-    WorkerState* worker = picker_->Pick(pick);
-    if (!worker) {
-      if (attempt == 0) return Error(grpc::StatusCode::UNAVAILABLE, "no healthy worker");
-      break;
-    }
-    worker->outstanding.fetch_add(1);
-    struct Outstanding {
-      WorkerState* w;
-      ~Outstanding() { w->outstanding.fetch_sub(1); }
-    } outstanding{worker};
-
-    std::unique_ptr<grpc::ClientContext> call = grpc::ClientContext::FromServerContext(*context);
-    call->set_deadline(std::min(context->deadline(), std::chrono::system_clock::now() + options_.max_request_time));
-    auto reader = worker->stub->Generate(call.get(), worker_request);
-    IncrementalDetokenizer detokenizer(tokenizer_, /*skip_special_tokens=*/true);
-    StopStringMatcher matcher(stops);
-    GenerateResponse in;
-    bool received = false, done = false;
-    int completion_tokens = 0;
-    while (!done && reader->Read(&in)) {
-      received = true;
-      GenerateResponse out;
-      out.set_request_id(id);
-      if (in.has_chunk()) {
-        completion_tokens += in.chunk().token_ids_size();
-        auto text = detokenizer.Add(in.chunk().token_ids());
-        if (!text.ok()) {
-          call->TryCancel();
-          return ToGrpcStatus(text.status());
-        }
-        StopStringMatcher::Result matched = matcher.Consume(*text);
-        *out.mutable_chunk() = in.chunk();
-        out.mutable_chunk()->set_text(matched.text);
-        if (!emit(out)) {  // client gone
-          call->TryCancel();
-          return Error(grpc::StatusCode::CANCELLED, "client went away");
-        }
-        if (matched.stopped) {
-          call->TryCancel();  // the worker aborts and frees the request's KV
-          GenerateResponse complete;
-          complete.set_request_id(id);
-          complete.mutable_complete()->set_finish_reason(floe::v1::FINISH_REASON_STOP);
-          complete.mutable_complete()->set_stop_reason(matched.matched);
-          complete.mutable_complete()->mutable_usage()->set_prompt_tokens(prompt_tokens);
-          complete.mutable_complete()->mutable_usage()->set_completion_tokens(completion_tokens);
-          emit(complete);
-          reader->Finish();
-          return grpc::Status::OK;
-        }
-      } else if (in.has_complete()) {
-        StopStringMatcher::Result tail = matcher.Consume(detokenizer.Finish());
-        std::string text = tail.text + (tail.stopped ? "" : matcher.Flush());
-        if (!text.empty()) {
-          out.mutable_chunk()->set_text(text);
-          emit(out);
-          out.clear_chunk();
-        }
-        *out.mutable_complete() = in.complete();
-        if (tail.stopped) {
-          out.mutable_complete()->set_finish_reason(floe::v1::FINISH_REASON_STOP);
-          out.mutable_complete()->set_stop_reason(tail.matched);
-        }
-        emit(out);
-        done = true;
-      }
-    }
-    grpc::Status status = reader->Finish();
-    if (done) return grpc::Status::OK;
-    last_status = status;
-    if (context->IsCancelled()) return Error(grpc::StatusCode::CANCELLED, "client cancelled");
-    // Retry elsewhere only if nothing reached the client and the worker itself failed.
-    const bool worker_failed = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                               (status.ok() && !received);
-    if (received || !worker_failed) return status.ok() ? Error(grpc::StatusCode::INTERNAL, "worker ended the stream early") : status;
-    pool_->ReportFailure(worker);
-    pick.exclude.push_back(worker);
-    if (metrics_) metrics_->ObserveRetry();
-    LogEvent(LogLevel::kWarning, "router", "retry_on_other_worker",
-             {{"request_id", id}, {"worker", worker->address}, {"error", status.error_message()}});
+absl::StatusOr<std::shared_ptr<GenerateCall>> RouterService::StartGenerate(const GenerateRequest& request,
+                                                                           GenerateCall::MakeContext make_context,
+                                                                           GenerateCall::Sink sink) {
+  absl::StatusOr<GenerateRequest> prepared = Check(request);
+  if (!prepared.ok()) {
+    if (metrics_) metrics_->ObserveFinished(absl::StatusCodeToString(prepared.status().code()));
+    return prepared.status();
   }
-  return last_status.ok() ? Error(grpc::StatusCode::UNAVAILABLE, "no healthy worker") : last_status;
+  RouterParts parts;
+  parts.tokenizer = tokenizer_;
+  parts.pool = pool_;
+  parts.picker = picker_;
+  parts.gate = gate_;
+  parts.metrics = metrics_;
+  parts.in_flight = &in_flight_;
+  parts.max_retries = options_.max_retries;
+  parts.max_request_time = options_.max_request_time;
+  return GenerateCall::Start(parts, *std::move(prepared), std::move(make_context), std::move(sink));
+}
+
+grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
+  // The sync server gives this RPC a thread anyway: it waits here for the
+  // call's events and writes them, then asks for more.
+  struct Mailbox {
+    std::mutex mu;
+    std::condition_variable changed;
+    std::deque<std::vector<GenerateResponse>> events;
+    std::optional<grpc::Status> done;
+  };
+  auto box = std::make_shared<Mailbox>();
+  GenerateCall::Sink sink;
+  sink.on_events = [box](GenerateCall&, std::vector<GenerateResponse> events) {
+    std::lock_guard<std::mutex> lock(box->mu);
+    box->events.push_back(std::move(events));
+    box->changed.notify_one();
+  };
+  sink.on_done = [box](const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(box->mu);
+    box->done = status;
+    box->changed.notify_one();
+  };
+  auto call = StartGenerate(
+      request, [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
+      std::move(sink));
+  if (!call.ok()) return ToGrpcStatus(call.status());
+  bool client_gone = false;
+  for (;;) {
+    std::vector<GenerateResponse> events;
+    {
+      std::unique_lock<std::mutex> lock(box->mu);
+      box->changed.wait(lock, [&] { return !box->events.empty() || box->done.has_value(); });
+      if (box->events.empty()) break;
+      events = std::move(box->events.front());
+      box->events.pop_front();
+    }
+    for (const GenerateResponse& event : events) {
+      if (!client_gone && !emit(event)) client_gone = true;
+    }
+    if (client_gone) {
+      (*call)->Cancel();
+    } else {
+      (*call)->Resume();
+    }
+  }
+  if (client_gone) return Error(grpc::StatusCode::CANCELLED, "client went away");
+  return *box->done;
 }
 
 grpc::Status RouterService::Generate(grpc::ServerContext* context, const GenerateRequest* request,

@@ -1,9 +1,8 @@
 // The public floe.v1.Floe API. The router owns the text side of a request:
-// it tokenizes prompts, validates what only it can (model name, prompt
-// length against the context, stop strings), picks a worker, relays the
-// worker's token stream while detokenizing incrementally and matching stop
-// strings across chunks, and retries on another worker when one fails before
-// sending anything. Deadlines and cancellation propagate to the worker call.
+// it tokenizes prompts and validates what only it can (model name, prompt
+// length against the context, stop strings); GenerateCall then relays it from
+// a worker. StartGenerate is the one entry both fronts use (this gRPC service
+// and the OpenAI HTTP API), so they validate, route and count alike.
 #pragma once
 
 #include <atomic>
@@ -11,11 +10,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/tokenizer/tokenizer.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/router/admission_gate.h"
+#include "services/router/generate_call.h"
 #include "services/router/router_metrics.h"
 #include "services/router/worker_picker.h"
 #include "services/router/worker_pool.h"
@@ -40,9 +41,21 @@ class RouterService final : public floe::v1::Floe::Service {
   // Until the model is known (from a worker), Generate answers UNAVAILABLE.
   void SetModelInfo(const floe::v1::ModelInfo& info);
   void StartDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
   // Optional; set before serving. Must outlive the service.
   void SetMetrics(RouterMetrics* metrics) { metrics_ = metrics; }
   int in_flight() const { return in_flight_.load(); }
+  // The served model, once known.
+  std::optional<floe::v1::ModelInfo> model_info() const;
+
+  // Validates and prepares `request`, then starts relaying it; `sink` hears
+  // the rest. A refusal (bad field, unknown model, draining) is returned
+  // and the sink never called.
+  absl::StatusOr<std::shared_ptr<GenerateCall>> StartGenerate(const floe::v1::GenerateRequest& request,
+                                                              GenerateCall::MakeContext make_context,
+                                                              GenerateCall::Sink sink);
+  // Tokenizes `text` with the served tokenizer.
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
 
   grpc::Status Generate(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
                         grpc::ServerWriter<floe::v1::GenerateResponse>* writer) override;
@@ -59,8 +72,9 @@ class RouterService final : public floe::v1::Floe::Service {
 
  private:
   using Emit = std::function<bool(const floe::v1::GenerateResponse&)>;
+  // The gRPC front: relays on this (sync server) thread.
   grpc::Status Serve(grpc::ServerContext* context, const floe::v1::GenerateRequest& request, const Emit& emit);
-  grpc::Status ServeOnce(grpc::ServerContext* context, const floe::v1::GenerateRequest& request, const Emit& emit);
+  absl::StatusOr<floe::v1::GenerateRequest> Check(const floe::v1::GenerateRequest& request) const;
   absl::StatusOr<floe::v1::GenerateRequest> Prepare(const floe::v1::GenerateRequest& request) const;
   grpc::Status CheckModel(const std::string& model) const;
   bool model_known() const;

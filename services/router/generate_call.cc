@@ -1,0 +1,263 @@
+#include "services/router/generate_call.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log/log.h"
+#include "common/rpc/status_conversion.h"
+#include "common/tokenizer/incremental_detokenizer.h"
+#include "common/tokenizer/stop_string_matcher.h"
+
+namespace floe {
+
+using floe::v1::GenerateRequest;
+using floe::v1::GenerateResponse;
+
+// One worker call; deletes itself after OnDone. No gRPC operation is started
+// with the owner's mu_ held: a reaction may run inline and take it.
+class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateResponse> {
+ public:
+  Attempt(std::shared_ptr<GenerateCall> owner, WorkerState* worker, std::shared_ptr<grpc::ClientContext> context)
+      : owner_(std::move(owner)),
+        worker_(worker),
+        context_(std::move(context)),
+        detokenizer_(owner_->parts_.tokenizer, SkipSpecialTokens(owner_->request_)),
+        matcher_(std::vector<std::string>(owner_->request_.stopping().stop().begin(),
+                                          owner_->request_.stopping().stop().end())) {
+    worker_->outstanding.fetch_add(1);
+  }
+  ~Attempt() override { worker_->outstanding.fetch_sub(1); }
+
+  // The owner set read_pending_ for the first read.
+  void Begin() {
+    worker_->stub->async()->Generate(context_.get(), &owner_->request_, this);
+    AddHold();  // keeps OnDone back until no further read will be started
+    StartRead(&in_);
+    StartCall();
+  }
+  void ReadNext() { StartRead(&in_); }
+  void ReleaseHold() { RemoveHold(); }
+  const std::shared_ptr<grpc::ClientContext>& context() const { return context_; }
+  WorkerState* worker() const { return worker_; }
+  IncrementalDetokenizer& detokenizer() { return detokenizer_; }
+  StopStringMatcher& matcher() { return matcher_; }
+
+  void OnReadDone(bool ok) override {
+    GenerateCall& owner = *owner_;
+    bool release = false, cancelled;
+    {
+      std::lock_guard<std::mutex> lock(owner.mu_);
+      owner.read_pending_ = false;
+      cancelled = owner.cancelled_;
+      if ((!ok || cancelled) && !owner.reading_done_) release = owner.reading_done_ = true;
+    }
+    if (!ok || cancelled) {
+      if (release) RemoveHold();  // last: OnDone may follow at once
+      return;
+    }
+    std::vector<GenerateResponse> events;
+    const bool more = owner.Relay(*this, in_, &events);
+    if (!more) {
+      // A stop string matched or the text failed: the worker aborts and frees the KV.
+      context_->TryCancel();
+      std::lock_guard<std::mutex> lock(owner.mu_);
+      if (!owner.reading_done_) release = owner.reading_done_ = true;
+    }
+    if (!events.empty()) {
+      owner.sink_.on_events(owner, std::move(events));  // the sink calls Resume()
+    } else if (more) {
+      owner.Resume();
+    }
+    if (release) RemoveHold();
+  }
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<GenerateCall> owner = std::move(owner_);
+    owner->AttemptDone(this, status);
+    delete this;
+  }
+
+ private:
+  static bool SkipSpecialTokens(const GenerateRequest& r) {
+    return !r.has_skip_special_tokens() || r.skip_special_tokens();
+  }
+
+  std::shared_ptr<GenerateCall> owner_;
+  WorkerState* const worker_;
+  std::shared_ptr<grpc::ClientContext> context_;
+  IncrementalDetokenizer detokenizer_;
+  StopStringMatcher matcher_;
+  GenerateResponse in_;
+};
+
+std::shared_ptr<GenerateCall> GenerateCall::Start(const RouterParts& parts, GenerateRequest request,
+                                                  MakeContext make_context, Sink sink) {
+  std::shared_ptr<GenerateCall> call(
+      new GenerateCall(parts, std::move(request), std::move(make_context), std::move(sink)));
+  call->pick_.session_id = call->request_.session_id();
+  parts.gate->EnterAsync([call](absl::Status admitted) { call->Admitted(std::move(admitted)); });
+  return call;
+}
+
+GenerateCall::GenerateCall(const RouterParts& parts, GenerateRequest request, MakeContext make_context, Sink sink)
+    : parts_(parts), request_(std::move(request)), make_context_(std::move(make_context)), sink_(std::move(sink)) {}
+
+GenerateCall::~GenerateCall() = default;
+
+void GenerateCall::Admitted(absl::Status status) {
+  if (!status.ok()) return Finish(ToGrpcStatus(status));
+  admitted_ = true;
+  parts_.in_flight->fetch_add(1);
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled = cancelled_;
+  }
+  if (cancelled) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled while queued"));
+  StartAttempt();
+}
+
+void GenerateCall::StartAttempt() {
+  WorkerState* worker = parts_.picker->Pick(pick_);
+  if (!worker) {
+    if (attempt_number_ == 0 || last_status_.ok())
+      return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker"));
+    return Finish(last_status_);
+  }
+  ++attempt_number_;
+  received_ = false;
+  std::shared_ptr<grpc::ClientContext> context = make_context_();
+  const auto limit = std::chrono::system_clock::now() + parts_.max_request_time;
+  if (context->deadline() > limit) context->set_deadline(limit);
+  auto* attempt = new Attempt(shared_from_this(), worker, context);
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attempt_ = attempt;
+    attempt_context_ = context;
+    read_pending_ = true;  // Begin starts the first read
+    reading_done_ = false;
+    cancelled = cancelled_;
+  }
+  if (cancelled) context->TryCancel();
+  attempt->Begin();
+}
+
+bool GenerateCall::Relay(Attempt& attempt, const GenerateResponse& in, std::vector<GenerateResponse>* out) {
+  received_ = true;
+  const std::string& id = request_.request_id();
+  auto event = [&]() -> GenerateResponse& {
+    out->emplace_back();
+    out->back().set_request_id(id);
+    return out->back();
+  };
+  if (in.has_chunk()) {
+    if (!first_token_seen_ && in.chunk().token_ids_size() > 0) {
+      first_token_seen_ = true;
+      if (parts_.metrics)
+        parts_.metrics->ObserveFirstToken(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+    completion_tokens_ += in.chunk().token_ids_size();
+    auto text = attempt.detokenizer().Add(in.chunk().token_ids());
+    if (!text.ok()) {
+      relay_error_ = ToGrpcStatus(text.status());
+      return false;
+    }
+    StopStringMatcher::Result matched = attempt.matcher().Consume(*text);
+    GenerateResponse& chunk = event();
+    *chunk.mutable_chunk() = in.chunk();
+    chunk.mutable_chunk()->set_text(matched.text);
+    if (matched.stopped) {
+      floe::v1::Complete* complete = event().mutable_complete();
+      complete->set_finish_reason(floe::v1::FINISH_REASON_STOP);
+      complete->set_stop_reason(matched.matched);
+      complete->mutable_usage()->set_prompt_tokens(request_.token_ids().ids_size());
+      complete->mutable_usage()->set_completion_tokens(completion_tokens_);
+      complete_ = true;
+      return false;
+    }
+    return true;
+  }
+  if (in.has_complete()) {
+    StopStringMatcher::Result tail = attempt.matcher().Consume(attempt.detokenizer().Finish());
+    std::string text = tail.text + (tail.stopped ? "" : attempt.matcher().Flush());
+    if (!text.empty()) event().mutable_chunk()->set_text(text);
+    GenerateResponse& done = event();
+    *done.mutable_complete() = in.complete();
+    if (tail.stopped) {
+      done.mutable_complete()->set_finish_reason(floe::v1::FINISH_REASON_STOP);
+      done.mutable_complete()->set_stop_reason(tail.matched);
+    }
+    complete_ = true;
+    return true;  // read on to the end of the worker's stream
+  }
+  return true;  // other events are the worker's own; nothing to relay
+}
+
+void GenerateCall::Resume() {
+  Attempt* attempt = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!attempt_ || reading_done_ || read_pending_) return;
+    read_pending_ = true;  // holds the attempt alive: its hold stays until the read ends
+    attempt = attempt_;
+  }
+  attempt->ReadNext();
+}
+
+void GenerateCall::Cancel() {
+  Attempt* release = nullptr;
+  std::shared_ptr<grpc::ClientContext> context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (!attempt_) return;
+    context = attempt_context_;
+    if (!read_pending_ && !reading_done_) {
+      reading_done_ = true;
+      release = attempt_;
+    }
+  }
+  context->TryCancel();
+  if (release) release->ReleaseHold();
+}
+
+void GenerateCall::AttemptDone(Attempt* attempt, const grpc::Status& status) {
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attempt_ = nullptr;
+    attempt_context_.reset();
+    cancelled = cancelled_;
+  }
+  if (complete_) return Finish(grpc::Status::OK);
+  if (!relay_error_.ok()) return Finish(relay_error_);
+  if (cancelled) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled"));
+  // Retry elsewhere only if nothing reached the client and the worker itself failed.
+  const bool worker_failed = status.error_code() == grpc::StatusCode::UNAVAILABLE || (status.ok() && !received_);
+  if (received_ || !worker_failed || attempt_number_ > parts_.max_retries) {
+    if (status.ok()) return Finish(grpc::Status(grpc::StatusCode::INTERNAL, "worker ended the stream early"));
+    return Finish(status);
+  }
+  parts_.pool->ReportFailure(attempt->worker());
+  pick_.exclude.push_back(attempt->worker());
+  if (parts_.metrics) parts_.metrics->ObserveRetry();
+  LogEvent(LogLevel::kWarning, "router", "retry_on_other_worker",
+           {{"request_id", request_.request_id()},
+            {"worker", attempt->worker()->address},
+            {"error", status.error_message()}});
+  last_status_ = status;
+  StartAttempt();
+}
+
+void GenerateCall::Finish(const grpc::Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  if (admitted_) {
+    parts_.in_flight->fetch_sub(1);
+    parts_.gate->Leave();
+  }
+  if (parts_.metrics)
+    parts_.metrics->ObserveFinished(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
+  sink_.on_done(status);
+}
+
+}  // namespace floe
