@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
 #include "services/cli/bench/grpc_backend.h"
+#include "services/cli/bench/openai_http_backend.h"
 #include "services/cli/bench/load_generator.h"
 #include "services/cli/bench/metrics.h"
 #include "services/cli/bench/report.h"
@@ -39,6 +40,7 @@ struct Flags {
   uint64_t seed = 0;
   bool ignore_eos = false, no_progress = false;
   std::string metrics;
+  std::string backend = "grpc", compare_backend;
 };
 
 struct Sweep {
@@ -67,6 +69,9 @@ absl::StatusOr<Sweep> ParseSweep(const std::string& text) {
 
 absl::Status Validate(const Flags& f) {
   if (f.addr.empty()) return absl::InvalidArgumentError("--addr HOST:PORT is required");
+  for (const std::string* b : {&f.backend, &f.compare_backend})
+    if (!b->empty() && *b != "grpc" && *b != "openai-http")
+      return absl::InvalidArgumentError(absl::StrCat("--backend/--compare-backend must be grpc or openai-http, got ", *b));
   if (f.num_requests <= 0) return absl::InvalidArgumentError(absl::StrCat("--num-requests must be > 0, got ", f.num_requests));
   if (!(f.request_rate > 0)) return absl::InvalidArgumentError("--request-rate must be > 0 (inf: all at once)");
   if (!(f.burstiness > 0)) return absl::InvalidArgumentError("--burstiness must be > 0");
@@ -115,7 +120,7 @@ absl::StatusOr<std::vector<Job>> BuildWorkload(const Flags& f, const floe::v1::M
 }
 
 bench::LabeledRun Measure(const std::string& label, double value, const std::vector<Job>& jobs,
-                          bench::GrpcBackend& backend, const bench::LoadOptions& options, const bench::Slo& slo) {
+                          bench::Backend& backend, const bench::LoadOptions& options, const bench::Slo& slo) {
   std::fprintf(stderr, "[bench] %s: %d requests\n", label.c_str(), bench::CountRequests(jobs));
   bench::LabeledRun run;
   run.label = label;
@@ -170,6 +175,10 @@ int RunBench(int argc, char** argv) {
   parser.AddString("plot", &f.plot_dir, "write latency CDF (and sweep throughput-latency) PNGs here (gnuplot)");
   parser.AddString("sweep", &f.sweep, "rate=1,2,4 or concurrency=1,4,16: one run per value");
   parser.AddString("compare", &f.compare, "second router HOST:PORT: same seeded workload, ratios side by side");
+  parser.AddString("backend", &f.backend,
+                   "grpc (floe.v1 Generate) or openai-http (POST /v1/completions, streamed; --addr is the HTTP port)");
+  parser.AddString("compare-backend", &f.compare_backend,
+                   "backend of --compare (default: --backend), e.g. HTTP against gRPC on one router");
   parser.AddString("model", &f.model, "model name (default: the served one)");
   parser.AddBool("no-progress", &f.no_progress, "no live progress line");
   parser.AddString("metrics", &f.metrics, "comma-separated /metrics URLs (floe local prints them): before/after "
@@ -194,7 +203,8 @@ int RunBench(int argc, char** argv) {
                           {"input_len", f.input_len}, {"output_len", f.output_len}, {"range_ratio", f.range_ratio},
                           {"prefix_len", f.prefix_len}, {"seed", f.seed}, {"ignore_eos", f.ignore_eos},
                           {"warmup", f.warmup}, {"timeout_s", f.timeout_s}, {"goodput", f.goodput},
-                          {"sweep", f.sweep}, {"compare", f.compare}, {"ramp_up", f.ramp_up}}}};
+                          {"sweep", f.sweep}, {"compare", f.compare}, {"ramp_up", f.ramp_up},
+                          {"backend", f.backend}, {"compare_backend", f.compare_backend.empty() ? f.backend : f.compare_backend}}}};
   auto write_json = [&]() -> bool {
     if (f.json_path.empty()) return true;
     std::ofstream file(f.json_path);
@@ -203,13 +213,17 @@ int RunBench(int argc, char** argv) {
     return static_cast<bool>(file);
   };
 
-  auto make_backend = [&](const std::string& addr) {
+  auto make_backend = [&](const std::string& addr, const std::string& kind) -> std::unique_ptr<bench::Backend> {
+    if (kind == "openai-http")
+      return std::make_unique<bench::OpenAiHttpBackend>(
+          bench::OpenAiHttpBackendOptions{addr, f.ignore_eos, f.timeout_s, f.model});
     return std::make_unique<bench::GrpcBackend>(
         bench::GrpcBackendOptions{addr, f.ignore_eos, f.timeout_s, f.model, f.channels});
   };
-  std::vector<std::unique_ptr<bench::GrpcBackend>> backends;
-  backends.push_back(make_backend(f.addr));
-  if (!f.compare.empty()) backends.push_back(make_backend(f.compare));
+  std::vector<std::unique_ptr<bench::Backend>> backends;
+  backends.push_back(make_backend(f.addr, f.backend));
+  if (!f.compare.empty())
+    backends.push_back(make_backend(f.compare, f.compare_backend.empty() ? f.backend : f.compare_backend));
   floe::v1::ModelInfo info;
   for (size_t b = 0; b < backends.size(); ++b) {
     auto probed = backends[b]->GetModelInfo(f.connect_timeout_s);

@@ -26,9 +26,7 @@ class GrpcBackend : public Backend {
   explicit GrpcBackend(GrpcBackendOptions options);
   void Send(const TurnRequest& request, RequestRecord* record, std::vector<int32_t>* output) override;
 
-  // GetModelInfo with a short deadline: the probe that tells a dead or wrong
-  // address apart before any load is sent.
-  absl::StatusOr<floe::v1::ModelInfo> GetModelInfo(double timeout_s);
+  absl::StatusOr<floe::v1::ModelInfo> GetModelInfo(double timeout_s) override;
 
  private:
   GrpcBackendOptions options_;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "floe/v1/generate.pb.h"
 #include "services/cli/bench/metrics.h"
 #include "services/cli/bench/workload.h"
 
@@ -28,6 +30,11 @@ class Backend {
   // Fills the measured fields of `record` (its index, session, turn and
   // start_s are set by the caller); appends the returned token ids to `output`.
   virtual void Send(const TurnRequest& request, RequestRecord* record, std::vector<int32_t>* output) = 0;
+  // The served model, with a short deadline: the probe that tells a dead or
+  // wrong address apart before any load is sent.
+  virtual absl::StatusOr<floe::v1::ModelInfo> GetModelInfo(double /*timeout_s*/) {
+    return absl::UnimplementedError("this backend cannot describe the model");
+  }
 };
 
 struct LoadOptions {
