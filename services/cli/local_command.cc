@@ -125,7 +125,8 @@ bool RouterReady(const std::string& address) {
 int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
-  int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0;
+  int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
+  std::string chat_template;
   int speculative_token_threshold = 0;
   int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
   std::string parallel_mode;
@@ -140,6 +141,9 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("builtin", &builtin, "built-in demo model: tiny (written on first use)");
   parser.AddInt("workers", &workers, "number of worker processes");
   parser.AddInt("port", &port, "router port (0: any free port)");
+  parser.AddInt("http-port", &http_port,
+                "router's OpenAI-compatible HTTP API port (0: any free port; -1: off); prints 'http listening on'");
+  parser.AddString("chat-template", &chat_template, "router's --chat-template (default: the model's own)");
   parser.AddString("host", &host, "address to bind");
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
@@ -253,9 +257,10 @@ int RunLocal(int argc, char** argv) {
     supervised.push_back({names.back(), argv, "worker listening on "});
     PinPorts(supervised.back(), *children.back(), *address);
   }
-  const std::vector<std::string> router_argv = {(bin / "floe-router").string(), "--workers",
-                                                absl::StrJoin(worker_addresses, ","), "--tokenizer", model, "--host", host,
-                                                "--port", std::to_string(port)};
+  std::vector<std::string> router_argv = {(bin / "floe-router").string(), "--workers",
+                                          absl::StrJoin(worker_addresses, ","), "--tokenizer", model, "--host", host,
+                                          "--port", std::to_string(port), "--http-port", std::to_string(http_port)};
+  if (!chat_template.empty()) router_argv.insert(router_argv.end(), {"--chat-template", chat_template});
   auto router = Subprocess::Spawn(router_argv);
   if (!router.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(router.status().message()).c_str()), shutdown(1);
   auto router_address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));
@@ -280,6 +285,14 @@ int RunLocal(int argc, char** argv) {
       const std::string url = line.substr(line.rfind(' ') + 1);
       std::printf("metrics %s %s\n", names[i].c_str(), url.c_str());
     }
+  }
+  std::string http_address;
+  for (const std::string& line : children.back()->lines()) {
+    if (line.rfind("http bound to ", 0) == 0) http_address = line.substr(std::string("http bound to ").size());
+  }
+  if (!http_address.empty()) {
+    std::printf("http listening on %s\n", http_address.c_str());
+    SetFlag(supervised.back().argv, "--http-port", PortOf(http_address));
   }
   std::printf("router listening on %s\n", router_address->c_str());
   std::fflush(stdout);

@@ -1,5 +1,6 @@
 // floe-router: the public floe.v1.Floe API in front of one or more workers.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -8,10 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
+#include "common/http/http_server.h"
+#include "common/jinja/chat_template.h"
 #include "common/log/log.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
+#include "services/router/openai/openai_frontend.h"
 #include "services/router/router_service.h"
 
 namespace floe {
@@ -34,7 +38,36 @@ struct RouterFlags {
   int max_message_bytes = 4 << 20;
   int drain_timeout_s = 30;
   int metrics_port = 0;
+  int http_port = -1;
+  int http_threads = 2;
+  std::string chat_template;
 };
+
+// The chat template: --chat-template FILE (a Jinja file), else the
+// tokenizer_config.json beside the tokenizer. None is not an error (chat is
+// refused per request); one that cannot be parsed is, at start.
+absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const RouterFlags& f, const Tokenizer& tokenizer) {
+  namespace fs = std::filesystem;
+  const std::string bos = tokenizer.bos_id() ? tokenizer.Decode(std::vector<int32_t>{*tokenizer.bos_id()}, false).value_or("") : "";
+  const std::string eos = tokenizer.eos_ids().empty() ? "" : tokenizer.Decode(std::vector<int32_t>{tokenizer.eos_ids()[0]}, false).value_or("");
+  if (!f.chat_template.empty()) {
+    std::ifstream in(f.chat_template);
+    if (!in) return absl::NotFoundError(absl::StrCat("--chat-template: cannot read ", f.chat_template));
+    std::stringstream source;
+    source << in.rdbuf();
+    auto loaded = ChatTemplate::FromSource(source.str(), bos, eos);
+    if (!loaded.ok()) return loaded.status();
+    return std::make_unique<ChatTemplate>(*std::move(loaded));
+  }
+  fs::path dir = f.tokenizer;
+  if (!fs::is_directory(dir)) dir = dir.parent_path();
+  const fs::path config = dir / "tokenizer_config.json";
+  if (!fs::exists(config)) return std::unique_ptr<ChatTemplate>();
+  auto loaded = ChatTemplate::FromTokenizerConfig(config.string());
+  if (absl::IsNotFound(loaded.status())) return std::unique_ptr<ChatTemplate>();
+  if (!loaded.ok()) return loaded.status();
+  return std::make_unique<ChatTemplate>(*std::move(loaded));
+}
 
 absl::StatusOr<std::vector<std::string>> WorkerAddresses(const RouterFlags& f) {
   std::vector<std::string> addresses;
@@ -84,6 +117,10 @@ int Run(int argc, char** argv) {
   parser.AddInt("max-message-bytes", &f.max_message_bytes, "largest request message accepted");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
+  parser.AddInt("http-port", &f.http_port, "OpenAI-compatible HTTP API port (0: any free port; -1: off)");
+  parser.AddInt("http-threads", &f.http_threads, "HTTP I/O threads (streams hold no thread)");
+  parser.AddString("chat-template", &f.chat_template,
+                   "Jinja chat template file (default: tokenizer_config.json's chat_template)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-router")) return *exit_code;
   auto addresses = WorkerAddresses(f);
   if (!addresses.ok()) {
@@ -128,6 +165,36 @@ int Run(int argc, char** argv) {
     service.SetMetrics(metrics.get());
     std::printf("metrics router %s\n", metrics_server->url().c_str());
   }
+  std::unique_ptr<http::Server> http_server;
+  std::unique_ptr<ChatTemplate> chat_template;
+  std::unique_ptr<openai::Frontend> frontend;
+  if (f.http_port >= 0) {
+    auto loaded = LoadChatTemplate(f, **tokenizer);
+    if (!loaded.ok()) {
+      LogEvent(LogLevel::kError, "router", "chat_template_failed", {{"error", std::string(loaded.status().message())}});
+      std::fprintf(stderr, "floe-router: chat template: %s\n", std::string(loaded.status().message()).c_str());
+      return 1;
+    }
+    chat_template = *std::move(loaded);
+    if (!chat_template) LogEvent(LogLevel::kWarning, "router", "no_chat_template", {{"effect", "/v1/chat/completions refused"}});
+    frontend = std::make_unique<openai::Frontend>(&service, chat_template.get(), [&service] {
+      return service.model_info().has_value() && !service.draining();
+    });
+    http::ServerOptions http_options;
+    http_options.host = f.host;
+    http_options.port = f.http_port;
+    http_options.threads = f.http_threads;
+    http_options.max_body_bytes = static_cast<size_t>(f.max_message_bytes);
+    auto started = http::Server::Start(http_options, [&frontend](http::Request request, std::shared_ptr<http::Exchange> exchange) {
+      frontend->Handle(std::move(request), std::move(exchange));
+    });
+    if (!started.ok()) {
+      LogEvent(LogLevel::kError, "router", "http_listen_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    http_server = *std::move(started);
+    std::printf("http bound to %s\n", http_server->address().c_str());
+  }
   ServerOptions server_options;
   server_options.address = absl::StrCat(f.host, ":", f.port);
   server_options.max_message_bytes = f.max_message_bytes;
@@ -162,6 +229,7 @@ int Run(int argc, char** argv) {
   LogEvent(LogLevel::kInfo, "router", "draining", {{"signal", static_cast<int64_t>(signal)}});
   service.StartDraining();
   (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(f.drain_timeout_s));
+  if (http_server) http_server->Shutdown();
   LogEvent(LogLevel::kInfo, "router", "stopped");
   return 0;
 }

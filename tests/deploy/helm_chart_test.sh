@@ -62,6 +62,21 @@ grep -q 'floe-worker-llama-3-1-70b-5.floe-worker-llama-3-1-70b.serving.svc.clust
   { echo "ok: gpu-tp8 details"; passed=$((passed + 1)); } ||
   { echo "FAIL: gpu-tp8 details"; failed=$((failed + 1)); }
 
+# The router's OpenAI HTTP API: on by default (port 8000 on the Service and
+# the container), probes over HTTP on request, off with httpPort: null.
+grep -q -- '--http-port=8000' "$TMP/default.yaml" &&
+  grep -A3 -- '- name: http' "$TMP/default.yaml" | grep -q 'port: 8000' &&
+  ! grep -q 'httpGet' "$TMP/default.yaml" &&
+  printf 'routerSpec: {httpProbes: true}\n' >"$TMP/http-probes.yaml" &&
+  $HELM template floe "$CHART" -f "$TMP/http-probes.yaml" >"$TMP/http-probes.out" &&
+  grep -A2 'readinessProbe:' "$TMP/http-probes.out" | grep -q 'httpGet' &&
+  grep -q 'path: /ready' "$TMP/http-probes.out" && grep -q 'path: /health' "$TMP/http-probes.out" &&
+  printf 'routerSpec: {httpPort: null}\n' >"$TMP/http-off.yaml" &&
+  $HELM template floe "$CHART" -f "$TMP/http-off.yaml" >"$TMP/http-off.out" &&
+  ! grep -q -- '--http-port' "$TMP/http-off.out" &&
+  { echo "ok: router http port and probes"; passed=$((passed + 1)); } ||
+  { echo "FAIL: router http port and probes"; failed=$((failed + 1)); }
+
 refused too-few-gpus "requestGPU 4 is below tensorParallelSize x sequenceParallelSize = 8" '
 servingEngineSpec:
   modelSpec:

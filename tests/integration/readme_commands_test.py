@@ -8,7 +8,7 @@ the lines CANNOT_RUN names with its reason (a new line that is neither fails
 the test). Placeholders become test inputs: the checkpoint path becomes the
 folder the README's own `floe make-model` line writes (make-model lines run
 first), the trace path a dev trace, /tmp/ and /var/lib/floe/ a scratch folder, port 50051 a free
-port. A `floe local` line runs in the background until "router listening on";
+port (8000, the HTTP API's, another). A `floe local` line runs in the background until "router listening on";
 the commands after it talk to it; at the end it must stop cleanly on SIGTERM.
 Each command must exit 0, and the ones with a checkable product are checked
 (the bench JSON's counts, the replay's JSON, the rendered chart's kinds).
@@ -103,6 +103,7 @@ def main():
     check_table_flags()
     tmp = tempfile.mkdtemp(prefix="floe-readme-")
     port = str(free_port())
+    http_port = str(free_port())
     model_dir = None
     commands = []
     for doc in DOCS:
@@ -116,7 +117,7 @@ def main():
         fail(f"only {len(commands)} commands found in {DOCS}")
 
     def substitute(line):
-        line = line.replace("/tmp/", tmp + "/").replace("/var/lib/floe/", tmp + "/var-lib-floe/").replace("50051", port).replace("/path/to/trace.jsonl", TRACE)
+        line = line.replace("/tmp/", tmp + "/").replace("/var/lib/floe/", tmp + "/var-lib-floe/").replace("50051", port).replace("8000", http_port).replace("/path/to/trace.jsonl", TRACE)
         if model_dir:
             line = line.replace("/path/to/Llama-3.2-1B-Instruct", model_dir)
         words = shlex.split(line)
@@ -170,6 +171,11 @@ def main():
                 if summary.get("completed") != want or summary.get("failed"):
                     fail(f"{doc}: floe bench completed {summary.get('completed')} of {want}, "
                          f"failed {summary.get('failed')}")
+            elif words[0] == "curl":
+                if '"stream": true' in line and not result.stdout.rstrip().endswith("data: [DONE]"):
+                    fail(f"{doc}: the streamed curl did not end with data: [DONE]: {result.stdout[-500:]}")
+                elif '"stream": true' not in line and '"error"' in result.stdout:
+                    fail(f"{doc}: curl answered an error: {result.stdout[-500:]}")
             elif "floe-suffix-replay" in words[0]:
                 replay = json.loads(result.stdout)
                 if not replay:

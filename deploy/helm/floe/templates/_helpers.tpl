@@ -80,10 +80,17 @@ lifecycle:
 {{/* Native gRPC health probes (grpc.health.v1.Health, NOT_SERVING while loading and draining). */}}
 {{- define "floe.probes" -}}
 {{- $port := .port -}}
+{{- $http := and .spec.httpProbes .spec.httpPort -}}
 {{- range $kind := list "startupProbe" "readinessProbe" "livenessProbe" }}
 {{ $kind }}:
+  {{- if $http }}
+  httpGet:
+    path: {{ ternary "/health" "/ready" (eq $kind "livenessProbe") }}
+    port: http
+  {{- else }}
   grpc:
     port: {{ $port }}
+  {{- end }}
   {{- toYaml (index $.spec $kind) | nindent 2 }}
 {{- end }}
 {{- end -}}
@@ -96,6 +103,11 @@ ports:
   - name: metrics
     containerPort: {{ .metricsPort }}
     protocol: TCP
+{{- if .httpPort }}
+  - name: http
+    containerPort: {{ .httpPort }}
+    protocol: TCP
+{{- end }}
 {{- end -}}
 
 {{/* Worker addresses of one model: the StatefulSet pods' DNS names (up to the autoscaler's maximum). */}}

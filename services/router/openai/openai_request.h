@@ -1,0 +1,59 @@
+// OpenAI's /v1/completions and /v1/chat/completions request bodies, checked
+// and mapped onto floe.v1.GenerateRequest. Every field is known: an unknown
+// one, a wrong type or a value out of range is an ApiError naming the field
+// (OpenAI's `param`) and the limit. Pure functions, no I/O.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "floe/v1/generate.pb.h"
+
+namespace floe {
+class ChatTemplate;
+}
+
+namespace floe::openai {
+
+// OpenAI's error object; `status` is the HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ParsedRequest {
+  floe::v1::GenerateRequest generate;
+  Endpoint endpoint = Endpoint::kCompletions;
+  bool stream = false;
+  bool include_usage = false;
+  // Completions: top alternatives per token (logprobs = N). Chat: logprobs
+  // true and top_logprobs = N. Unset: no logprobs.
+  std::optional<int> logprobs;
+  std::string model;  // as the client named it (echoed back)
+  // Floe's (and vLLM's) extra: each choice also carries "token_ids".
+  bool return_token_ids = false;
+};
+
+struct RequestContext {
+  // The model's chat template; null when it has none (chat is then refused).
+  const ChatTemplate* chat_template = nullptr;
+  // x-session-id / x-request-id headers (the body's session_id wins).
+  std::string session_header;
+  std::string request_id_header;
+};
+
+// Parses a request body for `endpoint`.
+std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const RequestContext& context,
+                              ParsedRequest* out);
+
+// nlohmann::json of the error, as OpenAI sends it: {"error": {...}}.
+nlohmann::json ErrorJson(const ApiError& error);
+
+}  // namespace floe::openai

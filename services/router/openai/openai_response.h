@@ -1,0 +1,49 @@
+// OpenAI response objects built from floe.v1 events: completion and chat
+// completion bodies, their streamed chunks, usage and logprobs, and the
+// mapping of a gRPC status onto OpenAI's HTTP error. Pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "common/tokenizer/tokenizer.h"
+#include "floe/v1/generate.pb.h"
+#include "services/router/openai/openai_request.h"
+
+namespace floe::openai {
+
+// What every object of one response shares.
+struct ResponseHeader {
+  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::optional<int> logprobs;  // as requested
+  bool return_token_ids = false;
+};
+
+// "stop" or "length" (OpenAI has no other reason Floe produces).
+std::string FinishReason(floe::v1::FinishReason reason);
+nlohmann::json Usage(const floe::v1::Usage& usage);
+// The logprobs object of a choice for these tokens (format by endpoint).
+nlohmann::json Logprobs(const ResponseHeader& header, const Tokenizer& tokenizer,
+                        const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& logprobs);
+
+// One streamed chunk: text (and logprobs) of one event, or the finish.
+nlohmann::json StreamChunk(const ResponseHeader& header, const Tokenizer& tokenizer, const floe::v1::Chunk* chunk,
+                           const floe::v1::Complete* complete, bool first, bool include_usage);
+// The final usage-only chunk (stream_options.include_usage).
+nlohmann::json UsageChunk(const ResponseHeader& header, const floe::v1::Usage& usage);
+// The whole (non-streamed) response.
+nlohmann::json FullResponse(const ResponseHeader& header, const Tokenizer& tokenizer, const std::string& text,
+                            const std::vector<int32_t>& token_ids,
+                            const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& logprobs,
+                            const floe::v1::Complete& complete);
+
+// gRPC status -> OpenAI error (429 for overload, 503 unavailable, 404 model).
+ApiError FromStatus(const grpc::Status& status, Endpoint endpoint);
+
+}  // namespace floe::openai
