@@ -121,6 +121,23 @@ TEST_F(OpenAiHttpTest, SameTokensAsGrpcGreedyAndSeeded) {
   }
 }
 
+TEST_F(OpenAiHttpTest, EventsArriveAsTokensAreMade) {
+  // Not buffered to the end: the first token's event lands long before the last.
+  const json body = {{"prompt", "Tick"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
+  const auto start = std::chrono::steady_clock::now();
+  SseStream stream(*http_, "/v1/completions", body.dump());
+  ASSERT_EQ(stream.status(), 200);
+  std::string data;
+  ASSERT_TRUE(stream.Next(&data));
+  const auto first = std::chrono::steady_clock::now() - start;
+  int events = 1;
+  while (stream.Next(&data)) ++events;
+  const auto total = std::chrono::steady_clock::now() - start;
+  EXPECT_GT(events, 20);
+  EXPECT_LT(first * 4, total) << "first event after " << std::chrono::duration<double>(first).count() << " s of "
+                              << std::chrono::duration<double>(total).count() << " s";
+}
+
 TEST_F(OpenAiHttpTest, BadFieldsAre400NamingTheField) {
   struct Case {
     json body;

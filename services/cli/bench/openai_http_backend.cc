@@ -164,7 +164,8 @@ void OpenAiHttpBackend::Send(const TurnRequest& turn, RequestRecord* record, std
     char chunk[16384];
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
-    ec = Run(io, stream, left_s(), [&](auto done) { bhttp::async_read(stream, buffer, parser, done); });
+    // read_some: return as soon as bytes arrive, so each event is timed when it lands.
+    ec = Run(io, stream, left_s(), [&](auto done) { bhttp::async_read_some(stream, buffer, parser, done); });
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec == beast::error::timeout) return fail(4 /*DEADLINE_EXCEEDED*/, "deadline exceeded");
     if (ec) return fail(14, absl::StrCat("reading the stream: ", ec.message()));

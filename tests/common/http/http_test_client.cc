@@ -144,7 +144,7 @@ bool SseStream::Next(std::string* data) {
     impl_->parser.get().body().data = chunk;
     impl_->parser.get().body().size = sizeof chunk;
     beast::error_code ec = Run(impl_->io, impl_->stream, impl_->timeout_ms, [&](auto done) {
-      bhttp::async_read(impl_->stream, impl_->buffer, impl_->parser, done);
+      bhttp::async_read_some(impl_->stream, impl_->buffer, impl_->parser, done);
     });
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) {
