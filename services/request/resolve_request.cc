@@ -66,7 +66,8 @@ absl::Status CheckRequestStrings(const GenerateRequest& request) {
       {"request_id", {request.request_id().size(), kMaxRequestIdBytes}},
       {"model", {request.model().size(), kMaxModelNameBytes}},
       {"session_id", {request.session_id().size(), kMaxSessionIdBytes}},
-      {"speculation.namespace", {request.speculation().namespace_().size(), kMaxNamespaceBytes}}};
+      {"speculation.namespace", {request.speculation().namespace_().size(), kMaxNamespaceBytes}},
+      {"cache_salt", {request.cache_salt().size(), kMaxCacheSaltBytes}}};
   for (const auto& [name, size_limit] : fields) {
     if (size_limit.first > static_cast<size_t>(size_limit.second))
       return absl::InvalidArgumentError(

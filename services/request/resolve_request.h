@@ -31,6 +31,7 @@ inline constexpr int kMaxRequestIdBytes = 128;
 inline constexpr int kMaxModelNameBytes = 256;
 inline constexpr int kMaxSessionIdBytes = 256;
 inline constexpr int kMaxNamespaceBytes = 256;
+inline constexpr int kMaxCacheSaltBytes = 256;
 
 // INVALID_ARGUMENT naming the field and its limit when request_id, model,
 // session_id or speculation.namespace is longer than allowed. The router

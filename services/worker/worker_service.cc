@@ -62,6 +62,15 @@ EngineRequest FromProto(const GenerateRequest& in, const std::string& default_na
   out.speculation.disable = in.speculation().disable();
   out.speculation.ns = in.speculation().namespace_().empty() ? default_namespace : in.speculation().namespace_();
   out.sampling.forced_tokens.assign(in.forced_output_ids().begin(), in.forced_output_ids().end());
+  if (!in.cache_salt().empty()) {
+    // FNV-1a then MurmurHash3's finalizer; never 0, the unsalted chain's seed.
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : in.cache_salt()) h = (h ^ c) * 1099511628211ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    out.cache_salt_hash = h == 0 ? 1 : h;
+  }
   return out;
 }
 

@@ -7,10 +7,10 @@ namespace floe {
 void PrefixChain::AcquireCachedPrefix(Sequence& seq) {
   if (!enabled_) return;
   std::span<const int32_t> lookup(seq.tokens.data(), seq.tokens.size() - 1);
-  seq.block_table = blocks_.AcquireCachedPrefix(lookup);
+  seq.block_table = blocks_.AcquireCachedPrefix(lookup, seq.request.cache_salt_hash);
   seq.num_computed = static_cast<int32_t>(seq.block_table.size()) * block_size_;
   seq.registered_blocks = static_cast<int32_t>(seq.block_table.size());
-  seq.last_block_hash = 0;
+  seq.last_block_hash = seq.request.cache_salt_hash;
   for (int32_t b = 0; b < seq.registered_blocks; ++b) {
     seq.last_block_hash = BlockManager::HashBlock(
         seq.last_block_hash, std::span<const int32_t>(seq.tokens).subspan(b * block_size_, block_size_));
@@ -51,7 +51,7 @@ void PrefixChain::Release(Sequence& seq) {
   seq.draft.clear();
   seq.num_computed = 0;
   seq.registered_blocks = 0;
-  seq.last_block_hash = 0;
+  seq.last_block_hash = seq.request.cache_salt_hash;
 }
 
 }  // namespace floe

@@ -77,6 +77,9 @@ struct EngineRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   SpeculationRequest speculation;
+  // Seeds the prefix-cache hash chain (a hash of the request's cache salt, 0
+  // without one): requests only share cached blocks with the same salt.
+  uint64_t cache_salt_hash = 0;
   OutputSink sink;
 };
 

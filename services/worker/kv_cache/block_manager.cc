@@ -60,9 +60,9 @@ void BlockManager::Take(int32_t block) {
   ++ref_counts_[block];
 }
 
-std::vector<int32_t> BlockManager::AcquireCachedPrefix(std::span<const int32_t> tokens) {
+std::vector<int32_t> BlockManager::AcquireCachedPrefix(std::span<const int32_t> tokens, uint64_t seed) {
   std::vector<int32_t> blocks;
-  uint64_t hash = 0;
+  uint64_t hash = seed;
   const size_t full_blocks = tokens.size() / block_size_;
   prefix_query_tokens_ += static_cast<int64_t>(tokens.size());
   for (size_t i = 0; i < full_blocks; ++i) {

@@ -36,8 +36,9 @@ class BlockManager {
   static uint64_t HashBlock(uint64_t previous_hash, std::span<const int32_t> tokens);
 
   // Finds the longest run of cached full blocks that prefix `tokens`, takes a
-  // reference on each, and returns their ids (possibly empty).
-  std::vector<int32_t> AcquireCachedPrefix(std::span<const int32_t> tokens);
+  // reference on each, and returns their ids (possibly empty). `seed` starts
+  // the hash chain: requests with different seeds (cache salts) never share.
+  std::vector<int32_t> AcquireCachedPrefix(std::span<const int32_t> tokens, uint64_t seed = 0);
 
   // Takes `count` fresh blocks, or returns nullopt (and takes none) when too few are free.
   std::optional<std::vector<int32_t>> Allocate(int count);
