@@ -41,6 +41,9 @@ int RunGenerate(int argc, char** argv) {
   parser.AddString("stop", &stop, "stop string (repeat with | between several)");
   parser.AddBool("ignore-eos", &ignore_eos, "keep generating past EOS");
   parser.AddString("session", &session, "agent session id (worker affinity, suffix caching)");
+  std::string api_key, request_id;
+  parser.AddString("request-id", &request_id, "the request's label in logs and responses (default: the router's)");
+  parser.AddString("api-key", &api_key, "sent as \"authorization: Bearer KEY\" (routers with --api-key-file)");
   parser.AddString("model", &model, "model name (default: the served one)");
   parser.AddInt("timeout-s", &timeout_s, "deadline of the request");
   parser.AddBool("json", &json, "print {token_ids, text, finish_reason, usage} instead of streaming");
@@ -64,6 +67,7 @@ int RunGenerate(int argc, char** argv) {
   }
   request.set_model(model);
   request.set_session_id(session);
+  request.set_request_id(request_id);
   auto* sampling = request.mutable_sampling();
   sampling->set_temperature(temperature);
   sampling->set_top_p(top_p);
@@ -81,6 +85,7 @@ int RunGenerate(int argc, char** argv) {
   auto stub = floe::v1::Floe::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
   const auto start = std::chrono::steady_clock::now();
   auto reader = stub->Generate(&context, request);
   floe::v1::GenerateResponse response;

@@ -126,7 +126,8 @@ int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
-  std::string chat_template;
+  std::string chat_template, api_key_file;
+  double rate_limit_rps = 0, rate_limit_tps = 0;
   int speculative_token_threshold = 0;
   int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
   std::string parallel_mode;
@@ -144,6 +145,9 @@ int RunLocal(int argc, char** argv) {
   parser.AddInt("http-port", &http_port,
                 "router's OpenAI-compatible HTTP API port (0: any free port; -1: off); prints 'http listening on'");
   parser.AddString("chat-template", &chat_template, "router's --chat-template (default: the model's own)");
+  parser.AddString("api-key-file", &api_key_file, "router's --api-key-file (lines \"SHA256_HEX TENANT [admin]\")");
+  parser.AddDouble("rate-limit-rps", &rate_limit_rps, "router's --rate-limit-rps (per tenant)");
+  parser.AddDouble("rate-limit-tps", &rate_limit_tps, "router's --rate-limit-tps (per tenant)");
   parser.AddString("host", &host, "address to bind");
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
@@ -261,6 +265,9 @@ int RunLocal(int argc, char** argv) {
                                           absl::StrJoin(worker_addresses, ","), "--tokenizer", model, "--host", host,
                                           "--port", std::to_string(port), "--http-port", std::to_string(http_port)};
   if (!chat_template.empty()) router_argv.insert(router_argv.end(), {"--chat-template", chat_template});
+  if (!api_key_file.empty()) router_argv.insert(router_argv.end(), {"--api-key-file", api_key_file});
+  if (rate_limit_rps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-rps", absl::StrCat(rate_limit_rps)});
+  if (rate_limit_tps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-tps", absl::StrCat(rate_limit_tps)});
   auto router = Subprocess::Spawn(router_argv);
   if (!router.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(router.status().message()).c_str()), shutdown(1);
   auto router_address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +42,8 @@ struct RouterFlags {
   int http_port = -1;
   int http_threads = 2;
   std::string chat_template;
+  std::string api_key_file;
+  double rate_limit_rps = 0, rate_limit_tps = 0;
 };
 
 // The chat template: --chat-template FILE (a Jinja file), else the
@@ -119,6 +122,11 @@ int Run(int argc, char** argv) {
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   parser.AddInt("http-port", &f.http_port, "OpenAI-compatible HTTP API port (0: any free port; -1: off)");
   parser.AddInt("http-threads", &f.http_threads, "HTTP I/O threads (streams hold no thread)");
+  parser.AddString("api-key-file", &f.api_key_file,
+                   "API keys: lines \"SHA256_HEX TENANT [admin]\"; clients send \"authorization: Bearer KEY\"");
+  parser.AddDouble("rate-limit-rps", &f.rate_limit_rps, "requests per second per tenant (0: no limit)");
+  parser.AddDouble("rate-limit-tps", &f.rate_limit_tps,
+                   "tokens (prompt + max_tokens) per second per tenant (0: no limit)");
   parser.AddString("chat-template", &f.chat_template,
                    "Jinja chat template file (default: tokenizer_config.json's chat_template)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-router")) return *exit_code;
@@ -148,8 +156,21 @@ int Run(int argc, char** argv) {
                                              ? MakeLeastOutstandingPicker(&pool)
                                              : MakeSessionAffinityPicker(&pool, f.overload_outstanding);
   AdmissionGate gate(f.max_in_flight, f.max_queued, std::chrono::milliseconds(f.queue_timeout_ms));
+  std::optional<ApiKeys> api_keys;
+  if (!f.api_key_file.empty()) {
+    auto loaded = ApiKeys::Load(f.api_key_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "floe-router: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    api_keys = *std::move(loaded);
+    LogEvent(LogLevel::kInfo, "router", "api_keys_loaded", {{"keys", static_cast<int64_t>(api_keys->size())}});
+  }
+  RateLimiter rate_limiter(f.rate_limit_rps, f.rate_limit_tps);
   RouterServiceOptions options;
   options.model_name = f.model_name;
+  options.api_keys = api_keys ? &*api_keys : nullptr;
+  options.rate_limiter = rate_limiter.enabled() ? &rate_limiter : nullptr;
   options.max_retries = f.max_retries;
   RouterService service(options, tokenizer->get(), &pool, picker.get(), &gate);
   std::unique_ptr<MetricsServer> metrics_server;

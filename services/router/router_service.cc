@@ -104,13 +104,54 @@ absl::StatusOr<GenerateRequest> RouterService::Check(const GenerateRequest& requ
   return Prepare(request);
 }
 
+absl::StatusOr<const Tenant*> RouterService::Authenticate(std::string_view authorization) const {
+  if (!options_.api_keys) return nullptr;
+  return options_.api_keys->Authenticate(authorization);
+}
+
+namespace {
+
+// A tenant's requests live in its own suffix-cache namespace and prefix-cache
+// salt; what the client asked for only subdivides them.
+void ApplyTenant(const Tenant& tenant, GenerateRequest& request) {
+  const std::string& ns = request.speculation().namespace_();
+  request.mutable_speculation()->set_namespace_(ns.empty() ? tenant.name : absl::StrCat(tenant.name, "/", ns));
+  const std::string& salt = request.cache_salt();
+  request.set_cache_salt(salt.empty() ? tenant.name : absl::StrCat(tenant.name, "/", salt));
+}
+
+std::string_view Metadata(const grpc::ServerContext* context, const char* key) {
+  auto it = context->client_metadata().find(key);
+  if (it == context->client_metadata().end()) return {};
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<GenerateCall>> RouterService::StartGenerate(const GenerateRequest& request,
+                                                                           std::string_view authorization,
                                                                            GenerateCall::MakeContext make_context,
                                                                            GenerateCall::Sink sink) {
-  absl::StatusOr<GenerateRequest> prepared = Check(request);
-  if (!prepared.ok()) {
-    if (metrics_) metrics_->ObserveFinished(absl::StatusCodeToString(prepared.status().code()));
-    return prepared.status();
+  auto refuse = [&](const absl::Status& status) {
+    if (metrics_) metrics_->ObserveFinished(absl::StatusCodeToString(status.code()));
+    return status;
+  };
+  auto tenant = Authenticate(authorization);
+  if (!tenant.ok()) return refuse(tenant.status());
+  absl::StatusOr<GenerateRequest> prepared;
+  if (*tenant) {
+    if (absl::Status s = CheckRequestStrings(request); !s.ok()) return refuse(s);
+    GenerateRequest owned = request;
+    ApplyTenant(**tenant, owned);
+    prepared = Check(owned);
+  } else {
+    prepared = Check(request);
+  }
+  if (!prepared.ok()) return refuse(prepared.status());
+  if (options_.rate_limiter) {
+    const int64_t cost = prepared->token_ids().ids_size() + prepared->stopping().max_tokens();
+    if (absl::Status s = options_.rate_limiter->Charge(*tenant ? (*tenant)->name : "", cost); !s.ok())
+      return refuse(s);
   }
   RouterParts parts;
   parts.tokenizer = tokenizer_;
@@ -146,7 +187,7 @@ grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRe
     box->changed.notify_one();
   };
   auto call = StartGenerate(
-      request, [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
+      request, Metadata(context, "authorization"), [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
       std::move(sink));
   if (!call.ok()) return ToGrpcStatus(call.status());
   bool client_gone = false;
@@ -193,8 +234,9 @@ grpc::Status RouterService::GenerateUnary(grpc::ServerContext* context, const Ge
   return status;
 }
 
-grpc::Status RouterService::Tokenize(grpc::ServerContext*, const floe::v1::TokenizeRequest* request,
+grpc::Status RouterService::Tokenize(grpc::ServerContext* context, const floe::v1::TokenizeRequest* request,
                                      floe::v1::TokenizeResponse* response) {
+  if (auto tenant = Authenticate(Metadata(context, "authorization")); !tenant.ok()) return ToGrpcStatus(tenant.status());
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   auto ids = tokenizer_->Encode(request->text(), request->add_special_tokens());
   if (!ids.ok()) return ToGrpcStatus(ids.status());
@@ -202,8 +244,9 @@ grpc::Status RouterService::Tokenize(grpc::ServerContext*, const floe::v1::Token
   return grpc::Status::OK;
 }
 
-grpc::Status RouterService::Detokenize(grpc::ServerContext*, const floe::v1::DetokenizeRequest* request,
+grpc::Status RouterService::Detokenize(grpc::ServerContext* context, const floe::v1::DetokenizeRequest* request,
                                        floe::v1::DetokenizeResponse* response) {
+  if (auto tenant = Authenticate(Metadata(context, "authorization")); !tenant.ok()) return ToGrpcStatus(tenant.status());
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
   auto text = tokenizer_->Decode(ids, request->skip_special_tokens());

@@ -16,6 +16,8 @@
 #include "common/tokenizer/tokenizer.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/router/admission_gate.h"
+#include "services/router/api_keys.h"
+#include "services/router/rate_limiter.h"
 #include "services/router/generate_call.h"
 #include "services/router/router_metrics.h"
 #include "services/router/worker_picker.h"
@@ -31,6 +33,10 @@ struct RouterServiceOptions {
   std::chrono::seconds max_request_time{600};
   int max_stop_strings = 16;
   int max_stop_string_bytes = 256;
+  // Optional (null: every client is served, as one anonymous tenant).
+  // Must outlive the service.
+  const ApiKeys* api_keys = nullptr;
+  RateLimiter* rate_limiter = nullptr;
 };
 
 class RouterService final : public floe::v1::Floe::Service {
@@ -48,12 +54,17 @@ class RouterService final : public floe::v1::Floe::Service {
   // The served model, once known.
   std::optional<floe::v1::ModelInfo> model_info() const;
 
-  // Validates and prepares `request`, then starts relaying it; `sink` hears
-  // the rest. A refusal (bad field, unknown model, draining) is returned
-  // and the sink never called.
+  // Authenticates `authorization` ("Bearer KEY"; ignored without API keys),
+  // puts the request in its tenant's namespace and cache salt, validates,
+  // prepares and rate-limits it, then starts relaying it; `sink` hears the
+  // rest. A refusal (bad key, bad field, unknown model, draining, over the
+  // rate) is returned and the sink never called.
   absl::StatusOr<std::shared_ptr<GenerateCall>> StartGenerate(const floe::v1::GenerateRequest& request,
+                                                              std::string_view authorization,
                                                               GenerateCall::MakeContext make_context,
                                                               GenerateCall::Sink sink);
+  // The caller's tenant (null without API keys); UNAUTHENTICATED otherwise.
+  absl::StatusOr<const Tenant*> Authenticate(std::string_view authorization) const;
   // Tokenizes `text` with the served tokenizer.
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 

@@ -77,6 +77,16 @@ grep -q -- '--http-port=8000' "$TMP/default.yaml" &&
   { echo "ok: router http port and probes"; passed=$((passed + 1)); } ||
   { echo "FAIL: router http port and probes"; failed=$((failed + 1)); }
 
+# API keys from a Secret, with per-tenant rate limits.
+printf 'routerSpec: {apiKeys: {secretName: floe-keys, rateLimitRps: 5}}\n' >"$TMP/keys.yaml" &&
+  $HELM lint "$CHART" -f "$TMP/keys.yaml" --strict >/dev/null &&
+  $HELM template floe "$CHART" -f "$TMP/keys.yaml" >"$TMP/keys.out" &&
+  grep -q -- '--api-key-file=/etc/floe-keys/api-keys.txt' "$TMP/keys.out" &&
+  grep -q -- '--rate-limit-rps=5' "$TMP/keys.out" && grep -q 'secretName: floe-keys' "$TMP/keys.out" &&
+  ! grep -q -- '--api-key-file' "$TMP/default.yaml" &&
+  { echo "ok: router api keys"; passed=$((passed + 1)); } ||
+  { echo "FAIL: router api keys"; failed=$((failed + 1)); }
+
 refused too-few-gpus "requestGPU 4 is below tensorParallelSize x sequenceParallelSize = 8" '
 servingEngineSpec:
   modelSpec:

@@ -1,6 +1,8 @@
 #include "services/router/openai/openai_frontend.h"
 
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <random>
 
@@ -56,7 +58,14 @@ std::string NextId() {
 
 http::Response ErrorResponse(const ApiError& error) {
   http::Response r = JsonResponse(error.status, ErrorJson(error));
-  if (error.status == 429) r.headers.emplace_back("Retry-After", "1");
+  if (error.status == 429) {
+    // A rate limit says when ("retry in 2.50 s"); overload retries in a second.
+    int seconds = 1;
+    if (const size_t at = error.message.find("retry in "); at != std::string::npos)
+      seconds = std::max(1, static_cast<int>(std::ceil(std::atof(error.message.c_str() + at + 9))));
+    r.headers.emplace_back("Retry-After", std::to_string(seconds));
+  }
+  if (error.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   return r;
 }
 
@@ -194,7 +203,7 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   // Streams start once the request is accepted, so that a refusal is still an
   // HTTP error status rather than an event.
   auto call = service_->StartGenerate(
-      parsed.generate, [] { return std::make_shared<grpc::ClientContext>(); }, std::move(sink));
+      parsed.generate, request.Header("authorization"), [] { return std::make_shared<grpc::ClientContext>(); }, std::move(sink));
   if (!call.ok()) {
     const grpc::Status status(static_cast<grpc::StatusCode>(call.status().code()), std::string(call.status().message()));
     return exchange->Reply(ErrorResponse(FromStatus(status, endpoint)));

@@ -142,6 +142,13 @@ ApiError FromStatus(const grpc::Status& status, Endpoint endpoint) {
       if (identifier) e.param = field;
       break;
     }
+    case grpc::StatusCode::UNAUTHENTICATED:
+      e.status = 401;
+      e.code = "invalid_api_key";
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      e.status = 403;
+      break;
     case grpc::StatusCode::NOT_FOUND:
       e.status = 404;
       e.param = "model";
@@ -149,7 +156,7 @@ ApiError FromStatus(const grpc::Status& status, Endpoint endpoint) {
       break;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       e.status = 429;
-      e.type = "server_overloaded";
+      e.type = e.message.find("rate limit") != std::string::npos ? "rate_limit_exceeded" : "server_overloaded";
       break;
     case grpc::StatusCode::UNAVAILABLE:
       e.status = 503;
