@@ -1,10 +1,15 @@
-// Template::Parse: pieces -> statements, tokens -> expressions, with
-// jinja2's operator precedence. Unknown statements, filters, tests and
-// methods are refused here.
+// Template::Parse: jinja2's recursive-descent parser over the token stream,
+// function for function (parse_tuple, parse_condexpr, ... parse_test), so
+// that precedence and the odd corners (tests taking a bare argument, tuples
+// without parentheses) read as jinja2 reads them. Whatever the subset does
+// not implement is refused here, naming the construct and its line.
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/jinja/ast.h"
+#include "common/jinja/analysis.h"
+#include "common/jinja/builtins.h"
+#include "common/jinja/fold.h"
 #include "common/jinja/lexer.h"
 #include "common/jinja/program.h"
 #include "common/jinja/template.h"
@@ -12,582 +17,654 @@
 namespace floe::jinja {
 namespace {
 
-const std::set<std::string>& KnownFilters() {
-  static const std::set<std::string> kFilters = {
-      "trim", "tojson", "length", "count", "first", "last", "join", "default", "d", "upper", "lower", "capitalize",
-      "title", "replace", "list", "items", "string", "int", "float", "abs", "round", "reverse", "unique", "map",
-      "selectattr", "rejectattr", "select", "reject", "safe", "indent", "sort", "min", "max", "sum", "dictsort",
-      "batch", "wordcount", "center", "striptags", "e", "escape"};
-  return kFilters;
-}
+using T = Token::Type;
 
-const std::set<std::string>& KnownTests() {
-  static const std::set<std::string> kTests = {
-      "defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "iterable", "sequence",
-      "boolean", "true", "false", "equalto", "eq", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge", ">=",
-      "in", "odd", "even", "divisibleby", "lower", "upper", "callable", "sameas"};
-  return kTests;
-}
+std::string At(int line) { return " (line " + std::to_string(line) + ")"; }
 
-const std::set<std::string>& KnownMethods() {
-  static const std::set<std::string> kMethods = {
-      "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "rsplit", "replace", "upper", "lower",
-      "title", "capitalize", "find", "count", "join", "items", "keys", "values", "get", "splitlines", "isdigit",
-      "isalpha", "isspace", "index"};
-  return kMethods;
+std::string Describe(const Token& t) {
+  switch (t.type) {
+    case T::kVarEnd: return "end of print statement";
+    case T::kBlockEnd: return "end of statement block";
+    case T::kEof: return "end of template";
+    case T::kString: return "string";
+    case T::kInt: return "integer";
+    case T::kFloat: return "float";
+    default: return t.text;
+  }
 }
 
 class Parser {
  public:
-  explicit Parser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
-  Body ParseTemplate() {
-    std::string stopped;
-    Body body = ParseBody({}, &stopped);
-    return body;
+  Program Run() {
+    Program program;
+    program.body = Subparse({});
+    return program;
   }
 
  private:
-  // --- statements ---------------------------------------------------------
-  Body ParseBody(const std::set<std::string>& stops, std::string* stopped, int opened_at = 0) {
-    Body body;
-    while (at_ < pieces_.size()) {
-      Piece& piece = pieces_[at_];
-      if (piece.kind == Piece::Kind::kText) {
-        auto node = std::make_unique<Node>();
-        node->type = Node::Type::kText;
-        node->text = std::move(piece.text);
-        node->line = piece.line;
-        body.push_back(std::move(node));
-        ++at_;
-        continue;
-      }
-      BeginTokens(piece);
-      if (piece.kind == Piece::Kind::kVar) {
-        auto node = std::make_unique<Node>();
-        node->type = Node::Type::kOutput;
-        node->line = piece.line;
-        node->expr = ParseExpression();
-        ExpectEnd();
-        body.push_back(std::move(node));
-        ++at_;
-        continue;
-      }
-      if (tokens_->empty()) Fail("empty statement" + At(piece.line));
-      const std::string keyword = Peek().text;
-      if (stops.count(keyword)) {
-        *stopped = keyword;
-        return body;  // the caller consumes the stop tag
-      }
-      ++at_;
-      body.push_back(ParseStatement(keyword, piece.line));
-    }
-    if (!stops.empty()) {
-      std::string end;
-      for (const std::string& s : stops)
-        if (s.rfind("end", 0) == 0) end = s;
-      Fail("unexpected end of template: missing {% " + end + " %} for the tag" + At(opened_at));
-    }
-    return body;
+  // ---- token stream ------------------------------------------------------
+  const Token& Cur() const { return tokens_[pos_]; }
+  const Token& Look() const { return tokens_[std::min(pos_ + 1, tokens_.size() - 1)]; }
+  const Token& Next() {
+    const Token& t = tokens_[pos_];
+    if (t.type != T::kEof) ++pos_;
+    return t;
   }
-
-  // Positions the token reader on `piece`.
-  void BeginTokens(Piece& piece) {
-    tokens_ = &piece.tokens;
-    tok_ = 0;
-    line_ = piece.line;
-  }
-  // After a stop tag was seen by ParseBody: reads it (its tokens) and advances.
-  void TakeStop() {
-    BeginTokens(pieces_[at_]);
-    ++at_;
-    Next();  // the keyword
-  }
-
-  NodePtr ParseStatement(const std::string& keyword, int line) {
+  bool IsName(std::string_view name) const { return Cur().type == T::kName && Cur().text == name; }
+  bool IsOp(std::string_view op) const { return Cur().type == T::kOp && Cur().text == op; }
+  bool SkipName(std::string_view name) {
+    if (!IsName(name)) return false;
     Next();
-    auto node = std::make_unique<Node>();
-    node->line = line;
-    if (keyword == "if") {
-      node->type = Node::Type::kIf;
-      node->conditions.push_back(ParseExpression());
-      ExpectEnd();
-      for (;;) {
-        std::string stopped;
-        node->bodies.push_back(ParseBody({"elif", "else", "endif"}, &stopped, line));
-        TakeStop();
-        if (stopped == "elif") {
-          node->conditions.push_back(ParseExpression());
-          ExpectEnd();
-        } else if (stopped == "else") {
-          ExpectEnd();
-          node->bodies.push_back(ParseBody({"endif"}, &stopped, line));
-          TakeStop();
-          ExpectEnd();
-          break;
-        } else {
-          ExpectEnd();
-          break;
-        }
-      }
-      return node;
-    }
-    if (keyword == "for") {
-      node->type = Node::Type::kFor;
-      node->targets.push_back(ExpectName());
-      while (PeekOp(",")) {
-        Next();
-        node->targets.push_back(ExpectName());
-      }
-      if (ExpectName() != "in") Fail("expected 'in' in for" + At(line_));
-      node->expr = ParseCondExprNoIf();
-      if (PeekName("if")) {
-        Next();
-        node->filter = ParseOr();
-      }
-      if (PeekName("recursive")) Fail("unsupported: recursive for loops" + At(line_));
-      ExpectEnd();
-      std::string stopped;
-      node->bodies.push_back(ParseBody({"else", "endfor"}, &stopped, line));
-      TakeStop();
-      ExpectEnd();
-      if (stopped == "else") {
-        node->bodies.push_back(ParseBody({"endfor"}, &stopped, line));
-        TakeStop();
-        ExpectEnd();
-      }
-      return node;
-    }
-    if (keyword == "set") {
-      std::string name = ExpectName();
-      if (PeekOp(".")) {
-        Next();
-        node->attr = ExpectName();
-      }
-      node->targets.push_back(name);
-      while (PeekOp(",")) {
-        Next();
-        node->targets.push_back(ExpectName());
-      }
-      if (PeekOp("=")) {
-        Next();
-        node->type = Node::Type::kSet;
-        node->expr = ParseTupleOrExpression();
-        ExpectEnd();
-        return node;
-      }
-      if (!node->attr.empty() || node->targets.size() != 1) Fail("bad block set" + At(line_));
-      if (PeekOp("|")) Fail("unsupported: filtered block set" + At(line_));
-      ExpectEnd();
-      node->type = Node::Type::kSetBlock;
-      std::string stopped;
-      node->bodies.push_back(ParseBody({"endset"}, &stopped, line));
-      TakeStop();
-      ExpectEnd();
-      return node;
-    }
-    if (keyword == "macro") {
-      node->type = Node::Type::kMacro;
-      node->macro = std::make_shared<MacroDef>();
-      node->macro->name = ExpectName();
-      ExpectOp("(");
-      while (!PeekOp(")")) {
-        std::string param = ExpectName();
-        ExprPtr default_value;
-        if (PeekOp("=")) {
-          Next();
-          default_value = ParseExpression();
-        }
-        node->macro->params.emplace_back(param, std::move(default_value));
-        if (!PeekOp(")")) ExpectOp(",");
-      }
-      ExpectOp(")");
-      ExpectEnd();
-      std::string stopped;
-      node->macro->body = ParseBody({"endmacro"}, &stopped, line);
-      TakeStop();
-      ExpectEnd();
-      return node;
-    }
-    if (keyword == "break" || keyword == "continue") {
-      node->type = keyword == "break" ? Node::Type::kBreak : Node::Type::kContinue;
-      ExpectEnd();
-      return node;
-    }
-    Fail("unsupported statement '" + keyword + "'" + At(line));
+    return true;
+  }
+  bool SkipOp(std::string_view op) {
+    if (!IsOp(op)) return false;
+    Next();
+    return true;
+  }
+  [[noreturn]] void Error(const std::string& message) const { Fail(message + At(Cur().line)); }
+  void ExpectOp(std::string_view op) {
+    if (!SkipOp(op)) Error("expected '" + std::string(op) + "', got '" + Describe(Cur()) + "'");
+  }
+  void Expect(T type, const char* what) {
+    if (Cur().type != type) Error(std::string("expected ") + what + ", got '" + Describe(Cur()) + "'");
+    Next();
+  }
+  std::string ExpectName() {
+    if (Cur().type != T::kName) Error("expected a name, got '" + Describe(Cur()) + "'");
+    return Next().text;
   }
 
-  // --- expressions --------------------------------------------------------
-  ExprPtr Make(Expr::Type type, std::string name = "") {
+  ExprPtr Make(Expr::Type type, int line, std::string name = "") {
     auto e = std::make_unique<Expr>();
     e->type = type;
+    e->line = line;
     e->name = std::move(name);
-    e->line = line_;
     return e;
   }
-  ExprPtr Binary(std::string op, ExprPtr a, ExprPtr b) {
-    auto e = Make(Expr::Type::kBinary, std::move(op));
+  ExprPtr Make2(Expr::Type type, int line, std::string name, ExprPtr a, ExprPtr b) {
+    auto e = Make(type, line, std::move(name));
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
     return e;
   }
-
-  // `a, b` at the top of a set: a tuple (a list here).
-  ExprPtr ParseTupleOrExpression() {
-    ExprPtr first = ParseExpression();
-    if (!PeekOp(",")) return first;
-    auto list = Make(Expr::Type::kList);
-    list->args.push_back(std::move(first));
-    while (PeekOp(",")) {
-      Next();
-      list->args.push_back(ParseExpression());
-    }
-    return list;
+  NodePtr MakeNode(Node::Type type, int line) {
+    auto n = std::make_unique<Node>();
+    n->type = type;
+    n->line = line;
+    return n;
   }
+
+  // ---- statements --------------------------------------------------------
+  Body Subparse(const std::vector<std::string>& end_tokens) {
+    Body body;
+    while (Cur().type != T::kEof) {
+      const Token& t = Cur();
+      if (t.type == T::kData) {
+        auto node = MakeNode(Node::Type::kText, t.line);
+        node->text = t.text;
+        body.push_back(std::move(node));
+        Next();
+      } else if (t.type == T::kVarBegin) {
+        Next();
+        auto node = MakeNode(Node::Type::kOutput, Cur().line);
+        node->exprs.push_back(ParseTuple());
+        body.push_back(std::move(node));
+        Expect(T::kVarEnd, "end of print statement");
+      } else if (t.type == T::kBlockBegin) {
+        Next();
+        if (Cur().type == T::kName &&
+            std::find(end_tokens.begin(), end_tokens.end(), Cur().text) != end_tokens.end())
+          return body;
+        for (NodePtr& node : ParseStatement()) body.push_back(std::move(node));
+        Expect(T::kBlockEnd, "end of statement block");
+      } else {
+        Error("unexpected '" + Describe(t) + "'");
+      }
+    }
+    if (!end_tokens.empty()) {
+      std::string wanted;
+      for (const auto& e : end_tokens) wanted += (wanted.empty() ? "'" : " or '") + e + "'";
+      Error("unexpected end of template: looking for " + wanted + " to close a block");
+    }
+    return body;
+  }
+
+  // The body of a block statement: after its tag, up to one of end_tokens
+  // (left current unless drop_needle).
+  Body ParseStatements(const std::vector<std::string>& end_tokens, bool drop_needle = false) {
+    SkipOp(":");
+    Expect(T::kBlockEnd, "end of statement block");
+    Body body = Subparse(end_tokens);
+    if (Cur().type == T::kEof) Error("unexpected end of template");
+    if (drop_needle) Next();
+    return body;
+  }
+
+  std::vector<NodePtr> ParseStatement() {
+    Nesting nesting(this);
+    if (Cur().type != T::kName) Error("tag name expected");
+    const std::string keyword = Cur().text;
+    const int line = Cur().line;
+    std::vector<NodePtr> out;
+    if (keyword == "for") out.push_back(ParseFor());
+    else if (keyword == "if") out.push_back(ParseIf());
+    else if (keyword == "set") out.push_back(ParseSet());
+    else if (keyword == "macro") out.push_back(ParseMacro());
+    else if (keyword == "with") out.push_back(ParseWith());
+    else if (keyword == "filter") out.push_back(ParseFilterBlock());
+    else if (keyword == "generation") out.push_back(ParseGeneration());
+    else if (keyword == "print") {
+      Next();
+      while (Cur().type != T::kBlockEnd) {
+        if (!out.empty()) ExpectOp(",");
+        auto node = MakeNode(Node::Type::kOutput, line);
+        node->exprs.push_back(ParseExpression());
+        out.push_back(std::move(node));
+      }
+    } else if (keyword == "break" || keyword == "continue") {
+      Next();
+      if (loop_depth_ == 0) Fail("'" + keyword + "' outside loop" + At(line));
+      out.push_back(MakeNode(keyword == "break" ? Node::Type::kBreak : Node::Type::kContinue, line));
+    } else if (keyword == "block" || keyword == "extends" || keyword == "include" || keyword == "import" ||
+               keyword == "from" || keyword == "call" || keyword == "autoescape") {
+      Fail("unsupported statement '" + keyword + "'" + At(line));
+    } else {
+      Fail("unknown tag '" + keyword + "'" + At(line));
+    }
+    return out;
+  }
+
+  NodePtr ParseFor() {
+    auto node = MakeNode(Node::Type::kFor, Next().line);
+    node->target = ParseAssignTarget(false, {"in"});
+    if (!SkipName("in")) Error("expected 'in', got '" + Describe(Cur()) + "'");
+    node->exprs.push_back(ParseTuple(false, false, {"recursive"}));
+    if (SkipName("if")) node->exprs.push_back(ParseExpression());
+    if (IsName("recursive")) Error("unsupported: recursive for loops");
+    ++loop_depth_;
+    node->bodies.push_back(ParseStatements({"endfor", "else"}));
+    --loop_depth_;
+    if (Next().text == "else") node->bodies.push_back(ParseStatements({"endfor"}, true));
+    return node;
+  }
+
+  NodePtr ParseIf() {
+    auto node = MakeNode(Node::Type::kIf, Next().line);
+    for (;;) {
+      node->exprs.push_back(ParseTuple(false, false));
+      node->bodies.push_back(ParseStatements({"elif", "else", "endif"}));
+      const std::string token = Next().text;
+      if (token == "elif") continue;
+      if (token == "else") node->bodies.push_back(ParseStatements({"endif"}, true));
+      return node;
+    }
+  }
+
+  NodePtr ParseSet() {
+    auto node = MakeNode(Node::Type::kSet, Next().line);
+    node->target = ParseAssignTarget(true);
+    if (SkipOp("=")) {
+      node->exprs.push_back(ParseTuple());
+      return node;
+    }
+    node->type = Node::Type::kSetBlock;
+    node->exprs.push_back(IsOp("|") ? ParseFilter(nullptr, false) : nullptr);
+    node->bodies.push_back(ParseStatements({"endset"}, true));
+    return node;
+  }
+
+  NodePtr ParseMacro() {
+    auto node = MakeNode(Node::Type::kMacro, Next().line);
+    auto macro = std::make_shared<MacroDef>();
+    macro->name = ExpectName();
+    ExpectOp("(");
+    while (!IsOp(")")) {
+      if (!macro->params.empty()) ExpectOp(",");
+      macro->params.push_back(ExpectName());
+      if (SkipOp("=")) macro->defaults.push_back(ParseExpression());
+      else if (!macro->defaults.empty()) Error("non-default argument follows default argument");
+    }
+    ExpectOp(")");
+    const int saved = loop_depth_;
+    loop_depth_ = 0;  // a macro body is a function of its own
+    macro->body = ParseStatements({"endmacro"}, true);
+    loop_depth_ = saved;
+    macro->takes_varargs = ReadsName(macro->body, "varargs");
+    macro->takes_kwargs = ReadsName(macro->body, "kwargs");
+    if (ReadsName(macro->body, "caller")) Fail("unsupported: caller() in macros (call blocks)" + At(node->line));
+    node->macro = std::move(macro);
+    return node;
+  }
+
+  NodePtr ParseWith() {
+    auto node = MakeNode(Node::Type::kWith, Next().line);
+    while (Cur().type != T::kBlockEnd) {
+      if (!node->with_names.empty()) ExpectOp(",");
+      node->with_names.push_back(ExpectName());
+      ExpectOp("=");
+      node->exprs.push_back(ParseExpression());
+    }
+    node->bodies.push_back(ParseStatements({"endwith"}, true));
+    return node;
+  }
+
+  NodePtr ParseFilterBlock() {
+    auto node = MakeNode(Node::Type::kFilterBlock, Next().line);
+    node->exprs.push_back(ParseFilter(nullptr, true));
+    node->bodies.push_back(ParseStatements({"endfilter"}, true));
+    return node;
+  }
+
+  // transformers' AssistantTracker tag: its body renders as a call block.
+  NodePtr ParseGeneration() {
+    auto node = MakeNode(Node::Type::kScope, Next().line);
+    const int saved = loop_depth_;
+    loop_depth_ = 0;
+    node->bodies.push_back(ParseStatements({"endgeneration"}, true));
+    loop_depth_ = saved;
+    return node;
+  }
+
+  // A name, names to unpack ("a, b" or "(a, b)"), or with_namespace "ns.attr".
+  Target ParseAssignTarget(bool with_namespace, const std::vector<std::string>& extra_end = {}) {
+    Target target;
+    if (with_namespace && Look().type == T::kOp && Look().text == ".") {
+      target.names.push_back(ExpectName());
+      Next();
+      target.attr = ExpectName();
+      return target;
+    }
+    const ExprPtr e = ParseTuple(true, true, extra_end);
+    auto add = [&](const Expr& name) {
+      if (name.type != Expr::Type::kName) Fail("can't assign to this expression" + At(name.line));
+      if (name.name == "true" || name.name == "false" || name.name == "none" || name.name == "True" ||
+          name.name == "False" || name.name == "None")
+        Fail("can't assign to '" + name.name + "'" + At(name.line));
+      target.names.push_back(name.name);
+    };
+    if (e->type == Expr::Type::kTuple) {
+      target.unpack = true;
+      for (const ExprPtr& part : e->args) add(*part);
+    } else {
+      add(*e);
+    }
+    return target;
+  }
+
+  // ---- expressions -------------------------------------------------------
+  bool IsTupleEnd(const std::vector<std::string>& extra_end) const {
+    if (Cur().type == T::kVarEnd || Cur().type == T::kBlockEnd || IsOp(")")) return true;
+    return Cur().type == T::kName && std::find(extra_end.begin(), extra_end.end(), Cur().text) != extra_end.end();
+  }
+
+  ExprPtr ParseTuple(bool simplified = false, bool with_condexpr = true, const std::vector<std::string>& extra_end = {},
+                     bool explicit_parentheses = false) {
+    const int line = Cur().line;
+    std::vector<ExprPtr> args;
+    bool is_tuple = false;
+    for (;;) {
+      if (!args.empty()) ExpectOp(",");
+      if (IsTupleEnd(extra_end)) break;
+      args.push_back(simplified ? ParsePrimary() : with_condexpr ? ParseExpression() : ParseOr());
+      if (IsOp(",")) is_tuple = true;
+      else break;
+    }
+    if (!is_tuple) {
+      if (!args.empty()) return std::move(args[0]);
+      if (!explicit_parentheses) Error("expected an expression, got '" + Describe(Cur()) + "'");
+    }
+    auto tuple = Make(Expr::Type::kTuple, line);
+    tuple->args = std::move(args);
+    return tuple;
+  }
+
+  // Bounds the parser's recursion (parentheses, unary chains, nested
+  // blocks) so that a hostile template cannot overflow the stack.
+  class Nesting {
+   public:
+    explicit Nesting(Parser* p) : p_(p) {
+      if (++p_->nesting_ > 200) Fail("template nested too deeply" + At(p_->Cur().line));
+    }
+    ~Nesting() { --p_->nesting_; }
+
+   private:
+    Parser* p_;
+  };
 
   ExprPtr ParseExpression() {
-    ExprPtr e = ParseOr();
-    while (PeekName("if")) {
-      Next();
-      auto cond = Make(Expr::Type::kCondExpr);
-      cond->args.push_back(std::move(e));
-      cond->args.push_back(ParseOr());
-      if (PeekName("else")) {
-        Next();
-        cond->args.push_back(ParseExpression());
-      } else {
-        cond->args.push_back(nullptr);
-      }
-      e = std::move(cond);
-    }
-    return e;
+    Nesting nesting(this);
+    return ParseCondExpr();
   }
-  // A for loop's iterable: no conditional expression (its `if` filters).
-  ExprPtr ParseCondExprNoIf() { return ParseOr(); }
+
+  ExprPtr ParseCondExpr() {
+    ExprPtr expr1 = ParseOr();
+    while (IsName("if")) {
+      const int line = Next().line;
+      auto cond = Make(Expr::Type::kCondExpr, line);
+      cond->args.push_back(ParseOr());
+      cond->args.push_back(std::move(expr1));
+      cond->args.push_back(SkipName("else") ? ParseCondExpr() : nullptr);
+      expr1 = std::move(cond);
+    }
+    return expr1;
+  }
 
   ExprPtr ParseOr() {
-    ExprPtr e = ParseAnd();
-    while (PeekName("or")) {
-      Next();
-      e = Binary("or", std::move(e), ParseAnd());
+    ExprPtr left = ParseAnd();
+    while (IsName("or")) {
+      const int line = Next().line;
+      left = Make2(Expr::Type::kOr, line, "or", std::move(left), ParseAnd());
     }
-    return e;
+    return left;
   }
+
   ExprPtr ParseAnd() {
-    ExprPtr e = ParseNot();
-    while (PeekName("and")) {
-      Next();
-      e = Binary("and", std::move(e), ParseNot());
+    ExprPtr left = ParseNot();
+    while (IsName("and")) {
+      const int line = Next().line;
+      left = Make2(Expr::Type::kAnd, line, "and", std::move(left), ParseNot());
     }
-    return e;
+    return left;
   }
+
   ExprPtr ParseNot() {
-    if (PeekName("not")) {
-      Next();
-      auto e = Make(Expr::Type::kNot);
+    Nesting nesting(this);
+    if (IsName("not")) {
+      auto e = Make(Expr::Type::kNot, Next().line);
       e->args.push_back(ParseNot());
       return e;
     }
     return ParseCompare();
   }
+
   ExprPtr ParseCompare() {
-    ExprPtr e = ParseMath1();
-    int compares = 0;
+    const int line = Cur().line;
+    ExprPtr first = ParseMath1();
+    ExprPtr compare;
     for (;;) {
       std::string op;
-      if (Peek().type == Token::Type::kOp &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == "<=" ||
-           Peek().text == ">" || Peek().text == ">=")) {
+      if (Cur().type == T::kOp && (IsOp("==") || IsOp("!=") || IsOp("<") || IsOp("<=") || IsOp(">") || IsOp(">="))) {
         op = Next().text;
-      } else if (PeekName("in")) {
-        Next();
+      } else if (SkipName("in")) {
         op = "in";
-      } else if (PeekName("not") && PeekAt(1).type == Token::Type::kName && PeekAt(1).text == "in") {
+      } else if (IsName("not") && Look().type == T::kName && Look().text == "in") {
         Next();
         Next();
         op = "notin";
       } else {
-        return e;
+        break;
       }
-      if (++compares > 1) Fail("unsupported: chained comparison" + At(line_));
-      e = Binary(op, std::move(e), ParseMath1());
+      if (!compare) {
+        compare = Make(Expr::Type::kCompare, line);
+        compare->args.push_back(std::move(first));
+      }
+      compare->ops.push_back(op);
+      compare->args.push_back(ParseMath1());
     }
+    return compare ? std::move(compare) : std::move(first);
   }
+
   ExprPtr ParseMath1() {
-    ExprPtr e = ParseConcat();
-    while (PeekOp("+") || PeekOp("-")) {
-      std::string op = Next().text;
-      e = Binary(op, std::move(e), ParseConcat());
+    ExprPtr left = ParseConcat();
+    while (IsOp("+") || IsOp("-")) {
+      const Token& op = Next();
+      left = Make2(Expr::Type::kBinary, op.line, op.text, std::move(left), ParseConcat());
     }
-    return e;
+    return left;
   }
+
   ExprPtr ParseConcat() {
-    ExprPtr e = ParseMath2();
-    while (PeekOp("~")) {
-      Next();
-      e = Binary("~", std::move(e), ParseMath2());
-    }
-    return e;
+    const int line = Cur().line;
+    ExprPtr first = ParseMath2();
+    if (!IsOp("~")) return first;
+    auto concat = Make(Expr::Type::kConcat, line);
+    concat->args.push_back(std::move(first));
+    while (SkipOp("~")) concat->args.push_back(ParseMath2());
+    return concat;
   }
+
   ExprPtr ParseMath2() {
-    ExprPtr e = ParsePow();
-    while (PeekOp("*") || PeekOp("/") || PeekOp("//") || PeekOp("%")) {
-      std::string op = Next().text;
-      e = Binary(op, std::move(e), ParsePow());
+    ExprPtr left = ParsePow();
+    while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      const Token& op = Next();
+      left = Make2(Expr::Type::kBinary, op.line, op.text, std::move(left), ParsePow());
     }
-    return e;
+    return left;
   }
+
   ExprPtr ParsePow() {
-    ExprPtr e = ParseUnary(true);
-    while (PeekOp("**")) {
-      Next();
-      e = Binary("**", std::move(e), ParseUnary(true));
+    ExprPtr left = ParseUnary(true);
+    while (IsOp("**")) {
+      const int line = Next().line;
+      left = Make2(Expr::Type::kBinary, line, "**", std::move(left), ParseUnary(true));
     }
-    return e;
+    return left;
   }
+
   ExprPtr ParseUnary(bool with_filter) {
-    ExprPtr e;
-    if (PeekOp("-") || PeekOp("+")) {
-      const bool neg = Next().text == "-";
-      ExprPtr operand = ParseUnary(false);
-      if (neg) {
-        e = Make(Expr::Type::kNeg);
-        e->args.push_back(std::move(operand));
-      } else {
-        e = std::move(operand);
-      }
+    Nesting nesting(this);
+    ExprPtr node;
+    if (IsOp("-") || IsOp("+")) {
+      const Token& op = Next();
+      node = Make(op.text == "-" ? Expr::Type::kNeg : Expr::Type::kPos, op.line);
+      node->args.push_back(ParseUnary(false));
     } else {
-      e = ParsePostfix(ParsePrimary());
+      node = ParsePrimary();
     }
-    return with_filter ? ParseFilterExpr(std::move(e)) : std::move(e);
+    node = ParsePostfix(std::move(node));
+    return with_filter ? ParseFilterExpr(std::move(node)) : std::move(node);
   }
 
   ExprPtr ParsePrimary() {
-    if (AtEnd()) Fail("unexpected end of expression" + At(line_));
-    const Token& t = Peek();
-    if (t.type == Token::Type::kName) {
+    const Token& t = Cur();
+    if (t.type == T::kName) {
       Next();
-      auto e = Make(Expr::Type::kLiteral);
+      auto e = Make(Expr::Type::kLiteral, t.line);
       if (t.text == "true" || t.text == "True") e->value = Value::Bool(true);
       else if (t.text == "false" || t.text == "False") e->value = Value::Bool(false);
       else if (t.text == "none" || t.text == "None") e->value = Value::None();
-      else return Make(Expr::Type::kName, t.text);
+      else return Make(Expr::Type::kName, t.line, t.text);
       return e;
     }
-    if (t.type == Token::Type::kString) {
+    if (t.type == T::kString) {
+      auto e = Make(Expr::Type::kLiteral, t.line);
       std::string s;
-      while (!AtEnd() && Peek().type == Token::Type::kString) s += Next().text;  // adjacent literals join
-      auto e = Make(Expr::Type::kLiteral);
+      while (Cur().type == T::kString) s += Next().text;  // adjacent literals join
       e->value = Value::String(std::move(s));
       return e;
     }
-    if (t.type == Token::Type::kInt || t.type == Token::Type::kFloat) {
+    if (t.type == T::kInt || t.type == T::kFloat) {
       Next();
-      auto e = Make(Expr::Type::kLiteral);
-      e->value = t.type == Token::Type::kInt ? Value::Int(std::stoll(t.text)) : Value::Float(std::stod(t.text));
+      auto e = Make(Expr::Type::kLiteral, t.line);
+      e->value = t.type == T::kInt ? Value::Int(t.int_value) : Value::Float(t.float_value);
       return e;
     }
-    if (PeekOp("(")) {
+    if (IsOp("(")) {
       Next();
-      if (PeekOp(")")) {
-        Next();
-        return Make(Expr::Type::kList);  // ()
-      }
-      ExprPtr e = ParseExpression();
-      if (PeekOp(",")) {
-        auto list = Make(Expr::Type::kList);
-        list->args.push_back(std::move(e));
-        while (PeekOp(",")) {
-          Next();
-          if (PeekOp(")")) break;
-          list->args.push_back(ParseExpression());
-        }
-        e = std::move(list);
-      }
+      ExprPtr e = ParseTuple(false, true, {}, true);
       ExpectOp(")");
       return e;
     }
-    if (PeekOp("[")) {
-      Next();
-      auto list = Make(Expr::Type::kList);
-      while (!PeekOp("]")) {
+    if (IsOp("[")) {
+      auto list = Make(Expr::Type::kList, Next().line);
+      while (!IsOp("]")) {
+        if (!list->args.empty()) ExpectOp(",");
+        if (IsOp("]")) break;
         list->args.push_back(ParseExpression());
-        if (!PeekOp("]")) ExpectOp(",");
       }
       ExpectOp("]");
       return list;
     }
-    if (PeekOp("{")) {
-      Next();
-      auto dict = Make(Expr::Type::kDict);
-      while (!PeekOp("}")) {
+    if (IsOp("{")) {
+      auto dict = Make(Expr::Type::kDict, Next().line);
+      while (!IsOp("}")) {
+        if (!dict->args.empty()) ExpectOp(",");
+        if (IsOp("}")) break;
         dict->args.push_back(ParseExpression());
         ExpectOp(":");
         dict->args.push_back(ParseExpression());
-        if (!PeekOp("}")) ExpectOp(",");
       }
       ExpectOp("}");
       return dict;
     }
-    Fail("unexpected '" + t.text + "'" + At(line_));
+    Error("unexpected '" + Describe(t) + "'");
   }
 
-  ExprPtr ParsePostfix(ExprPtr e) {
+  ExprPtr ParsePostfix(ExprPtr node) {
     for (;;) {
-      if (PeekOp(".")) {
-        Next();
-        const Token& t = Next();
-        if (t.type == Token::Type::kInt) {
-          auto item = Make(Expr::Type::kItem);
-          item->args.push_back(std::move(e));
-          auto index = Make(Expr::Type::kLiteral);
-          index->value = Value::Int(std::stoll(t.text));
-          item->args.push_back(std::move(index));
-          e = std::move(item);
-          continue;
-        }
-        if (t.type != Token::Type::kName) Fail("expected an attribute name" + At(line_));
-        auto attr = Make(Expr::Type::kAttr, t.text);
-        attr->args.push_back(std::move(e));
-        e = std::move(attr);
-      } else if (PeekOp("[")) {
-        Next();
-        ExprPtr parts[3];
-        int colons = 0;
-        for (;;) {
-          if (PeekOp("]")) break;
-          if (PeekOp(":")) {
-            Next();
-            if (++colons > 2) Fail("bad slice" + At(line_));
-            continue;
-          }
-          parts[colons] = ParseExpression();
-        }
-        ExpectOp("]");
-        if (colons == 0) {
-          if (!parts[0]) Fail("empty subscript" + At(line_));
-          auto item = Make(Expr::Type::kItem);
-          item->args.push_back(std::move(e));
-          item->args.push_back(std::move(parts[0]));
-          e = std::move(item);
-        } else {
-          auto slice = Make(Expr::Type::kSlice);
-          slice->args.push_back(std::move(e));
-          for (auto& p : parts) slice->args.push_back(std::move(p));
-          e = std::move(slice);
-        }
-      } else if (PeekOp("(")) {
-        e = ParseCall(std::move(e));
-      } else {
-        return e;
-      }
+      if (IsOp(".") || IsOp("[")) node = ParseSubscript(std::move(node));
+      else if (IsOp("(")) node = ParseCall(std::move(node));
+      else return node;
     }
   }
 
-  ExprPtr ParseCall(ExprPtr callee) {
-    if (callee->type == Expr::Type::kAttr && !KnownMethods().count(callee->name) && callee->name != "cycle")
-      Fail("unsupported method ." + callee->name + "()" + At(line_));
-    auto call = Make(Expr::Type::kCall);
-    call->args.push_back(std::move(callee));
-    ParseArgs(call.get());
-    return call;
+  ExprPtr ParseFilterExpr(ExprPtr node) {
+    for (;;) {
+      if (IsOp("|")) node = ParseFilter(std::move(node), false);
+      else if (IsName("is")) node = ParseTest(std::move(node));
+      else if (IsOp("(")) node = ParseCall(std::move(node));
+      else return node;
+    }
   }
 
-  void ParseArgs(Expr* e) {
+  ExprPtr ParseSubscript(ExprPtr node) {
+    const Token& t = Next();
+    if (t.text == ".") {
+      const Token& attr = Next();
+      if (attr.type == T::kName) {
+        auto e = Make(Expr::Type::kAttr, t.line, attr.text);
+        e->args.push_back(std::move(node));
+        return e;
+      }
+      if (attr.type != T::kInt) Fail("expected name or number" + At(attr.line));
+      auto index = Make(Expr::Type::kLiteral, attr.line);
+      index->value = Value::Int(attr.int_value);
+      return Make2(Expr::Type::kItem, t.line, "", std::move(node), std::move(index));
+    }
+    std::vector<ExprPtr> args;
+    while (!IsOp("]")) {
+      if (!args.empty()) ExpectOp(",");
+      args.push_back(ParseSubscribed());
+    }
+    ExpectOp("]");
+    if (args.size() != 1) Fail("unsupported: tuple subscripts" + At(t.line));
+    if (args[0]->type == Expr::Type::kSlice) {
+      args[0]->args.insert(args[0]->args.begin(), std::move(node));
+      return std::move(args[0]);
+    }
+    return Make2(Expr::Type::kItem, t.line, "", std::move(node), std::move(args[0]));
+  }
+
+  // An index or a slice [start:stop:step] (the object is added by the caller).
+  ExprPtr ParseSubscribed() {
+    const int line = Cur().line;
+    std::vector<ExprPtr> parts;
+    if (IsOp(":")) {
+      Next();
+      parts.push_back(nullptr);
+    } else {
+      ExprPtr e = ParseExpression();
+      if (!IsOp(":")) return e;
+      Next();
+      parts.push_back(std::move(e));
+    }
+    if (IsOp(":")) parts.push_back(nullptr);
+    else if (!IsOp("]") && !IsOp(",")) parts.push_back(ParseExpression());
+    else parts.push_back(nullptr);
+    if (SkipOp(":")) parts.push_back(!IsOp("]") && !IsOp(",") ? ParseExpression() : nullptr);
+    else parts.push_back(nullptr);
+    auto slice = Make(Expr::Type::kSlice, line);
+    slice->args = std::move(parts);
+    return slice;
+  }
+
+  void ParseCallArgs(Expr* e) {
+    const int line = Cur().line;
     ExpectOp("(");
-    while (!PeekOp(")")) {
-      if (Peek().type == Token::Type::kName && PeekAt(1).type == Token::Type::kOp && PeekAt(1).text == "=") {
-        std::string name = Next().text;
+    bool require_comma = false;
+    while (!IsOp(")")) {
+      if (require_comma) {
+        ExpectOp(",");
+        if (IsOp(")")) break;
+      }
+      if (IsOp("*") || IsOp("**")) Fail("unsupported: *args and **kwargs in calls" + At(line));
+      if (Cur().type == T::kName && Look().type == T::kOp && Look().text == "=") {
+        std::string key = Next().text;
         Next();
-        e->kwargs.emplace_back(name, ParseExpression());
+        e->kwargs.emplace_back(std::move(key), ParseExpression());
       } else {
-        if (!e->kwargs.empty()) Fail("positional argument after keyword argument" + At(line_));
+        if (!e->kwargs.empty()) Fail("invalid syntax for function call expression" + At(line));
         e->args.push_back(ParseExpression());
       }
-      if (!PeekOp(")")) ExpectOp(",");
+      require_comma = true;
     }
     ExpectOp(")");
   }
 
-  ExprPtr ParseFilterExpr(ExprPtr e) {
-    for (;;) {
-      if (PeekOp("|")) {
-        Next();
-        std::string name = ExpectName();
-        if (!KnownFilters().count(name)) Fail("unsupported filter '" + name + "'" + At(line_));
-        auto filter = Make(Expr::Type::kFilter, name);
-        filter->args.push_back(std::move(e));
-        if (PeekOp("(")) ParseArgs(filter.get());
-        e = std::move(filter);
-      } else if (PeekName("is")) {
-        Next();
-        auto test = Make(Expr::Type::kTest);
-        if (PeekName("not")) {
-          Next();
-          test->negated = true;
-        }
-        test->name = Peek().type == Token::Type::kOp ? Next().text : ExpectName();
-        if (!KnownTests().count(test->name)) Fail("unsupported test '" + test->name + "'" + At(line_));
-        test->args.push_back(std::move(e));
-        if (PeekOp("(")) {
-          ParseArgs(test.get());
-        } else if (!AtEnd() && (Peek().type == Token::Type::kString || Peek().type == Token::Type::kInt ||
-                                Peek().type == Token::Type::kFloat ||
-                                (Peek().type == Token::Type::kName && Peek().text != "else" && Peek().text != "or" &&
-                                 Peek().text != "and" && Peek().text != "if" && Peek().text != "is" &&
-                                 Peek().text != "in" && Peek().text != "not"))) {
-          test->args.push_back(ParsePostfix(ParsePrimary()));
-        }
-        e = std::move(test);
-      } else if (PeekOp("(")) {
-        e = ParseCall(std::move(e));
-      } else {
-        return e;
-      }
+  ExprPtr ParseCall(ExprPtr callee) {
+    if (callee->type == Expr::Type::kAttr && IsUnimplementedMethod(callee->name))
+      Fail("unsupported method ." + callee->name + "()" + At(callee->line));
+    if (callee->type == Expr::Type::kName &&
+        (callee->name == "cycler" || callee->name == "joiner" || callee->name == "lipsum"))
+      Fail("unsupported global function '" + callee->name + "'" + At(callee->line));
+    auto call = Make(Expr::Type::kCall, Cur().line);
+    call->args.push_back(std::move(callee));
+    ParseCallArgs(call.get());
+    return call;
+  }
+
+  ExprPtr ParseFilter(ExprPtr node, bool start_inline) {
+    while (IsOp("|") || start_inline) {
+      if (!start_inline) Next();
+      start_inline = false;
+      const int line = Cur().line;
+      const std::string name = ExpectName();
+      if (IsOp(".")) Fail("unsupported: dotted filter names" + At(line));
+      if (!FindFilter(name)) Fail("unsupported filter '" + name + "'" + At(line));
+      auto filter = Make(Expr::Type::kFilter, line, name);
+      filter->args.push_back(std::move(node));
+      if (IsOp("(")) ParseCallArgs(filter.get());
+      node = std::move(filter);
     }
+    return node;
   }
 
-  // --- tokens -------------------------------------------------------------
-  bool AtEnd() const { return tok_ >= tokens_->size(); }
-  const Token& Peek() const { return PeekAt(0); }
-  const Token& PeekAt(size_t k) const {
-    static const Token kEnd{Token::Type::kOp, "<end>", 0};
-    return tok_ + k < tokens_->size() ? (*tokens_)[tok_ + k] : kEnd;
+  ExprPtr ParseTest(ExprPtr node) {
+    const int line = Next().line;
+    auto test = Make(Expr::Type::kTest, line);
+    test->negated = SkipName("not");
+    test->name = ExpectName();
+    if (IsOp(".")) Fail("unsupported: dotted test names" + At(line));
+    if (!FindTest(test->name)) Fail("unsupported test '" + test->name + "'" + At(line));
+    test->args.push_back(std::move(node));
+    const Token& c = Cur();
+    const bool arg_start = c.type == T::kName || c.type == T::kString || c.type == T::kInt || c.type == T::kFloat ||
+                           IsOp("(") || IsOp("[") || IsOp("{");
+    if (IsOp("(")) {
+      ParseCallArgs(test.get());
+    } else if (arg_start && !IsName("else") && !IsName("or") && !IsName("and")) {
+      if (IsName("is")) Error("you cannot chain multiple tests with is");
+      test->args.push_back(ParsePostfix(ParsePrimary()));
+    }
+    return test;
   }
-  const Token& Next() {
-    if (AtEnd()) Fail("unexpected end of tag" + At(line_));
-    return (*tokens_)[tok_++];
-  }
-  bool PeekOp(const char* op) const { return !AtEnd() && Peek().type == Token::Type::kOp && Peek().text == op; }
-  bool PeekName(const char* name) const {
-    return !AtEnd() && Peek().type == Token::Type::kName && Peek().text == name;
-  }
-  void ExpectOp(const char* op) {
-    if (!PeekOp(op)) Fail(std::string("expected '") + op + "', got '" + Peek().text + "'" + At(line_));
-    Next();
-  }
-  std::string ExpectName() {
-    if (AtEnd() || Peek().type != Token::Type::kName) Fail("expected a name, got '" + Peek().text + "'" + At(line_));
-    return Next().text;
-  }
-  void ExpectEnd() {
-    if (!AtEnd()) Fail("unexpected '" + Peek().text + "'" + At(line_));
-  }
-  static std::string At(int line) { return " (line " + std::to_string(line) + ")"; }
 
-  std::vector<Piece> pieces_;
-  size_t at_ = 0;
-  std::vector<Token>* tokens_ = nullptr;
-  size_t tok_ = 0;
-  int line_ = 0;
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace
 
 absl::StatusOr<Template> Template::Parse(std::string_view source) {
   try {
-    auto program = std::make_shared<Program>();
-    program->body = Parser(Lex(source)).ParseTemplate();
+    auto program = std::make_shared<Program>(Parser(Lex(source)).Run());
+    FoldConstants(*program);
+    Analyze(*program);
     Template t;
     t.program_ = std::move(program);
     return t;

@@ -1,9 +1,6 @@
-// A parsed template (shared, immutable) and its renderer.
+// A parsed template: its statements and the frame analysis of its top level.
+// Shared and immutable once parsed.
 #pragma once
-
-#include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "common/jinja/ast.h"
 
@@ -11,9 +8,7 @@ namespace floe::jinja {
 
 struct Program {
   Body body;
+  Shadowed shadowed;  // the template's own frame
 };
-
-// Throws Error.
-std::string RenderProgram(const Program& program, const nlohmann::ordered_json& context);
 
 }  // namespace floe::jinja
