@@ -65,7 +65,7 @@ class RouterService final : public floe::v1::Floe::Service {
                                                               GenerateCall::Sink sink);
   // The caller's tenant (null without API keys); UNAUTHENTICATED otherwise.
   absl::StatusOr<const Tenant*> Authenticate(std::string_view authorization) const;
-  // Tokenizes `text` with the served tokenizer.
+  // The served tokenizer (the HTTP front formats logprob tokens with it).
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
   grpc::Status Generate(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/http/client.h"
 
 namespace floe::bench {
 namespace {
@@ -20,17 +21,13 @@ namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 using nlohmann::json;
 
-// Runs one asynchronous operation to completion or the stream's deadline:
-// blocking calls with a timeout, which plain sockets lack.
+// A blocking Beast operation bounded by `timeout_s` (common/http/client.h).
 template <typename Start>
 beast::error_code Run(asio::io_context& io, beast::tcp_stream& stream, double timeout_s, Start start) {
-  beast::error_code result = asio::error::would_block;
-  stream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(timeout_s)));
-  start([&result](beast::error_code ec, size_t = 0) { result = ec; });
-  io.restart();
-  io.run();
-  return result;
+  return http::RunFor(io, stream,
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(timeout_s)),
+                      std::move(start));
 }
 
 absl::Status Connect(const std::string& host, const std::string& port, double timeout_s, asio::io_context& io,
@@ -127,7 +124,7 @@ void OpenAiHttpBackend::Send(const TurnRequest& turn, RequestRecord* record, std
   if (ec == bhttp::error::need_buffer) ec = {};  // body bytes came with the header
   if (ec) return fail(14, absl::StrCat("reading the response: ", ec.message()));
   const int http_status = parser.get().result_int();
-  std::string pending;  // SSE bytes not yet split into events
+  http::SseParser events;
   bool completed = false;
   auto on_event = [&](const std::string& data) {
     if (data == "[DONE]") return;
@@ -174,12 +171,8 @@ void OpenAiHttpBackend::Send(const TurnRequest& turn, RequestRecord* record, std
       error_body.append(chunk, n);
       continue;
     }
-    pending.append(chunk, n);
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) == 0) on_event(event.substr(6));
-    }
+    events.Feed(std::string_view(chunk, n));
+    for (std::string data; events.Next(&data);) on_event(data);
   }
   record->e2e_ms = since_send_ms();
   if (http_status != 200) {

@@ -3,6 +3,7 @@
 // written, a stalled reader dropped after the write timeout while others are
 // served, and the body and connection bounds.
 #include "common/http/http_server.h"
+#include "common/http/client.h"
 
 #include <sys/socket.h>
 
@@ -81,6 +82,22 @@ struct Fixture {
     exchange->Reply(Response{404, "text/plain", "no", {}});
   }
 };
+
+TEST(SseParserTest, SplitsEventsAcrossChunks) {
+  SseParser parser;
+  std::string data;
+  parser.Feed("data: {\"a\":");
+  EXPECT_FALSE(parser.Next(&data));
+  parser.Feed(" 1}\n\nevent: ping\n\ndata: \n\ndata: [DONE]\n");
+  ASSERT_TRUE(parser.Next(&data));
+  EXPECT_EQ(data, "{\"a\": 1}");
+  ASSERT_TRUE(parser.Next(&data));  // the non-data event is skipped
+  EXPECT_EQ(data, "");
+  EXPECT_FALSE(parser.Next(&data)) << "an event is complete only at its blank line";
+  parser.Feed("\n");
+  ASSERT_TRUE(parser.Next(&data));
+  EXPECT_EQ(data, "[DONE]");
+}
 
 TEST(HttpServerTest, RepliesWithHeadersAndBody) {
   Fixture f;

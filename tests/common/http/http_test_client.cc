@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/ascii.h"
+#include "common/http/client.h"
 
 namespace floe::testing {
 namespace {
@@ -15,16 +16,9 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
-// Runs one asynchronous operation on `stream` to completion or `timeout`:
-// the blocking call with a deadline that plain sockets lack.
 template <typename Start>
 beast::error_code Run(asio::io_context& io, beast::tcp_stream& stream, int timeout_ms, Start start) {
-  beast::error_code result = asio::error::would_block;
-  stream.expires_after(std::chrono::milliseconds(timeout_ms));
-  start([&result](beast::error_code ec, size_t = 0) { result = ec; });
-  io.restart();
-  io.run();
-  return result;
+  return http::RunFor(io, stream, std::chrono::milliseconds(timeout_ms), std::move(start));
 }
 
 beast::error_code Connect(const std::string& address, int timeout_ms, int receive_buffer_bytes,
@@ -85,7 +79,7 @@ struct SseStream::Impl {
   beast::tcp_stream stream{io};
   beast::flat_buffer buffer;
   bhttp::response_parser<bhttp::buffer_body> parser;
-  std::string pending;
+  http::SseParser events;
   int timeout_ms = 0;
   bool header_read = false;
   bool failed = false;
@@ -131,14 +125,7 @@ int SseStream::status() {
 bool SseStream::Next(std::string* data) {
   impl_->ReadHeader();
   for (;;) {
-    for (size_t end; (end = impl_->pending.find("\n\n")) != std::string::npos;) {
-      std::string event = impl_->pending.substr(0, end);
-      impl_->pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) == 0) {
-        *data = event.substr(6);
-        return true;
-      }
-    }
+    if (impl_->events.Next(data)) return true;
     if (impl_->failed || impl_->status == 0 || impl_->parser.is_done()) return false;
     char chunk[4096];
     impl_->parser.get().body().data = chunk;
@@ -151,7 +138,7 @@ bool SseStream::Next(std::string* data) {
       impl_->failed = true;
       return false;
     }
-    impl_->pending.append(chunk, sizeof chunk - impl_->parser.get().body().size);
+    impl_->events.Feed(std::string_view(chunk, sizeof chunk - impl_->parser.get().body().size));
   }
 }
 
