@@ -7,8 +7,10 @@
 #include <thread>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -18,7 +20,10 @@ namespace floe::http {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using tcp = asio::ip::tcp;
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 std::string_view Request::Header(std::string_view name) const {
   for (const auto& [key, value] : headers)
@@ -28,12 +33,14 @@ std::string_view Request::Header(std::string_view name) const {
 
 namespace {
 
+template <class Stream>
 class Connection;
 
 // One request's answer; forwards to its connection's strand.
+template <class Stream>
 class ExchangeImpl final : public Exchange {
  public:
-  explicit ExchangeImpl(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
+  explicit ExchangeImpl(std::shared_ptr<Connection<Stream>> connection) : connection_(std::move(connection)) {}
   void Reply(Response response) override;
   void StartStream(int status, std::string content_type, Headers headers) override;
   void Send(std::string data, std::function<void(bool)> written) override;
@@ -41,7 +48,7 @@ class ExchangeImpl final : public Exchange {
   void OnClientGone(std::function<void()> gone) override;
 
  private:
-  std::shared_ptr<Connection> connection_;
+  std::shared_ptr<Connection<Stream>> connection_;
 };
 
 struct ServerState {
@@ -50,16 +57,34 @@ struct ServerState {
   std::atomic<int> connections{0};
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// A plain or a TLS connection (Stream is PlainStream or TlsStream).
+template <class Stream>
+class Connection : public std::enable_shared_from_this<Connection<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+  using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
+
  public:
-  Connection(tcp::socket socket, std::shared_ptr<ServerState> state)
-      : stream_(std::move(socket)), state_(std::move(state)) {
+  template <class... TlsContext>
+  Connection(tcp::socket socket, std::shared_ptr<ServerState> state, TlsContext&... tls)
+      : stream_(std::move(socket), tls...), state_(std::move(state)) {
     state_->connections.fetch_add(1);
   }
   ~Connection() { state_->connections.fetch_sub(1); }
 
   void Run() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadRequest(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if constexpr (kTls) {
+        // The handshake gets the idle timeout: a client that connects and
+        // never speaks TLS is dropped like one that never sends a request.
+        self->lowest().expires_after(self->state_->options.idle_timeout);
+        self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) return self->Drop();
+          self->ReadRequest();
+        });
+      } else {
+        self->ReadRequest();
+      }
+    });
   }
 
   // Exchange operations, on the strand.
@@ -72,7 +97,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     message->keep_alive(keep_alive_);
     message->prepare_payload();
     exchange_ended_ = true;
-    stream_.expires_after(state_->options.write_timeout);
+    lowest().expires_after(state_->options.write_timeout);
     bhttp::async_write(stream_, *message,
                        [self = shared_from_this(), message](beast::error_code ec, size_t) { self->ExchangeWritten(ec); });
   }
@@ -124,6 +149,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   using Write = std::function<void(std::function<void(beast::error_code)>)>;
+  // The TCP layer under TLS, or the stream itself: timeouts and the socket.
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
   struct Pending {
     Write write;
     std::function<void(bool)> written;
@@ -138,7 +165,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     parser_->body_limit(state_->options.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(state_->options.max_header_bytes));
-    stream_.expires_after(state_->options.idle_timeout);
+    lowest().expires_after(state_->options.idle_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
   }
@@ -150,7 +177,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) {
       // Malformed or too large: answer once, then close.
       keep_alive_ = false;
-      exchange_ = std::make_shared<ExchangeImpl>(shared_from_this());
+      exchange_ = std::make_shared<ExchangeImpl<Stream>>(shared_from_this());
       Response r;
       const bool too_large = ec == bhttp::error::body_limit || ec == bhttp::error::header_limit;
       r.status = too_large ? 413 : 400;
@@ -159,7 +186,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                             R"(","type":"invalid_request_error","param":null,"code":null}})");
       return Reply(std::move(r));
     }
-    stream_.expires_never();  // the request's own deadline governs from here
+    lowest().expires_never();  // the request's own deadline governs from here
     bhttp::request<bhttp::string_body> message = parser_->release();
     keep_alive_ = message.keep_alive();
     Request request;
@@ -169,7 +196,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (const auto& field : message)
       request.headers.emplace_back(absl::AsciiStrToLower(std::string(field.name_string())), std::string(field.value()));
     request.body = std::move(message.body());
-    exchange_ = std::make_shared<ExchangeImpl>(shared_from_this());
+    exchange_ = std::make_shared<ExchangeImpl<Stream>>(shared_from_this());
     WatchForHangUp(exchange_);
     state_->handler(std::move(request), exchange_);
   }
@@ -178,14 +205,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // consuming anything it sent (a pipelined request stays buffered).
   void WatchForHangUp(const std::shared_ptr<Exchange>& exchange) {
     std::weak_ptr<Exchange> watched = exchange;
-    stream_.socket().async_wait(tcp::socket::wait_read, asio::bind_executor(stream_.get_executor(),
+    lowest().socket().async_wait(tcp::socket::wait_read, asio::bind_executor(stream_.get_executor(),
         [self = shared_from_this(), watched](beast::error_code ec) {
           if (ec || watched.lock() != self->exchange_ || !self->InExchange()) return;
           char byte;
           beast::error_code peek_ec;
-          self->stream_.socket().non_blocking(true);
-          const size_t n = self->stream_.socket().receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-          self->stream_.socket().non_blocking(false);
+          self->lowest().socket().non_blocking(true);
+          const size_t n = self->lowest().socket().receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+          self->lowest().socket().non_blocking(false);
           if (peek_ec == asio::error::would_block) return self->WatchForHangUp(watched.lock());
           if (n == 0 || peek_ec) self->ClientGone();
           // Data: a pipelined request; stop watching, it is read after this exchange.
@@ -215,10 +242,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     writing_ = true;
-    stream_.expires_after(state_->options.write_timeout);
+    lowest().expires_after(state_->options.write_timeout);
     pending_.front().write([self = shared_from_this()](beast::error_code ec) {
       // Between writes of a stream nothing may expire: only a write is timed.
-      self->stream_.expires_never();
+      self->lowest().expires_never();
       self->writing_ = false;
       Pending done = std::move(self->pending_.front());
       self->pending_.pop_front();
@@ -233,7 +260,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_ended_ = true;
     if (ec || !keep_alive_ || client_gone_) return Drop();
     beast::error_code ignored;
-    stream_.socket().cancel(ignored);  // the hang-up watch
+    lowest().socket().cancel(ignored);  // the hang-up watch
     ReadRequest();
   }
 
@@ -243,11 +270,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (exchange_ && !exchange_ended_) ClientGone();
     exchange_.reset();  // it holds this connection
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    lowest().socket().close(ignored);
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::shared_ptr<ServerState> state_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -263,23 +290,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool dropped_ = false;
 };
 
-void ExchangeImpl::Reply(Response response) {
+template <class Stream>
+void ExchangeImpl<Stream>::Reply(Response response) {
   asio::dispatch(connection_->executor(), [c = connection_, r = std::move(response)]() mutable { c->Reply(std::move(r)); });
 }
-void ExchangeImpl::StartStream(int status, std::string content_type, Headers headers) {
+template <class Stream>
+void ExchangeImpl<Stream>::StartStream(int status, std::string content_type, Headers headers) {
   asio::dispatch(connection_->executor(), [c = connection_, status, t = std::move(content_type), h = std::move(headers)]() mutable {
     c->StartStream(status, std::move(t), std::move(h));
   });
 }
-void ExchangeImpl::Send(std::string data, std::function<void(bool)> written) {
+template <class Stream>
+void ExchangeImpl<Stream>::Send(std::string data, std::function<void(bool)> written) {
   asio::dispatch(connection_->executor(), [c = connection_, d = std::move(data), w = std::move(written)]() mutable {
     c->Send(std::move(d), std::move(w));
   });
 }
-void ExchangeImpl::End() {
+template <class Stream>
+void ExchangeImpl<Stream>::End() {
   asio::dispatch(connection_->executor(), [c = connection_] { c->End(); });
 }
-void ExchangeImpl::OnClientGone(std::function<void()> gone) {
+template <class Stream>
+void ExchangeImpl<Stream>::OnClientGone(std::function<void()> gone) {
   asio::dispatch(connection_->executor(), [c = connection_, g = std::move(gone)]() mutable { c->OnClientGone(std::move(g)); });
 }
 
@@ -293,6 +325,9 @@ class ServerImpl final : public Server {
   ~ServerImpl() override { Shutdown(); }
 
   absl::Status Listen() {
+    if (!state_->options.tls_cert_file.empty()) {
+      if (absl::Status s = LoadTls(); !s.ok()) return s;
+    }
     beast::error_code ec;
     const auto address = asio::ip::make_address(state_->options.host, ec);
     if (ec) return absl::InvalidArgumentError(absl::StrCat("http host ", state_->options.host, ": ", ec.message()));
@@ -336,14 +371,39 @@ class ServerImpl final : public Server {
           socket.close(ignored);  // over the bound: refuse rather than queue
         } else {
           socket.set_option(tcp::no_delay(true), ec);
-          std::make_shared<Connection>(std::move(socket), state_)->Run();
+          if (tls_) {
+            std::make_shared<Connection<TlsStream>>(std::move(socket), state_, *tls_)->Run();
+          } else {
+            std::make_shared<Connection<PlainStream>>(std::move(socket), state_)->Run();
+          }
         }
       }
       Accept();
     });
   }
 
+  // TLS 1.2 and later; with a client CA, a certificate it signed is required.
+  absl::Status LoadTls() {
+    const ServerOptions& o = state_->options;
+    tls_ = std::make_unique<ssl::context>(ssl::context::tls_server);
+    tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    beast::error_code ec;
+    tls_->use_certificate_chain_file(o.tls_cert_file, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls-cert ", o.tls_cert_file, ": ", ec.message()));
+    tls_->use_private_key_file(o.tls_key_file, ssl::context::pem, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls-key ", o.tls_key_file, ": ", ec.message()));
+    if (!o.tls_client_ca_file.empty()) {
+      tls_->load_verify_file(o.tls_client_ca_file, ec);
+      if (ec)
+        return absl::InvalidArgumentError(absl::StrCat("--tls-client-ca ", o.tls_client_ca_file, ": ", ec.message()));
+      tls_->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+    }
+    return absl::OkStatus();
+  }
+
   asio::io_context io_;
+  std::unique_ptr<ssl::context> tls_;
   std::shared_ptr<ServerState> state_;
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;

@@ -8,6 +8,9 @@
 // Send()... and End(). Exchange methods are thread-safe (they post onto the
 // connection's strand). Bounds: body and header sizes, connections, an idle
 // keep-alive timeout and a per-write timeout, so a stalled reader is dropped.
+// Under TLS the handshake shares the idle timeout; a hang-up is then noticed
+// on the next write, or at once when the client closes TCP without a TLS
+// close_notify.
 #pragma once
 
 #include <chrono>
@@ -68,6 +71,9 @@ struct ServerOptions {
   int max_connections = 8192;
   std::chrono::seconds idle_timeout{30};   // keep-alive and request read
   std::chrono::seconds write_timeout{60};  // one write to a stalled reader
+  // TLS (PEM files): with a certificate every connection is HTTPS; with a
+  // client CA too, clients must present a certificate it signed (mTLS).
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
 };
 
 class Server {

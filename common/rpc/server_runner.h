@@ -1,6 +1,7 @@
 // Starts a gRPC server the way every Floe service needs it: the given
-// services, grpc.health.v1.Health (NOT_SERVING until SetServing(true)),
-// server reflection, and a bounded message size.
+// services, grpc.health.v1.Health (NOT_SERVING until SetServing(true)), a
+// bounded message size, TLS/mTLS when configured, and server reflection only
+// when asked for (it lists every method to whoever connects).
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/tls.h"
 
 namespace floe {
 
@@ -20,6 +22,8 @@ struct ServerOptions {
   int max_message_bytes = 16 << 20;
   // Upper bound on threads serving synchronous calls (each stream holds one).
   int max_threads = 512;
+  TlsOptions tls;
+  bool reflection = false;
 };
 
 class ServerRunner {

@@ -6,13 +6,14 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
-#include "services/cli/finish_reason_name.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
+#include "common/rpc/tls.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/cli/commands.h"
+#include "services/cli/finish_reason_name.h"
 
 namespace floe {
 namespace {
@@ -45,6 +46,10 @@ int RunGenerate(int argc, char** argv) {
   parser.AddString("request-id", &request_id, "the request's label in logs and responses (default: the router's)");
   parser.AddString("api-key", &api_key, "sent as \"authorization: Bearer KEY\" (routers with --api-key-file)");
   parser.AddString("model", &model, "model name (default: the served one)");
+  TlsOptions tls;
+  parser.AddString("tls-ca", &tls.ca_file, "CA (PEM) that verifies the router's certificate: TLS");
+  parser.AddString("tls-cert", &tls.cert_file, "client certificate (PEM), for routers that require one (mTLS)");
+  parser.AddString("tls-key", &tls.key_file, "private key (PEM) of --tls-cert");
   parser.AddInt("timeout-s", &timeout_s, "deadline of the request");
   parser.AddBool("json", &json, "print {token_ids, text, finish_reason, usage} instead of streaming");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe generate")) return *exit_code;
@@ -81,7 +86,12 @@ int RunGenerate(int argc, char** argv) {
     for (absl::string_view s : absl::StrSplit(stop, '|')) stopping->add_stop(std::string(s));
   }
 
-  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  auto credentials = MakeChannelCredentials(tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "floe generate: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(addr, *credentials);
   auto stub = floe::v1::Floe::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));

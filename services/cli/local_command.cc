@@ -17,6 +17,7 @@
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
 #include "common/rpc/termination_signal.h"
+#include "common/rpc/tls.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/subprocess.h"
@@ -112,8 +113,8 @@ void PinPorts(Supervised& child, const Subprocess& process, const std::string& a
   }
 }
 
-bool RouterReady(const std::string& address) {
-  auto stub = floe::v1::Floe::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+bool RouterReady(const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto stub = floe::v1::Floe::NewStub(grpc::CreateChannel(address, credentials));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   floe::v1::ModelInfo info;
@@ -135,6 +136,8 @@ int RunLocal(int argc, char** argv) {
   bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
   std::string speculative_step_overhead_tokens;
   double kv_cache_gb = 0.5;
+  TlsOptions tls;
+  std::string admin_key_file;
   ArgParser parser("floe local [--model DIR | --builtin tiny] [--workers N] [--port P]",
                    "Runs a local cluster in the foreground: N floe-worker processes and a floe-router on\n"
                    "loopback. Prints 'router listening on HOST:PORT' once it serves; SIGTERM/SIGINT stops all.");
@@ -149,6 +152,9 @@ int RunLocal(int argc, char** argv) {
   parser.AddDouble("rate-limit-rps", &rate_limit_rps, "router's --rate-limit-rps (per tenant)");
   parser.AddDouble("rate-limit-tps", &rate_limit_tps, "router's --rate-limit-tps (per tenant)");
   parser.AddString("host", &host, "address to bind");
+  AddTlsFlags(parser, &tls);
+  parser.AddString("admin-key-file", &admin_key_file,
+                   "the workers' and suffix-cache's --admin-key-file (admin calls need an admin key)");
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
   parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
@@ -177,6 +183,16 @@ int RunLocal(int argc, char** argv) {
     std::fprintf(stderr, "floe local: give exactly one of --model DIR or --builtin tiny\n");
     return 2;
   }
+  if (absl::Status s = ValidateTlsOptions(tls); !s.ok()) {
+    std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  // Every service gets the TLS flags, reflection (a local cluster is for
+  // poking at) and the admin keys.
+  std::vector<std::string> common_args = TlsFlags(tls);
+  common_args.push_back("--reflection");
+  std::vector<std::string> admin_args;
+  if (!admin_key_file.empty()) admin_args = {"--admin-key-file", admin_key_file};
   if (speculative != "off" && speculative != "ngram" && speculative != "suffix") {
     std::fprintf(stderr, "floe local: --speculative must be off, ngram or suffix\n");
     return 2;
@@ -225,8 +241,10 @@ int RunLocal(int argc, char** argv) {
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
   if (speculative == "suffix") {
-    const std::vector<std::string> cache_argv = {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0",
-                                                 "--metrics-port", "0"};
+    std::vector<std::string> cache_argv = {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0",
+                                           "--metrics-port", "0"};
+    cache_argv.insert(cache_argv.end(), common_args.begin(), common_args.end());
+    cache_argv.insert(cache_argv.end(), admin_args.begin(), admin_args.end());
     auto cache = Subprocess::Spawn(cache_argv);
     if (!cache.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(cache.status().message()).c_str()), shutdown(1);
     auto address = (*cache)->WaitForLine("suffix-cache listening on ", std::chrono::seconds(60), /*keep_reading=*/true);
@@ -244,6 +262,8 @@ int RunLocal(int argc, char** argv) {
                                      "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
                                      "--load-format", load_format};
     argv.insert(argv.end(), speculation_args.begin(), speculation_args.end());
+    argv.insert(argv.end(), common_args.begin(), common_args.end());
+    argv.insert(argv.end(), admin_args.begin(), admin_args.end());
     if (tensor_parallel_size != 1 || sequence_parallel_size != 1) {
       argv.insert(argv.end(), {"--tensor-parallel-size", std::to_string(tensor_parallel_size),
                                "--sequence-parallel-size", std::to_string(sequence_parallel_size)});
@@ -264,6 +284,7 @@ int RunLocal(int argc, char** argv) {
   std::vector<std::string> router_argv = {(bin / "floe-router").string(), "--workers",
                                           absl::StrJoin(worker_addresses, ","), "--tokenizer", model, "--host", host,
                                           "--port", std::to_string(port), "--http-port", std::to_string(http_port)};
+  router_argv.insert(router_argv.end(), common_args.begin(), common_args.end());
   if (!chat_template.empty()) router_argv.insert(router_argv.end(), {"--chat-template", chat_template});
   if (!api_key_file.empty()) router_argv.insert(router_argv.end(), {"--api-key-file", api_key_file});
   if (rate_limit_rps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-rps", absl::StrCat(rate_limit_rps)});
@@ -277,7 +298,8 @@ int RunLocal(int argc, char** argv) {
   supervised.push_back({"router", router_argv, "router bound to "});
 
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);
-  while (!RouterReady(*router_address)) {
+  const std::shared_ptr<grpc::ChannelCredentials> credentials = *MakeChannelCredentials(tls);  // validated above
+  while (!RouterReady(*router_address, credentials)) {
     if (termination.WaitFor(std::chrono::milliseconds(100))) return shutdown(0);
     for (auto& child : children) {
       if (child->Exited()) return std::fprintf(stderr, "floe local: a process exited during start-up\n"), shutdown(1);

@@ -16,6 +16,7 @@
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
+#include "common/rpc/tls.h"
 #include "services/router/openai/openai_frontend.h"
 #include "services/router/router_service.h"
 
@@ -44,6 +45,8 @@ struct RouterFlags {
   std::string chat_template;
   std::string api_key_file;
   double rate_limit_rps = 0, rate_limit_tps = 0;
+  TlsOptions tls;
+  bool reflection = false;
 };
 
 // The chat template: --chat-template FILE (a Jinja file), else the
@@ -129,6 +132,8 @@ int Run(int argc, char** argv) {
                    "tokens (prompt + max_tokens) per second per tenant (0: no limit)");
   parser.AddString("chat-template", &f.chat_template,
                    "Jinja chat template file (default: tokenizer_config.json's chat_template)");
+  AddTlsFlags(parser, &f.tls);
+  parser.AddBool("reflection", &f.reflection, "serve gRPC server reflection (off: it lists every method to any caller)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-router")) return *exit_code;
   auto addresses = WorkerAddresses(f);
   if (!addresses.ok()) {
@@ -143,6 +148,10 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "floe-router: --policy must be session-affinity or least-outstanding\n");
     return 2;
   }
+  if (absl::Status s = ValidateTlsOptions(f.tls); !s.ok()) {
+    std::fprintf(stderr, "floe-router: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   auto tokenizer = Tokenizer::Load(f.tokenizer);
   if (!tokenizer.ok()) {
     LogEvent(LogLevel::kError, "router", "tokenizer_failed", {{"error", std::string(tokenizer.status().message())}});
@@ -150,6 +159,7 @@ int Run(int argc, char** argv) {
   }
   WorkerPoolOptions pool_options;
   pool_options.poll_interval = std::chrono::milliseconds(f.health_interval_ms);
+  pool_options.credentials = *MakeChannelCredentials(f.tls);  // validated above
   WorkerPool pool(*addresses, pool_options);
   pool.Start();
   std::unique_ptr<WorkerPicker> picker = f.policy == "least-outstanding"
@@ -206,6 +216,9 @@ int Run(int argc, char** argv) {
     http_options.port = f.http_port;
     http_options.threads = f.http_threads;
     http_options.max_body_bytes = static_cast<size_t>(f.max_message_bytes);
+    http_options.tls_cert_file = f.tls.cert_file;
+    http_options.tls_key_file = f.tls.key_file;
+    http_options.tls_client_ca_file = f.tls.client_ca_file;
     auto started = http::Server::Start(http_options, [&frontend](http::Request request, std::shared_ptr<http::Exchange> exchange) {
       frontend->Handle(std::move(request), std::move(exchange));
     });
@@ -219,6 +232,8 @@ int Run(int argc, char** argv) {
   ServerOptions server_options;
   server_options.address = absl::StrCat(f.host, ":", f.port);
   server_options.max_message_bytes = f.max_message_bytes;
+  server_options.tls = f.tls;
+  server_options.reflection = f.reflection;
   auto runner = ServerRunner::Start(server_options, {&service});
   if (!runner.ok()) {
     LogEvent(LogLevel::kError, "router", "listen_failed", {{"error", std::string(runner.status().message())}});

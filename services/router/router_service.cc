@@ -4,12 +4,13 @@
 #include <deque>
 #include <random>
 
-#include "common/tokenizer/utf8.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth/grpc_auth.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/stop_string_matcher.h"
+#include "common/tokenizer/utf8.h"
 #include "services/request/resolve_request.h"
 
 namespace floe {
@@ -120,11 +121,7 @@ void ApplyTenant(const Tenant& tenant, GenerateRequest& request) {
   request.set_cache_salt(salt.empty() ? tenant.name : absl::StrCat(tenant.name, "/", salt));
 }
 
-std::string_view Metadata(const grpc::ServerContext* context, const char* key) {
-  auto it = context->client_metadata().find(key);
-  if (it == context->client_metadata().end()) return {};
-  return std::string_view(it->second.data(), it->second.size());
-}
+std::string_view Metadata(const grpc::ServerContext* context, const char* key) { return CallMetadata(*context, key); }
 
 }  // namespace
 

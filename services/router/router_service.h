@@ -13,10 +13,10 @@
 #include <optional>
 #include <string>
 
+#include "common/auth/api_keys.h"
 #include "common/tokenizer/tokenizer.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/router/admission_gate.h"
-#include "services/router/api_keys.h"
 #include "services/router/rate_limiter.h"
 #include "services/router/generate_call.h"
 #include "services/router/router_metrics.h"

@@ -14,7 +14,8 @@ WorkerPool::WorkerPool(const std::vector<std::string>& addresses, WorkerPoolOpti
     // Reconnect quickly after a worker restart.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    worker->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    worker->channel = grpc::CreateCustomChannel(
+        address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
     worker->stub = floe::v1::Worker::NewStub(worker->channel);
     workers_.push_back(std::move(worker));
   }

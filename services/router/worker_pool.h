@@ -41,6 +41,8 @@ struct WorkerPoolOptions {
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds poll_deadline{500};
   int eject_after_failures = 2;
+  // TLS towards the workers (common/rpc/tls.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class WorkerPool {

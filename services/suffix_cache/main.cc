@@ -2,15 +2,18 @@
 // service (floe.v1.SuffixCache; docs/suffix-cache.md).
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth/api_keys.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
+#include "common/rpc/tls.h"
 #include "common/metrics/metrics_server.h"
 #include "services/suffix_cache/suffix_cache_metrics.h"
 #include "services/suffix_cache/suffix_cache_service.h"
@@ -68,6 +71,13 @@ int Run(int argc, char** argv) {
                    "fifo | usage (FIFO with a second chance for responses whose drafts were accepted)");
   parser.AddInt("metrics-port", &metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
   parser.AddInt("drain-timeout-s", &drain_timeout_s, "seconds SIGTERM waits for running calls");
+  TlsOptions tls;
+  AddTlsFlags(parser, &tls);
+  std::string admin_key_file;
+  parser.AddString("admin-key-file", &admin_key_file,
+                   "keys for the admin calls Snapshot and ClearNamespace (lines \"SHA256_HEX TENANT admin\"); without it they are open");
+  bool reflection = false;
+  parser.AddBool("reflection", &reflection, "serve gRPC server reflection (off: it lists every method to any caller)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-suffix-cache")) return *exit_code;
   if (store_options.max_depth < 2 || store_options.max_depth > 1024 || limits.max_batch < 1 ||
       limits.max_concurrent_calls < 1 || store_options.max_bytes < 0 ||
@@ -90,6 +100,23 @@ int Run(int argc, char** argv) {
 
   suffix_cache::SuffixCacheStore store(store_options);
   suffix_cache::SuffixCacheService service(&store, limits);
+  if (absl::Status s = ValidateTlsOptions(tls); !s.ok()) {
+    std::fprintf(stderr, "floe-suffix-cache: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  std::optional<ApiKeys> admin_keys;
+  if (!admin_key_file.empty()) {
+    auto loaded = ApiKeys::Load(admin_key_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "floe-suffix-cache: --admin-key-file: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    admin_keys = *std::move(loaded);
+    service.SetAdminKeys(&*admin_keys);
+  } else {
+    LogEvent(LogLevel::kWarning, "suffix-cache", "admin_calls_open",
+             {{"why", "no --admin-key-file: Snapshot and ClearNamespace need no key"}});
+  }
   std::unique_ptr<MetricsServer> metrics_server;
   std::unique_ptr<suffix_cache::SuffixCacheMetrics> metrics;
   if (metrics_port >= 0) {
@@ -104,6 +131,8 @@ int Run(int argc, char** argv) {
   ServerOptions server_options;
   server_options.address = absl::StrCat(host, ":", port);
   server_options.max_threads = max_threads;
+  server_options.tls = tls;
+  server_options.reflection = reflection;
   auto runner = ServerRunner::Start(server_options, {&service});
   if (!runner.ok()) {
     LogEvent(LogLevel::kError, "suffix-cache", "listen_failed", {{"error", std::string(runner.status().message())}});

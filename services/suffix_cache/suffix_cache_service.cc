@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth/grpc_auth.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
 #include "common/status/status_macros.h"
@@ -259,8 +260,9 @@ grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::
   return grpc::Status::OK;
 }
 
-grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext*, const floe::v1::SuffixSnapshotRequest*,
+grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext* context, const floe::v1::SuffixSnapshotRequest*,
                                           floe::v1::SuffixSnapshotResponse* resp) {
+  if (grpc::Status s = AuthorizeAdminCall(admin_keys_, *context, "SuffixCache.Snapshot"); !s.ok()) return s;
   CallSlot slot(this, "Snapshot");
   if (!slot.status().ok()) return slot.status();
   auto info = WriteSnapshot();
@@ -271,9 +273,10 @@ grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext*, const floe::v1::
   return grpc::Status::OK;
 }
 
-grpc::Status SuffixCacheService::ClearNamespace(grpc::ServerContext*,
+grpc::Status SuffixCacheService::ClearNamespace(grpc::ServerContext* context,
                                                 const floe::v1::SuffixClearNamespaceRequest* req,
                                                 floe::v1::SuffixClearNamespaceResponse* resp) {
+  if (grpc::Status s = AuthorizeAdminCall(admin_keys_, *context, "SuffixCache.ClearNamespace"); !s.ok()) return s;
   CallSlot slot(this, "ClearNamespace");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckNamespace("", req->namespace_()); !s.ok()) return ToGrpcStatus(s);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth/api_keys.h"
 #include "floe/v1/suffix_cache.grpc.pb.h"
 #include "services/suffix_cache/suffix_cache_store.h"
 
@@ -63,6 +64,9 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   int64_t rejected_total() const { return rejected_total_.load(); }
   int in_flight() const { return in_flight_.load(); }
   const ServiceLimits& limits() const { return limits_; }
+  // Optional (--admin-key-file); set before serving, must outlive the
+  // service. With keys, Snapshot and ClearNamespace need an admin key.
+  void SetAdminKeys(const ApiKeys* keys) { admin_keys_ = keys; }
 
   grpc::Status StartRequest(grpc::ServerContext*, const floe::v1::SuffixStartRequest*,
                             floe::v1::SuffixStartResponse*) override;
@@ -88,6 +92,7 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
 
   SuffixCacheStore* store_;
   const ServiceLimits limits_;
+  const ApiKeys* admin_keys_ = nullptr;
   std::atomic<bool> accepting_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> steps_total_{0};

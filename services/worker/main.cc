@@ -16,15 +16,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/auth/api_keys.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
+#include "common/rpc/tls.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/backend/rank_group.h"
 #include "services/worker/parallel/cost_model.h"
@@ -78,6 +81,9 @@ struct WorkerFlags {
   std::string rank_launch = "local";
   std::string rank_store;
   std::string rank_host = "127.0.0.1";
+  TlsOptions tls;
+  std::string admin_key_file;
+  bool reflection = false;
 };
 
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
@@ -90,8 +96,10 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
   };
   auto checkpoint = Checkpoint::Load(f.model, load);
   if (!checkpoint.ok()) return failed("load_failed", checkpoint.status());
+  auto credentials = MakeChannelCredentials(f.tls);
+  if (!credentials.ok()) return failed("tls_failed", credentials.status());
   std::unique_ptr<RemoteRankStore> store;
-  if (!f.rank_store.empty()) store = std::make_unique<RemoteRankStore>(f.rank_store);
+  if (!f.rank_store.empty()) store = std::make_unique<RemoteRankStore>(f.rank_store, *credentials);
   auto grid = ConnectGlooGrid({.rank = f.rank,
                                .size = f.tensor_parallel_size * f.sequence_parallel_size,
                                .store_dir = f.rank_dir,
@@ -184,6 +192,10 @@ int Run(int argc, char** argv) {
   parser.AddBool("benchmark-forced-decoding", &f.benchmark_forced_decoding,
                  "benchmarks only: requests may carry forced_output_ids, emitted instead of sampled tokens");
   parser.AddInt("metrics-port", &f.metrics_port, "Prometheus /metrics port (0: any free port; -1: off)");
+  AddTlsFlags(parser, &f.tls);
+  parser.AddString("admin-key-file", &f.admin_key_file,
+                   "keys for the admin call Worker.Abort (lines \"SHA256_HEX TENANT admin\"); without it Abort is open");
+  parser.AddBool("reflection", &f.reflection, "serve gRPC server reflection (off: it lists every method to any caller)");
   parser.AddInt("tensor-parallel-size", &f.tensor_parallel_size,
                 "T: the model's weights are sharded over T ranks (processes; rank 0 is this one)");
   parser.AddInt("sequence-parallel-size", &f.sequence_parallel_size,
@@ -210,6 +222,10 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (f.model_name.empty()) f.model_name = std::filesystem::path(f.model).filename().string();
+  if (absl::Status s = ValidateTlsOptions(f.tls); !s.ok()) {
+    std::fprintf(stderr, "floe-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
 
   LoadOptions load;
   if (f.load_format == "dummy") {
@@ -270,6 +286,7 @@ int Run(int argc, char** argv) {
   }
   if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
+  speculation.credentials = *MakeChannelCredentials(f.tls);  // validated above
   speculation.tree = f.speculative_tree;
   speculation.reference_compatible = f.speculative_reference_compatible;
   if (!f.suffix_cache.empty()) {
@@ -284,6 +301,18 @@ int Run(int argc, char** argv) {
   }
 
   WorkerService service;
+  std::optional<ApiKeys> admin_keys;
+  if (!f.admin_key_file.empty()) {
+    auto loaded = ApiKeys::Load(f.admin_key_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "floe-worker: --admin-key-file: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    admin_keys = *std::move(loaded);
+    service.SetAdminKeys(&*admin_keys);
+  } else {
+    LogEvent(LogLevel::kWarning, "worker", "admin_calls_open", {{"why", "no --admin-key-file: Worker.Abort needs no key"}});
+  }
   std::unique_ptr<MetricsServer> metrics_server;
   std::unique_ptr<WorkerMetrics> metrics;
   if (f.metrics_port >= 0) {
@@ -303,7 +332,11 @@ int Run(int argc, char** argv) {
   RankStoreService rank_store;
   std::vector<grpc::Service*> services = {&service};
   if (remote_ranks) services.push_back(&rank_store);
-  auto runner = ServerRunner::Start({absl::StrCat(f.host, ":", f.port)}, services);
+  ServerOptions server_options;
+  server_options.address = absl::StrCat(f.host, ":", f.port);
+  server_options.tls = f.tls;
+  server_options.reflection = f.reflection;
+  auto runner = ServerRunner::Start(server_options, services);
   if (!runner.ok()) {
     LogEvent(LogLevel::kError, "worker", "listen_failed", {{"error", std::string(runner.status().message())}});
     return 1;

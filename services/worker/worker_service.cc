@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/auth/grpc_auth.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
 #include "services/request/resolve_request.h"
@@ -214,8 +215,9 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   }
 }
 
-grpc::Status WorkerService::Abort(grpc::ServerContext*, const floe::v1::AbortRequest* request,
+grpc::Status WorkerService::Abort(grpc::ServerContext* context, const floe::v1::AbortRequest* request,
                                   floe::v1::AbortResponse* response) {
+  if (grpc::Status s = AuthorizeAdminCall(admin_keys_, *context, "Worker.Abort"); !s.ok()) return s;
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   std::vector<std::string> engine_ids;

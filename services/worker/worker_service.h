@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/auth/api_keys.h"
 #include "floe/v1/worker.grpc.pb.h"
 #include "services/request/resolve_request.h"
 #include "services/worker/engine/engine.h"
@@ -48,6 +49,9 @@ class WorkerService final : public floe::v1::Worker::Service {
   void AttachEngine(Engine* engine, WorkerServiceOptions description);
   // Optional; set before serving. Must outlive the service.
   void SetMetrics(WorkerMetrics* metrics) { metrics_ = metrics; }
+  // Optional (--admin-key-file); set before serving, must outlive the
+  // service. With keys, Abort needs an admin key.
+  void SetAdminKeys(const ApiKeys* keys) { admin_keys_ = keys; }
   // New Generate calls answer UNAVAILABLE from now on; running ones finish.
   void StartDraining();
   int in_flight() const { return in_flight_.load(); }
@@ -65,6 +69,7 @@ class WorkerService final : public floe::v1::Worker::Service {
   WorkerServiceOptions options_;  // written once, before engine_ is published
   std::atomic<Engine*> engine_{nullptr};
   WorkerMetrics* metrics_ = nullptr;
+  const ApiKeys* admin_keys_ = nullptr;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_number_{0};

@@ -1,14 +1,19 @@
 // API keys, tenants and rate limits through real processes on loopback: a
 // router with --api-key-file refuses missing and wrong keys on gRPC and HTTP,
 // keeps each tenant's cached prefixes to itself (vLLM's cache_salt, set from
-// the tenant), and holds each tenant to its rate.
+// the tenant), and holds each tenant to its rate. Workers and the
+// suffix-cache with --admin-key-file open their admin calls to admin keys
+// only; gRPC reflection is off unless asked for.
 #include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include <grpcpp/generic/generic_stub.h>
+
+#include "floe/v1/suffix_cache.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "services/router/api_keys.h"
+#include "common/auth/api_keys.h"
 #include "tests/common/http/http_test_client.h"
 #include "tests/integration/local_cluster.h"
 
@@ -23,7 +28,8 @@ std::string KeyFile() {
   std::ofstream out(path);
   out << "# SHA-256 of the key, tenant\n"
       << Sha256Hex("key-a") << " team-a\n"
-      << Sha256Hex("key-b") << " team-b\n";
+      << Sha256Hex("key-b") << " team-b\n"
+      << Sha256Hex("key-root") << " ops admin\n";
   return path;
 }
 
@@ -117,6 +123,97 @@ TEST(ApiKeysClusterTest, RateLimitsPerTenant) {
   EXPECT_EQ(json::parse(http.body)["error"]["type"], "rate_limit_exceeded");
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_TRUE(As(cluster, "key-a", r).status.ok()) << "the bucket refills";
+}
+
+template <class Call>
+grpc::Status WithKey(const std::string& key, Call call) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!key.empty()) context.AddMetadata("authorization", "Bearer " + key);
+  return call(&context);
+}
+
+TEST(ApiKeysClusterTest, AdminCallsNeedAnAdminKey) {
+  LocalCluster cluster(1, {"--admin-key-file", KeyFile()});
+  ASSERT_TRUE(cluster.ok());
+  auto worker = cluster.WorkerStub(0);
+  floe::v1::AbortRequest abort;
+  abort.set_request_id("nothing-running");
+  floe::v1::AbortResponse aborted;
+  auto abort_as = [&](const std::string& key) {
+    return WithKey(key, [&](grpc::ClientContext* c) { return worker->Abort(c, abort, &aborted); });
+  };
+  EXPECT_EQ(abort_as("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  grpc::Status user = abort_as("key-a");
+  EXPECT_EQ(user.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(user.error_message().find("Worker.Abort needs an admin key"), std::string::npos) << user.error_message();
+  EXPECT_TRUE(abort_as("key-root").ok());
+  // The router's own calls to the worker need no admin key.
+  Generation g = floe::testing::Generate(*cluster.RouterStub(), LongPrompt());
+  EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+
+  auto spawned = Subprocess::Spawn({BinaryPath("floe-suffix-cache"), "--port", "0", "--metrics-port", "-1",
+                                    "--admin-key-file", KeyFile()});
+  ASSERT_TRUE(spawned.ok());
+  auto address = (*spawned)->WaitForLine("suffix-cache listening on ", std::chrono::seconds(60));
+  ASSERT_TRUE(address.ok());
+  auto cache = floe::v1::SuffixCache::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  floe::v1::SuffixClearNamespaceRequest clear;
+  clear.set_namespace_("team-a");
+  floe::v1::SuffixClearNamespaceResponse cleared;
+  auto clear_as = [&](const std::string& key) {
+    return WithKey(key, [&](grpc::ClientContext* c) { return cache->ClearNamespace(c, clear, &cleared); });
+  };
+  EXPECT_EQ(clear_as("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(clear_as("key-b").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(clear_as("key-root").ok());
+  floe::v1::SuffixSnapshotResponse snapshot;
+  EXPECT_EQ(WithKey("key-a", [&](grpc::ClientContext* c) {
+              return cache->Snapshot(c, floe::v1::SuffixSnapshotRequest(), &snapshot);
+            }).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Non-admin calls stay open to the workers.
+  floe::v1::SuffixStats stats;
+  EXPECT_TRUE(WithKey("", [&](grpc::ClientContext* c) {
+                return cache->GetStats(c, floe::v1::SuffixStatsRequest(), &stats);
+              }).ok());
+  (*spawned)->Terminate(std::chrono::seconds(10));
+}
+
+// A reflection call over the generic stub: UNIMPLEMENTED where it is off.
+grpc::StatusCode ReflectionStatus(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  cq.Next(&tag, &ok);
+  call->WritesDone(reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(3));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(3)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status.error_code();
+}
+
+TEST(ApiKeysClusterTest, ReflectionIsOffUnlessAskedFor) {
+  LocalCluster off(1);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(ReflectionStatus(off.router_address()), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(ReflectionStatus(off.worker_addresses()[0]), grpc::StatusCode::UNIMPLEMENTED);
+  LocalCluster on(1, {"--reflection"}, {"--reflection"});
+  ASSERT_TRUE(on.ok());
+  // An empty request stream: the service is there and ends the call OK.
+  EXPECT_EQ(ReflectionStatus(on.router_address()), grpc::StatusCode::OK);
+  EXPECT_EQ(ReflectionStatus(on.worker_addresses()[0]), grpc::StatusCode::OK);
 }
 
 }  // namespace

@@ -121,7 +121,8 @@ SuffixCacheClient::SuffixCacheClient(const ClientOptions& options, NamespaceRing
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, options_.initial_backoff_ms);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, options_.initial_backoff_ms);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, options_.max_backoff_ms);
-    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(
+        address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
     stubs_.push_back(floe::v1::SuffixCache::NewStub(channel));
     channels_.push_back(std::move(channel));
   }

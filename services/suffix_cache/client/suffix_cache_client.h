@@ -42,6 +42,8 @@ struct ClientOptions {
   int initial_backoff_ms = 50;
   int max_backoff_ms = 2000;
   int virtual_nodes = 64;
+  // TLS towards the replicas (common/rpc/tls.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // Consistent-hash ring over replica indices (separate for tests and tools).

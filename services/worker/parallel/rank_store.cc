@@ -71,8 +71,9 @@ grpc::Status RankStoreService::Get(grpc::ServerContext* context, const floe::v1:
   return grpc::Status::OK;
 }
 
-RemoteRankStore::RemoteRankStore(const std::string& address)
-    : stub_(floe::v1::RankStore::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+RemoteRankStore::RemoteRankStore(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(floe::v1::RankStore::NewStub(
+          grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()))) {}
 
 absl::Status RemoteRankStore::Set(const std::string& key, const std::string& value) {
   floe::v1::RankStoreSetRequest request;

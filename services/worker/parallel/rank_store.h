@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+
 #include "floe/v1/rank_store.grpc.pb.h"
 #include "services/worker/parallel/rendezvous_store.h"
 
@@ -59,7 +61,9 @@ class RankStoreService final : public floe::v1::RankStore::Service {
 class RemoteRankStore final : public RendezvousStore {
  public:
   // `address`: rank 0's worker address (host:port).
-  explicit RemoteRankStore(const std::string& address);
+  // `credentials`: TLS towards it (common/rpc/tls.h); null: plaintext.
+  explicit RemoteRankStore(const std::string& address,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds wait) override;
 

@@ -29,6 +29,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const Specu
     if (!config.suffix_cache_addresses.empty()) {
       suffix_cache::ClientOptions client_options;
       client_options.addresses = config.suffix_cache_addresses;
+      client_options.credentials = config.credentials;
       client_options.step_deadline = std::chrono::milliseconds(config.suffix_cache_deadline_ms);
       // Start/End run on the source's lifecycle thread, never the engine's;
       // a stopped replica still should not hold up the queue for long.

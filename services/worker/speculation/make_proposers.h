@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/status/statusor.h"
 #include "services/worker/speculation/proposer.h"
 #include "services/worker/speculation/remote_suffix_stats.h"
@@ -26,6 +28,8 @@ struct SpeculationConfig {
   // default mode (suffix_tree.h ApplyDefaultMode: more accepted tokens per
   // step on the dev traces at every budget, as sure or surer).
   bool reference_compatible = false;
+  // TLS towards the suffix-cache (common/rpc/tls.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // INVALID_ARGUMENT naming the method when unknown, and naming --suffix-cache

@@ -1,4 +1,4 @@
-#include "services/router/api_keys.h"
+#include "common/auth/api_keys.h"
 
 #include <openssl/sha.h>
 
@@ -73,6 +73,19 @@ absl::StatusOr<const Tenant*> ApiKeys::Authenticate(std::string_view authorizati
   auto it = by_digest_.find(Sha256Hex(authorization.substr(kBearer.size())));
   if (it == by_digest_.end()) return absl::UnauthenticatedError("invalid API key");
   return &it->second;
+}
+
+}  // namespace floe
+
+namespace floe {
+
+absl::Status ApiKeys::AuthorizeAdmin(std::string_view authorization, std::string_view call) const {
+  auto tenant = Authenticate(authorization);
+  if (!tenant.ok()) return tenant.status();
+  if (!(*tenant)->admin)
+    return absl::PermissionDeniedError(absl::StrCat(std::string(call), " needs an admin key (the key of tenant \"", (*tenant)->name,
+                                                    "\" is not one)"));
+  return absl::OkStatus();
 }
 
 }  // namespace floe

@@ -1,10 +1,11 @@
-// The router's API keys (--api-key-file): one line per key, "SHA256 TENANT
-// [admin]", the key's SHA-256 in hex (the file never holds a key), the
-// tenant it belongs to, and optionally its admin right; blank lines and
-// `#` comments are skipped. Clients send "authorization: Bearer KEY" (gRPC
-// metadata or HTTP header). A tenant's requests get its suffix-cache
-// namespace and prefix-cache salt, so tenants never see each other's drafts
-// or cached prefixes.
+// API keys (--api-key-file on the router, --admin-key-file on workers and
+// the suffix-cache): one line per key, "SHA256 TENANT [admin]", the key's
+// SHA-256 in hex (the file never holds a key), the tenant it belongs to, and
+// optionally its admin right; blank lines and `#` comments are skipped.
+// Clients send "authorization: Bearer KEY" (gRPC metadata or HTTP header).
+// On the router a tenant's requests get its suffix-cache namespace and
+// prefix-cache salt, so tenants never see each other's drafts or cached
+// prefixes; on the other services only admin keys open the admin calls.
 //
 // Immutable after Load: thread-safe.
 #pragma once
@@ -33,6 +34,9 @@ class ApiKeys {
   // The tenant of an "authorization" value ("Bearer KEY");
   // UNAUTHENTICATED saying what is missing or wrong (never echoing the key).
   absl::StatusOr<const Tenant*> Authenticate(std::string_view authorization) const;
+  // As Authenticate, and PERMISSION_DENIED unless the key is an admin's;
+  // `call` names what was refused.
+  absl::Status AuthorizeAdmin(std::string_view authorization, std::string_view call) const;
   size_t size() const { return by_digest_.size(); }
 
  private:

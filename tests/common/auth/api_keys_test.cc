@@ -1,9 +1,7 @@
-// ApiKeys (the key file, Bearer parsing) and RateLimiter (token buckets on an
-// explicit clock).
-#include "services/router/api_keys.h"
+// ApiKeys: the key file, Bearer parsing, admin rights.
+#include "common/auth/api_keys.h"
 
 #include "gtest/gtest.h"
-#include "services/router/rate_limiter.h"
 
 namespace floe {
 namespace {
@@ -52,28 +50,15 @@ TEST(ApiKeysTest, BadFilesNameTheLine) {
   }
 }
 
-TEST(RateLimiterTest, RequestsPerSecondPerTenant) {
-  RateLimiter limiter(2, 0);
-  const auto t0 = RateLimiter::Clock::now();
-  EXPECT_TRUE(limiter.Charge("a", 10, t0).ok());
-  EXPECT_TRUE(limiter.Charge("a", 10, t0).ok());
-  absl::Status third = limiter.Charge("a", 10, t0);
-  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(third.message().find("retry in 0.50 s"), std::string::npos) << third;
-  EXPECT_TRUE(limiter.Charge("b", 10, t0).ok()) << "tenants have their own buckets";
-  EXPECT_FALSE(limiter.Charge("a", 10, t0 + std::chrono::milliseconds(400)).ok());
-  EXPECT_TRUE(limiter.Charge("a", 10, t0 + std::chrono::milliseconds(900)).ok());
-}
-
-TEST(RateLimiterTest, TokensPerSecond) {
-  RateLimiter limiter(0, 100);
-  const auto t0 = RateLimiter::Clock::now();
-  EXPECT_TRUE(limiter.Charge("a", 60, t0).ok());
-  absl::Status over = limiter.Charge("a", 60, t0);
-  EXPECT_NE(over.message().find("retry in 0.20 s"), std::string::npos) << over;
-  EXPECT_TRUE(limiter.Charge("a", 60, t0 + std::chrono::milliseconds(200)).ok());
-  absl::Status never = limiter.Charge("a", 500, t0 + std::chrono::seconds(10));
-  EXPECT_NE(never.message().find("exceeds"), std::string::npos) << never;
+TEST(ApiKeysTest, AdminCallsNeedAnAdminKey) {
+  auto keys = ApiKeys::Parse(Sha256Hex("user") + " team-a\n" + Sha256Hex("root") + " ops admin\n");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_TRUE(keys->AuthorizeAdmin("Bearer root", "Worker.Abort").ok());
+  absl::Status user = keys->AuthorizeAdmin("Bearer user", "Worker.Abort");
+  EXPECT_EQ(user.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(user.message().find("Worker.Abort needs an admin key"), std::string::npos) << user;
+  EXPECT_EQ(keys->AuthorizeAdmin("", "Worker.Abort").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(keys->AuthorizeAdmin("Bearer nobody", "Worker.Abort").code(), absl::StatusCode::kUnauthenticated);
 }
 
 }  // namespace
