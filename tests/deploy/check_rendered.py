@@ -136,7 +136,11 @@ def main(argv):
             if not p:
                 fail(f"{name}: no {probe}")
                 continue
-            if set(p) & {"httpGet", "exec", "tcpSocket"} or "grpc" not in p:
+            if "--tls-cert" in a:
+                # Under TLS kubelet cannot speak the protocol: the port is probed.
+                if p.get("tcpSocket", {}).get("port") != ports.get("grpc"):
+                    fail(f"{name}: {probe} under TLS must be tcpSocket on the grpc port: {p}")
+            elif set(p) & {"httpGet", "exec", "tcpSocket"} or "grpc" not in p:
                 fail(f"{name}: {probe} is not a native grpc probe: {p}")
             elif p["grpc"].get("port") != ports.get("grpc"):
                 fail(f"{name}: {probe} port {p['grpc'].get('port')} != grpc port {ports.get('grpc')}")

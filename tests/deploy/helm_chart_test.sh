@@ -77,6 +77,20 @@ grep -q -- '--http-port=8000' "$TMP/default.yaml" &&
   { echo "ok: router http port and probes"; passed=$((passed + 1)); } ||
   { echo "FAIL: router http port and probes"; failed=$((failed + 1)); }
 
+# TLS from a kubernetes.io/tls Secret on every service: the flags (checked
+# against each binary's --help by check_rendered.py), the mount, the volume,
+# mTLS on request, and TCP probes (kubelet probes cannot present a certificate).
+printf 'tls: {secretName: floe-tls, clientAuth: true}\n' >"$TMP/tls-values.yaml"
+run tls "$TMP/tls-values.yaml" workers=1 routers=1 suffix-caches=1
+[[ $(grep -c -- '--tls-cert=/etc/floe-tls/tls.crt' "$TMP/tls.yaml") == 3 ]] &&
+  [[ $(grep -c -- '--tls-client-ca=/etc/floe-tls/ca.crt' "$TMP/tls.yaml") == 3 ]] &&
+  [[ $(grep -c 'secretName: floe-tls' "$TMP/tls.yaml") == 3 ]] &&
+  [[ $(grep -c 'mountPath: /etc/floe-tls' "$TMP/tls.yaml") == 3 ]] &&
+  grep -A1 'readinessProbe:' "$TMP/tls.yaml" | grep -q 'tcpSocket' &&
+  ! grep -q -- '--tls' "$TMP/default.yaml" &&
+  { echo "ok: tls on every service"; passed=$((passed + 1)); } ||
+  { echo "FAIL: tls on every service"; failed=$((failed + 1)); }
+
 # API keys from a Secret, with per-tenant rate limits.
 printf 'routerSpec: {apiKeys: {secretName: floe-keys, rateLimitRps: 5}}\n' >"$TMP/keys.yaml" &&
   $HELM lint "$CHART" -f "$TMP/keys.yaml" --strict >/dev/null &&

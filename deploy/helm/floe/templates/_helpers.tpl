@@ -83,7 +83,12 @@ lifecycle:
 {{- $http := and .spec.httpProbes .spec.httpPort -}}
 {{- range $kind := list "startupProbe" "readinessProbe" "livenessProbe" }}
 {{ $kind }}:
-  {{- if $http }}
+  {{- if $.tls }}
+  {{- /* kubelet's gRPC and HTTP probes cannot present a client certificate:
+         under TLS a probe only checks that the port accepts connections. */}}
+  tcpSocket:
+    port: {{ $port }}
+  {{- else if $http }}
   httpGet:
     path: {{ ternary "/health" "/ready" (eq $kind "livenessProbe") }}
     port: http
@@ -141,4 +146,26 @@ ports:
 {{- $out = append $out (mergeOverwrite (deepCopy $.Values.servingEngineSpec.modelDefaults) (deepCopy $m)) -}}
 {{- end -}}
 {{- toJson $out -}}
+{{- end -}}
+
+{{/* TLS (values.tls): the flags every service gets, the mount and the volume. */}}
+{{- define "floe.tlsArgs" -}}
+- --tls-cert=/etc/floe-tls/tls.crt
+- --tls-key=/etc/floe-tls/tls.key
+- --tls-ca=/etc/floe-tls/ca.crt
+{{- if .clientAuth }}
+- --tls-client-ca=/etc/floe-tls/ca.crt
+{{- end }}
+{{- end -}}
+
+{{- define "floe.tlsMount" -}}
+- name: tls
+  mountPath: /etc/floe-tls
+  readOnly: true
+{{- end -}}
+
+{{- define "floe.tlsVolume" -}}
+- name: tls
+  secret:
+    secretName: {{ .secretName }}
 {{- end -}}
