@@ -52,6 +52,8 @@ int Run(int argc, char** argv) {
                 "snapshots carry a namespace's tree image (restores at copy speed) when its tree is under 16 MiB "
                 "or holds at most this many bytes per cached token; 0: tokens only (rebuilt on restore)");
   parser.AddInt("max-depth", &store_options.max_depth, "suffix tree depth (longest match + draft)");
+  parser.AddInt64("max-prompt-index-tokens", &store_options.max_prompt_index_tokens,
+                  "a request's local tree indexes only its prompt's last this many tokens");
   parser.AddInt64("max-cached-responses", &store_options.max_cached_responses,
                   "cached responses per namespace, FIFO beyond (-1: unlimited, 0: no global tree)");
   parser.AddInt64("max-bytes", &store_options.max_bytes, "memory budget of all global trees; oldest responses evicted beyond");

@@ -209,7 +209,8 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
                                             absl::Span<const int32_t> prompt) {
   auto ns = GetOrCreateNamespace(ns_name);
   auto request = std::make_shared<Request>(options_.max_depth);
-  request->local.Extend(kLocalSeq, prompt);  // outside every shared lock
+  const size_t indexed = std::min<size_t>(prompt.size(), static_cast<size_t>(std::max<int64_t>(0, options_.max_prompt_index_tokens)));
+  request->local.Extend(kLocalSeq, prompt.subspan(prompt.size() - indexed));  // outside every shared lock
   const size_t keep = std::min<size_t>(prompt.size(), options_.max_depth);
   request->context.assign(prompt.end() - keep, prompt.end());
   std::vector<int32_t> victims;

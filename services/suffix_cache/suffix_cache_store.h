@@ -41,8 +41,8 @@
 //
 // Memory: max_bytes bounds the global trees, whose storage holds the one
 // copy of each cached response's tokens (as measured by TrimToBudget);
-// active requests' local trees are bounded by the engine's context limit and
-// not counted. max_cached_responses bounds
+// active requests' local trees index at most max_prompt_index_tokens of
+// prompt each and are not counted. max_cached_responses bounds
 // each namespace's cached responses (active ones included, as in
 // SuffixSpeculator). Both evict FIFO, oldest first; with eviction = kUsage a
 // response whose global drafts were accepted since it was last at the front
@@ -77,6 +77,11 @@ struct StoreOptions {
   int max_depth = 64;
   int64_t max_cached_responses = 100000;  // per namespace; -1: unlimited
   int64_t max_bytes = int64_t{4} << 30;   // all namespaces
+  // An active request's local tree indexes only its prompt's last this many
+  // tokens: the tail is what the response continues and copies from (the
+  // code being edited, the last tool output), and the cap bounds what one
+  // StartRequest can make the service hold whatever the prompt's length.
+  int64_t max_prompt_index_tokens = 65536;
   // Pool threads that share the entries of one Step (local appends and
   // speculates) with the calling thread; 0: the caller does them alone.
   int step_threads = 0;

@@ -116,5 +116,30 @@ TEST(StoreEvictionUsageTest, CreditIsSpentBySecondChance) {
 INSTANTIATE_TEST_SUITE_P(Kinds, StoreEvictionTest, ::testing::Values(EvictionKind::kFifo, EvictionKind::kUsage),
                          [](const auto& info) { return std::string(EvictionKindName(info.param)); });
 
+// The local tree indexes only the prompt's tail: a prompt of any length
+// costs at most max_prompt_index_tokens, and drafts from the tail remain.
+TEST(StorePromptIndexTest, OnlyThePromptsTailIsIndexed) {
+  auto first_draft = [](int64_t cap, const std::vector<int32_t>& prompt) {
+    StoreOptions options;
+    options.max_prompt_index_tokens = cap;
+    SuffixCacheStore store(options);
+    EXPECT_TRUE(store.StartRequest(kNs, "r", prompt).ok());
+    const StepOutcome out = store.Step({Item("r", 0, {}, true)})[0];
+    EXPECT_TRUE(out.status.ok());
+    return out.draft.token_ids.empty() ? -1 : out.draft.token_ids[0];
+  };
+  // The prompt ends with its own first 4 tokens: only the head continues them.
+  std::vector<int32_t> head_repeat = Tokens(1000, 40);
+  for (int32_t t : Tokens(5000, 16)) head_repeat.push_back(t);
+  for (int32_t t : Tokens(1000, 4)) head_repeat.push_back(t);
+  EXPECT_EQ(first_draft(65536, head_repeat), 1004) << "uncapped, the head is indexed";
+  EXPECT_EQ(first_draft(20, head_repeat), -1) << "capped, the head is not";
+  // A repeat inside the tail still drafts under the cap.
+  std::vector<int32_t> tail_repeat = Tokens(1000, 40);
+  for (int32_t t : Tokens(5000, 8)) tail_repeat.push_back(t);
+  for (int32_t t : Tokens(5000, 4)) tail_repeat.push_back(t);
+  EXPECT_EQ(first_draft(20, tail_repeat), 5004);
+}
+
 }  // namespace
 }  // namespace floe::suffix_cache
