@@ -1,6 +1,7 @@
 // floe-suffix-cache: the global suffix tree of Suffix Decoding as a gRPC
 // service (floe.v1.SuffixCache; docs/suffix-cache.md).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "common/rpc/termination_signal.h"
 #include "common/rpc/tls.h"
 #include "common/metrics/metrics_server.h"
+#include "services/suffix_cache/lease_reaper.h"
 #include "services/suffix_cache/suffix_cache_metrics.h"
 #include "services/suffix_cache/suffix_cache_service.h"
 
@@ -53,10 +55,18 @@ int Run(int argc, char** argv) {
                 "or holds at most this many bytes per cached token; 0: tokens only (rebuilt on restore)");
   parser.AddInt("max-depth", &store_options.max_depth, "suffix tree depth (longest match + draft)");
   parser.AddInt64("max-prompt-index-tokens", &store_options.max_prompt_index_tokens,
-                  "a request's local tree indexes only its prompt's last this many tokens");
+                  "a request's local tree indexes only its prompt's last this many tokens (the tail is what a "
+                  "response continues and copies from; the cap bounds one StartRequest's memory)");
   parser.AddInt64("max-cached-responses", &store_options.max_cached_responses,
                   "cached responses per namespace, FIFO beyond (-1: unlimited, 0: no global tree)");
-  parser.AddInt64("max-bytes", &store_options.max_bytes, "memory budget of all global trees; oldest responses evicted beyond");
+  parser.AddInt64("max-bytes", &store_options.max_bytes,
+                  "memory budget of the global trees and the active requests together: oldest ended responses "
+                  "evicted beyond; a StartRequest whose request would take the active ones alone beyond it is "
+                  "refused (RESOURCE_EXHAUSTED)");
+  double request_lease_s = 60;
+  parser.AddDouble("request-lease-s", &request_lease_s,
+                   "an active request no call (Step, StartRequest) names for this many seconds is expired: ended as "
+                   "by EndRequest, its memory released, later Steps naming it answer NOT_FOUND (0: never)");
   parser.AddInt("max-batch", &limits.max_batch, "most requests in one Step");
   parser.AddInt("vocab-size", &limits.vocab_size, "token ids must be below this (0: unchecked)");
   parser.AddInt("max-namespace-bytes", &limits.max_namespace_bytes, "longest namespace");
@@ -83,11 +93,15 @@ int Run(int argc, char** argv) {
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe-suffix-cache")) return *exit_code;
   if (store_options.max_depth < 2 || store_options.max_depth > 1024 || limits.max_batch < 1 ||
       limits.max_concurrent_calls < 1 || store_options.max_bytes < 0 ||
-      store_options.max_image_bytes_per_token < 0) {
+      store_options.max_image_bytes_per_token < 0 || store_options.max_prompt_index_tokens < 0 ||
+      !(request_lease_s >= 0 && request_lease_s <= 1e6)) {
     std::fprintf(stderr, "floe-suffix-cache: --max-depth must be in [2, 1024]; --max-batch, "
-                         "--max-concurrent-calls >= 1; --max-bytes, --snapshot-image-max-bytes-per-token >= 0\n");
+                         "--max-concurrent-calls >= 1; --max-bytes, --snapshot-image-max-bytes-per-token, "
+                         "--max-prompt-index-tokens >= 0; --request-lease-s in [0, 1e6]\n");
     return 2;
   }
+  store_options.request_lease = std::chrono::milliseconds(
+      request_lease_s > 0 ? std::max<int64_t>(1, std::llround(request_lease_s * 1000)) : 0);
   if (auto kind = suffix_cache::ParseEvictionKind(eviction); kind.ok()) {
     store_options.eviction = *kind;
   } else {
@@ -147,6 +161,12 @@ int Run(int argc, char** argv) {
   // NOT_SERVING (and UNAVAILABLE) while restoring.
   const int64_t restored = service.RestoreSnapshot();
   store.TrimToBudget();
+  // Expires requests idle past their lease, from now until the drain ends.
+  std::unique_ptr<suffix_cache::LeaseReaper> reaper;
+  if (store_options.request_lease > std::chrono::milliseconds::zero()) {
+    reaper = std::make_unique<suffix_cache::LeaseReaper>(
+        &store, suffix_cache::LeaseReaper::PeriodFor(store_options.request_lease));
+  }
   service.SetAccepting(true);
   (*runner)->SetServing(true);
   LogEvent(LogLevel::kInfo, "suffix-cache", "ready",
@@ -165,6 +185,7 @@ int Run(int argc, char** argv) {
   LogEvent(LogLevel::kInfo, "suffix-cache", "draining", {{"signal", static_cast<int64_t>(*signal)}});
   service.SetAccepting(false);
   (*runner)->DrainAndShutdown([&] { return service.in_flight(); }, std::chrono::seconds(drain_timeout_s));
+  if (reaper) reaper->Stop();
   if (!limits.snapshot_path.empty()) service.WriteSnapshot().IgnoreError();
   LogEvent(LogLevel::kInfo, "suffix-cache", "stopped");
   return 0;

@@ -35,6 +35,12 @@ class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable 
             MetricType::Gauge, static_cast<double>(stats.cached)),
         one("floe_suffix_cache_bytes", "Estimated bytes of the global trees and stored responses.",
             MetricType::Gauge, static_cast<double>(stats.bytes)),
+        one("floe_suffix_cache_active_request_bytes",
+            "Bytes of the active requests' local trees, context tails and queued appends (with "
+            "floe_suffix_cache_bytes, what --max-bytes bounds).",
+            MetricType::Gauge, static_cast<double>(stats.active_bytes)),
+        one("floe_suffix_cache_max_bytes", "The memory budget, --max-bytes.", MetricType::Gauge,
+            static_cast<double>(store_->options().max_bytes)),
         one("floe_suffix_cache_cached_tokens", "Tokens of the cached responses.", MetricType::Gauge,
             static_cast<double>(stats.cached_tokens)),
         one("floe_suffix_cache_nodes", "Nodes of the global suffix trees.", MetricType::Gauge,
@@ -52,6 +58,12 @@ class SuffixCacheMetrics::StateCollector final : public prometheus::Collectable 
             static_cast<double>(service_->speculate_queries_total())),
         one("floe_suffix_cache_rejected_total", "Calls refused with RESOURCE_EXHAUSTED.", MetricType::Counter,
             static_cast<double>(service_->rejected_total())),
+        one("floe_suffix_cache_rejected_starts_total",
+            "StartRequest calls refused because active requests would exceed --max-bytes.", MetricType::Counter,
+            static_cast<double>(stats.refused_starts_total)),
+        one("floe_suffix_cache_expired_requests_total",
+            "Active requests ended because no call named them for --request-lease-s.", MetricType::Counter,
+            static_cast<double>(stats.expired_total)),
     };
   }
 

@@ -1,9 +1,10 @@
 // Prometheus metrics of floe-suffix-cache: call latency by method
 // (floe_suffix_cache_rpc_latency_seconds), a Step's two phases in the store
 // (floe_suffix_cache_step_phase_seconds{phase}), and, read at scrape time,
-// cached responses, bytes, nodes, active requests, cached tokens, evictions,
-// steps, speculate queries and drafts (their ratio: the hit rate) and
-// overload rejections.
+// cached responses, bytes (global trees; active requests' bytes; the
+// budget), nodes, active requests, cached tokens, evictions, expired
+// requests, steps, speculate queries and drafts (their ratio: the hit rate)
+// and rejections (overload; starts over --max-bytes).
 #pragma once
 
 #include <memory>

@@ -140,8 +140,11 @@ grpc::Status SuffixCacheService::StartRequest(grpc::ServerContext*, const floe::
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = CheckTokens("prompt", req->prompt()); !s.ok()) return ToGrpcStatus(s);
-  return ToGrpcStatus(store_->StartRequest(NamespaceOrDefault(req->namespace_()), req->request_id(),
-                                           absl::MakeConstSpan(req->prompt().data(), req->prompt().size())));
+  absl::Status started = store_->StartRequest(NamespaceOrDefault(req->namespace_()), req->request_id(),
+                                              absl::MakeConstSpan(req->prompt().data(), req->prompt().size()));
+  // Over --max-bytes: refused like an overload (the requests running go on).
+  if (absl::IsResourceExhausted(started)) rejected_total_.fetch_add(1, std::memory_order_relaxed);
+  return ToGrpcStatus(started);
 }
 
 grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::SuffixStepRequest* req,

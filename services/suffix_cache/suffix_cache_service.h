@@ -1,8 +1,9 @@
 // SuffixCacheService: floe.v1.SuffixCache over a SuffixCacheStore
 // (docs/suffix-cache.md). Validates input (limits named in the message),
 // bounds concurrent calls (beyond max_concurrent_calls: RESOURCE_EXHAUSTED at
-// once, never queued), answers UNAVAILABLE while restoring or draining, and
-// writes/restores snapshots.
+// once, never queued) and the store's memory (a StartRequest over --max-bytes:
+// RESOURCE_EXHAUSTED from the store), answers UNAVAILABLE while restoring or
+// draining, and writes/restores snapshots.
 //
 // Thread-safety: every method may be called from any thread; gRPC calls run
 // concurrently (the store does the locking, see suffix_cache_store.h).
@@ -61,6 +62,8 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   int64_t drafts_total() const { return drafts_total_.load(); }
   // Entries that asked for a draft (drafts_total / this = hit rate).
   int64_t speculate_queries_total() const { return speculate_queries_total_.load(); }
+  // Calls answered RESOURCE_EXHAUSTED: over max_concurrent_calls, or a
+  // StartRequest over the store's --max-bytes.
   int64_t rejected_total() const { return rejected_total_.load(); }
   int in_flight() const { return in_flight_.load(); }
   const ServiceLimits& limits() const { return limits_; }

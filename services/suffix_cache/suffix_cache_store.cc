@@ -20,11 +20,31 @@ constexpr int32_t kLocalSeq = 0;  // the one sequence of a local tree
 // reused by later appends.
 constexpr int64_t kBytesPerNode = 64;
 constexpr int64_t kBytesPerToken = 4;
+// Admission's estimate of a new request's memory before its local tree is
+// built (then measured exactly): a small tree's fixed part, and per indexed
+// prompt token what the tree allocates (70-145 B measured over vocabularies
+// of 3 to 128k ids and 10 to 200k tokens; docs/suffix-cache.md).
+constexpr int64_t kRequestBaseBytes = 2048;
+constexpr int64_t kEstimatedBytesPerPromptToken = 100;
+
+// A queued global append (async_global_appends), counted while it waits.
+int64_t PendingBytes(const std::string& id, size_t tokens) {
+  return static_cast<int64_t>(sizeof(std::pair<std::string, std::vector<int32_t>>) + id.size() +
+                              tokens * sizeof(int32_t));
+}
+
+std::string Seconds(std::chrono::milliseconds d) { return absl::StrCat(static_cast<double>(d.count()) / 1000.0); }
 
 }  // namespace
 
 struct SuffixCacheStore::Request {
-  explicit Request(int max_depth) : local(max_depth) {}
+  Request(int max_depth, size_t id_bytes) : local(max_depth), fixed_bytes(sizeof(Request) + id_bytes) {}
+  // What it holds now: the local tree as allocated, the context's capacity,
+  // the struct and its id (mu held).
+  int64_t MeasureBytes() const {
+    return fixed_bytes - static_cast<int64_t>(sizeof(SuffixTree)) + static_cast<int64_t>(local.MemoryUsage()) +
+           static_cast<int64_t>(context.capacity() * sizeof(int32_t));
+  }
   std::mutex mu;
   SuffixTree local;
   std::vector<int32_t> context;  // tail of prompt + response
@@ -33,7 +53,12 @@ struct SuffixCacheStore::Request {
   // Global seq id of the cached response the last proposed draft was read
   // from; -1 when it came from the local tree (or none was proposed).
   int32_t draft_source = -1;
-  bool done = false;           // ended or aborted while a Step held it
+  bool done = false;           // ended, aborted or expired while a Step held it
+  bool expired = false;        // done by ExpireIdle
+  const int64_t fixed_bytes;
+  int64_t bytes = 0;  // counted in active_bytes_ (mu held; 0 once done)
+  // Lease: the clock's time (ns since its epoch) of the last call naming it.
+  std::atomic<int64_t> last_call_ns{0};
 };
 
 struct SuffixCacheStore::Namespace {
@@ -43,6 +68,7 @@ struct SuffixCacheStore::Namespace {
     uint64_t order;
     int64_t length;  // tokens appended to the tree so far
     bool active;
+    bool expired = false;  // ended by ExpireIdle
   };
   // Unlinks a cached response; returns its seq id when the tree still holds
   // it (the caller removes it with RemoveFromTree), else -1.
@@ -102,6 +128,7 @@ struct SuffixCacheStore::Namespace {
   const std::string name;
   std::shared_mutex requests_mu;
   absl::flat_hash_map<std::string, std::shared_ptr<Request>> active;  // guarded by requests_mu
+  bool cleared = false;  // dropped by ClearNamespace: no more starts here (guarded by requests_mu)
   // Guards global, cached, used_seqs, fifo, next_seq, cached_tokens.
   std::shared_mutex tree_mu;
   SuffixTree global;
@@ -187,8 +214,15 @@ void SuffixCacheStore::FlushPending(Namespace& ns) {
     ns.scheduled = false;
   }
   if (batch.empty()) return;
-  std::unique_lock<std::shared_mutex> t(ns.tree_mu);
-  for (const auto& [id, tokens] : batch) ApplyAppend(ns, id, tokens);
+  int64_t applied = 0;
+  {
+    std::unique_lock<std::shared_mutex> t(ns.tree_mu);
+    for (const auto& [id, tokens] : batch) {
+      ApplyAppend(ns, id, tokens);
+      applied += PendingBytes(id, tokens.size());
+    }
+  }
+  active_bytes_.fetch_sub(applied);
 }
 
 void SuffixCacheStore::ApplierLoop() {
@@ -207,16 +241,45 @@ void SuffixCacheStore::ApplierLoop() {
 
 absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const std::string& request_id,
                                             absl::Span<const int32_t> prompt) {
-  auto ns = GetOrCreateNamespace(ns_name);
-  auto request = std::make_shared<Request>(options_.max_depth);
-  const size_t indexed = std::min<size_t>(prompt.size(), static_cast<size_t>(std::max<int64_t>(0, options_.max_prompt_index_tokens)));
+  // Only the prompt's tail is indexed (see StoreOptions).
+  const size_t indexed = std::min<size_t>(
+      prompt.size(), static_cast<size_t>(std::max<int64_t>(0, options_.max_prompt_index_tokens)));
+  // Admission: reserve the estimate before building anything, so that a
+  // refusal costs nothing; the measured size replaces it below.
+  const int64_t estimate = kRequestBaseBytes + static_cast<int64_t>(request_id.size()) +
+                           static_cast<int64_t>(indexed) * kEstimatedBytesPerPromptToken;
+  auto refuse = [&](int64_t held, int64_t adds) {
+    refused_starts_total_.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "active requests hold ", held, " bytes of --max-bytes ", options_.max_bytes, "; request_id '", request_id,
+        "' would add ", adds, " (its prompt's last ", indexed, " tokens indexed; --max-prompt-index-tokens ",
+        options_.max_prompt_index_tokens, "). Retry once requests end"));
+  };
+  int64_t held = active_bytes_.load();
+  do {
+    if (held + estimate > options_.max_bytes) return refuse(held, estimate);
+  } while (!active_bytes_.compare_exchange_weak(held, held + estimate));
+  auto request = std::make_shared<Request>(options_.max_depth, request_id.size());
   request->local.Extend(kLocalSeq, prompt.subspan(prompt.size() - indexed));  // outside every shared lock
   const size_t keep = std::min<size_t>(prompt.size(), options_.max_depth);
   request->context.assign(prompt.end() - keep, prompt.end());
+  request->bytes = request->MeasureBytes();  // not shared yet: no lock needed
+  const int64_t now_held = active_bytes_.fetch_add(request->bytes - estimate) + request->bytes - estimate;
+  if (request->bytes > estimate && now_held > options_.max_bytes) {  // the estimate fell short
+    active_bytes_.fetch_sub(request->bytes);
+    return refuse(now_held - request->bytes, request->bytes);
+  }
+  request->last_call_ns.store(Now().time_since_epoch() / std::chrono::nanoseconds(1));
+  std::shared_ptr<Namespace> ns;
   std::vector<int32_t> victims;
-  {
+  while (true) {
+    ns = GetOrCreateNamespace(ns_name);
     std::unique_lock<std::shared_mutex> l(ns->requests_mu);
+    // ClearNamespace dropped it since the lookup: a request added now would
+    // be in no namespace (never ended, its bytes never released). Again.
+    if (ns->cleared) continue;
     if (ns->active.contains(request_id)) {
+      active_bytes_.fetch_sub(request->bytes);
       return absl::AlreadyExistsError(absl::StrCat("request_id '", request_id, "' is already active in namespace '",
                                                    ns_name, "'"));
     }
@@ -238,6 +301,7 @@ absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const st
       }
     }
     ns->active.emplace(request_id, std::move(request));
+    break;
   }
   RemoveFromTree(*ns, victims);
   return absl::OkStatus();
@@ -277,11 +341,15 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   std::vector<size_t> missing;
   {
     std::shared_lock<std::shared_mutex> l(ns.requests_mu);
+    // Renewed under the shared hold: ExpireIdle re-reads it under the
+    // exclusive one, so nothing found here is expired under this Step.
+    const int64_t now_ns = Now().time_since_epoch() / std::chrono::nanoseconds(1);
     for (size_t i : indices) {
       auto it = ns.active.find(items[i].request_id);
       if (it == ns.active.end()) {
         missing.push_back(i);
       } else {
+        it->second->last_call_ns.store(now_ns, std::memory_order_relaxed);
         live.emplace_back(it->second, i);
       }
     }
@@ -294,10 +362,12 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     std::shared_lock<std::shared_mutex> t(ns.tree_mu);
     for (size_t i : missing) {
       auto c = ns.cached.find(items[i].request_id);
-      (*out)[i].status = (c != ns.cached.end() && !c->second.active)
-                             ? ended_error(i)
-                             : absl::NotFoundError(absl::StrCat("request_id '", items[i].request_id,
-                                                                "' is not active in namespace '", items[i].ns, "'"));
+      const bool known = c != ns.cached.end() && !c->second.active;
+      // An expired request answers NOT_FOUND (a worker stops asking), an
+      // ended one FAILED_PRECONDITION.
+      (*out)[i].status = known && !c->second.expired ? ended_error(i)
+                                                     : NotActiveError(items[i].ns, items[i].request_id,
+                                                                      known && c->second.expired);
     }
   }
   // Address order: two batches sharing requests never deadlock.
@@ -318,7 +388,7 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
     Request& req = *req_ptr;
     const StepItem& item = items[i];
     if (req.done) {
-      (*out)[i].status = ended_error(i);
+      (*out)[i].status = req.expired ? NotActiveError(item.ns, item.request_id, /*expired=*/true) : ended_error(i);
       continue;
     }
     if (item.response_offset != req.response_len) {
@@ -350,11 +420,14 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       bool schedule;
       {
         std::lock_guard<std::mutex> p(ns_ptr->pending_mu);
+        int64_t queued = 0;
         for (size_t k : appended) {
           const StepItem& item = items[ok[k].item];
           ns_ptr->pending.emplace_back(item.request_id,
                                        std::vector<int32_t>(item.appended.begin(), item.appended.end()));
+          queued += PendingBytes(item.request_id, item.appended.size());
         }
+        active_bytes_.fetch_add(queued);
         schedule = !ns_ptr->scheduled;
         ns_ptr->scheduled = true;
       }
@@ -394,6 +467,10 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
       if (req.context.size() > 4 * static_cast<size_t>(options_.max_depth)) {
         req.context.erase(req.context.begin(), req.context.end() - options_.max_depth);
       }
+      // A running request keeps growing (it is never refused): counted.
+      const int64_t bytes = req.MeasureBytes();
+      active_bytes_.fetch_add(bytes - req.bytes, std::memory_order_relaxed);
+      req.bytes = bytes;
     }
     if (!item.speculate) return;
     const absl::Span<const int32_t> context = context_of(req);
@@ -443,6 +520,38 @@ void SuffixCacheStore::StepNamespace(const std::shared_ptr<Namespace>& ns_ptr, c
   for (auto& [req, i] : live) req->mu.unlock();
 }
 
+std::chrono::steady_clock::time_point SuffixCacheStore::Now() const {
+  return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+}
+
+int64_t SuffixCacheStore::MarkDone(Request& request, bool expired) {
+  std::lock_guard<std::mutex> r(request.mu);
+  const int64_t released = request.bytes;
+  request.done = true;
+  request.expired = expired;
+  request.bytes = 0;
+  active_bytes_.fetch_sub(released);
+  return released;
+}
+
+absl::Status SuffixCacheStore::NotActiveError(const std::string& ns_name, const std::string& request_id,
+                                              bool expired) const {
+  if (expired) {
+    return absl::NotFoundError(absl::StrCat("request_id '", request_id, "' in namespace '", ns_name,
+                                            "' expired: no call named it for longer than its lease (--request-lease-s ",
+                                            Seconds(options_.request_lease), "); its response so far stays cached"));
+  }
+  return absl::NotFoundError(absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
+}
+
+bool SuffixCacheStore::ExpiredResponse(const std::string& ns_name, const std::string& request_id) const {
+  auto ns = FindNamespace(ns_name);
+  if (ns == nullptr) return false;
+  std::shared_lock<std::shared_mutex> t(ns->tree_mu);
+  auto c = ns->cached.find(request_id);
+  return c != ns->cached.end() && c->second.expired;
+}
+
 std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::RetireActive(const std::string& ns_name,
                                                                              const std::string& request_id) {
   auto ns = FindNamespace(ns_name);
@@ -455,10 +564,7 @@ std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::RetireActive(cons
     request = std::move(it->second);
     ns->active.erase(it);
   }
-  {
-    std::lock_guard<std::mutex> r(request->mu);
-    request->done = true;
-  }
+  MarkDone(*request, /*expired=*/false);
   // Its last appends reach the tree now: before Finish, and so that no stale
   // append reaches a re-started id.
   FlushPending(*ns);
@@ -467,10 +573,7 @@ std::shared_ptr<SuffixCacheStore::Namespace> SuffixCacheStore::RetireActive(cons
 
 absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, const std::string& request_id) {
   auto ns = RetireActive(ns_name, request_id);
-  if (ns == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
-  }
+  if (ns == nullptr) return NotActiveError(ns_name, request_id, ExpiredResponse(ns_name, request_id));
   std::unique_lock<std::shared_mutex> t(ns->tree_mu);
   auto c = ns->cached.find(request_id);
   if (c == ns->cached.end()) return false;
@@ -481,10 +584,7 @@ absl::StatusOr<bool> SuffixCacheStore::EndRequest(const std::string& ns_name, co
 
 absl::Status SuffixCacheStore::AbortRequest(const std::string& ns_name, const std::string& request_id) {
   auto ns = RetireActive(ns_name, request_id);
-  if (ns == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("request_id '", request_id, "' is not active in namespace '", ns_name, "'"));
-  }
+  if (ns == nullptr) return NotActiveError(ns_name, request_id, ExpiredResponse(ns_name, request_id));
   std::vector<int32_t> victims;
   {
     std::unique_lock<std::shared_mutex> t(ns->tree_mu);
@@ -507,19 +607,111 @@ std::pair<int64_t, int64_t> SuffixCacheStore::ClearNamespace(const std::string& 
   std::vector<std::shared_ptr<Request>> active;
   {
     std::unique_lock<std::shared_mutex> l(ns->requests_mu);
+    ns->cleared = true;
     for (auto& [id, r] : ns->active) active.push_back(r);
     ns->active.clear();
   }
-  for (auto& r : active) {
-    std::lock_guard<std::mutex> rl(r->mu);
-    r->done = true;
-  }
+  for (auto& r : active) MarkDone(*r, /*expired=*/false);
   int64_t cached = 0;
   {
     std::shared_lock<std::shared_mutex> t(ns->tree_mu);
     for (const auto& [id, c] : ns->cached) cached += c.active ? 0 : 1;
   }
   return {cached, static_cast<int64_t>(active.size())};
+}
+
+absl::Status SuffixCacheStore::CheckIntegrity() const {
+  int64_t active_bytes = 0;
+  for (const auto& ns : AllNamespaces()) {
+    std::vector<std::pair<std::string, std::shared_ptr<Request>>> active;
+    {
+      std::shared_lock<std::shared_mutex> l(ns->requests_mu);
+      active.assign(ns->active.begin(), ns->active.end());
+    }
+    for (const auto& [id, r] : active) {
+      std::lock_guard<std::mutex> rl(r->mu);
+      const std::string where = absl::StrCat("request '", id, "' in namespace '", ns->name, "': ");
+      if (r->done) return absl::InternalError(absl::StrCat(where, "active but done"));
+      if (r->bytes != r->MeasureBytes()) {
+        return absl::InternalError(absl::StrCat(where, "accounted ", r->bytes, " bytes, holds ", r->MeasureBytes()));
+      }
+      if (absl::Status st = r->local.CheckIntegrity(); !st.ok()) {
+        return absl::InternalError(absl::StrCat(where, "local tree: ", st.message()));
+      }
+      active_bytes += r->bytes;
+    }
+    {
+      std::lock_guard<std::mutex> p(ns->pending_mu);
+      for (const auto& [id, tokens] : ns->pending) active_bytes += PendingBytes(id, tokens.size());
+    }
+    std::shared_lock<std::shared_mutex> t(ns->tree_mu);
+    if (absl::Status st = ns->global.CheckIntegrity(); !st.ok()) {
+      return absl::InternalError(absl::StrCat("namespace '", ns->name, "': global tree: ", st.message()));
+    }
+    int64_t tokens = 0;
+    for (const auto& [id, c] : ns->cached) {
+      tokens += c.length;
+      if (c.active && c.expired) {
+        return absl::InternalError(absl::StrCat("namespace '", ns->name, "': response '", id, "' active and expired"));
+      }
+    }
+    if (tokens != ns->cached_tokens) {
+      return absl::InternalError(absl::StrCat("namespace '", ns->name, "': cached_tokens ", ns->cached_tokens,
+                                              ", the responses hold ", tokens));
+    }
+  }
+  if (active_bytes != active_bytes_.load()) {
+    return absl::InternalError(
+        absl::StrCat("active_bytes is ", active_bytes_.load(), "; the active requests and queued appends hold ",
+                     active_bytes));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<SuffixCacheStore::Expired> SuffixCacheStore::ExpireIdle() {
+  std::vector<Expired> out;
+  if (options_.request_lease <= std::chrono::milliseconds::zero()) return out;
+  const int64_t lease_ns = options_.request_lease / std::chrono::nanoseconds(1);
+  for (const auto& ns : AllNamespaces()) {
+    std::vector<std::string> stale;
+    const int64_t now_ns = Now().time_since_epoch() / std::chrono::nanoseconds(1);
+    {
+      std::shared_lock<std::shared_mutex> l(ns->requests_mu);
+      for (const auto& [id, r] : ns->active) {
+        if (now_ns - r->last_call_ns.load(std::memory_order_relaxed) > lease_ns) stale.push_back(id);
+      }
+    }
+    for (const std::string& id : stale) {
+      std::shared_ptr<Request> request;
+      int64_t idle_ns = 0;
+      {
+        std::unique_lock<std::shared_mutex> l(ns->requests_mu);
+        auto it = ns->active.find(id);
+        if (it == ns->active.end()) continue;  // ended meanwhile
+        // A Step renews under the shared hold: re-read under this one.
+        idle_ns = now_ns - it->second->last_call_ns.load(std::memory_order_relaxed);
+        if (idle_ns <= lease_ns) continue;
+        request = std::move(it->second);
+        ns->active.erase(it);
+      }
+      const int64_t bytes = MarkDone(*request, /*expired=*/true);
+      FlushPending(*ns);  // its last appends reach the tree, as for EndRequest
+      {
+        std::unique_lock<std::shared_mutex> t(ns->tree_mu);
+        auto c = ns->cached.find(id);
+        if (c != ns->cached.end()) {
+          c->second.active = false;
+          c->second.expired = true;
+          ns->global.Finish(c->second.seq_id);
+        }
+      }
+      expired_total_.fetch_add(1, std::memory_order_relaxed);
+      out.push_back(Expired{ns->name, id,
+                            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(idle_ns)),
+                            bytes});
+    }
+  }
+  return out;
 }
 
 int64_t SuffixCacheStore::TrimToBudget() {
@@ -532,7 +724,8 @@ int64_t SuffixCacheStore::TrimToBudget() {
     total += sizes[i];
   }
   int64_t evicted = 0;
-  while (total > options_.max_bytes) {
+  // The active requests' bytes change meanwhile (Steps, starts): read live.
+  while (total + active_bytes_.load() > options_.max_bytes) {
     // The oldest ended response over all namespaces (active ones stay).
     size_t best = all.size();
     uint64_t best_order = std::numeric_limits<uint64_t>::max();
@@ -590,8 +783,11 @@ StoreStats SuffixCacheStore::Stats() const {
     stats.nodes += n.nodes;
     stats.namespaces.push_back(std::move(n));
   }
+  stats.active_bytes = active_bytes_.load();
   stats.evictions_total = evictions_total_.load();
   stats.budget_evictions_total = budget_evictions_total_.load();
+  stats.expired_total = expired_total_.load();
+  stats.refused_starts_total = refused_starts_total_.load();
   return stats;
 }
 

@@ -26,6 +26,11 @@
 //  - With async_global_appends, a Step only queues its global appends
 //    (pending_mu, a leaf lock) and one applier thread applies them under the
 //    exclusive lock; speculates then never wait for a Step's appends.
+//  - Leases: a request's last-call time is an atomic that Steps renew while
+//    they hold requests_mu shared (at lookup); ExpireIdle re-reads it under
+//    the exclusive hold before it removes the request, so a request a Step
+//    has just looked up is never expired under it; a later Step does not
+//    find it (NOT_FOUND, saying it expired).
 //  Lock order: namespaces_mu_ < Namespace::requests_mu < Request::mu <
 //  Namespace::apply_mu < Namespace::tree_mu; pending_mu, credit_mu and
 //  dirty_mu_ are leaves. Counters are atomics.
@@ -39,21 +44,38 @@
 //  (Debian's Abseil and gRPC are not TSan-built, so absl::Mutex would be
 //  invisible to it).
 //
-// Memory: max_bytes bounds the global trees, whose storage holds the one
-// copy of each cached response's tokens (as measured by TrimToBudget);
-// active requests' local trees index at most max_prompt_index_tokens of
-// prompt each and are not counted. max_cached_responses bounds
+// Memory: max_bytes bounds everything the store holds that grows with
+// traffic, in one budget: the global trees (live nodes and the one copy of
+// each cached response's tokens, as measured by TrimToBudget) plus the active
+// requests' own memory (their local trees, as allocated, their context tails
+// and their queued global appends: active_bytes in Stats). Making room evicts
+// ended responses first (TrimToBudget: active responses and requests are
+// never evicted by bytes); a StartRequest is refused (RESOURCE_EXHAUSTED,
+// naming the budget) when the active requests alone, with its estimated
+// local tree, would exceed max_bytes, so the requests already running keep
+// being served. A local tree indexes at most max_prompt_index_tokens of its
+// prompt, so one StartRequest costs at most that much whatever its length.
+// max_cached_responses bounds
 // each namespace's cached responses (active ones included, as in
 // SuffixSpeculator). Both evict FIFO, oldest first; with eviction = kUsage a
 // response whose global drafts were accepted since it was last at the front
 // gets a second chance instead (moved to the back, its credit spent: the
 // EvictionPolicy rule, suffix_tree/eviction_policy.h).
+//
+// Leases: every call naming an active request (StartRequest, each Step entry)
+// renews its lease; ExpireIdle (run periodically by a LeaseReaper) ends the
+// requests idle for longer than request_lease, as EndRequest would (the
+// response so far stays cached), so that a worker that died without ending
+// its requests does not hold their memory forever. A Step entry naming an
+// expired request answers NOT_FOUND saying so.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -78,10 +100,17 @@ struct StoreOptions {
   int64_t max_cached_responses = 100000;  // per namespace; -1: unlimited
   int64_t max_bytes = int64_t{4} << 30;   // all namespaces
   // An active request's local tree indexes only its prompt's last this many
-  // tokens: the tail is what the response continues and copies from (the
-  // code being edited, the last tool output), and the cap bounds what one
-  // StartRequest can make the service hold whatever the prompt's length.
+  // tokens (0: none): the tail is what the response continues and copies
+  // from (the code being edited, the last tool output, the turn being
+  // answered), drafts match the context's tail anyway, and the cap bounds
+  // what one StartRequest can make the service hold whatever the prompt's
+  // length.
   int64_t max_prompt_index_tokens = 65536;
+  // An active request no call has named for longer than this is ended by
+  // ExpireIdle (see "Leases" above); zero or less: never.
+  std::chrono::milliseconds request_lease{60000};
+  // The clock of leases; null: std::chrono::steady_clock (tests inject one).
+  std::function<std::chrono::steady_clock::time_point()> clock;
   // Pool threads that share the entries of one Step (local appends and
   // speculates) with the calling thread; 0: the caller does them alone.
   int step_threads = 0;
@@ -137,10 +166,15 @@ struct StoreStats {
   int64_t active = 0;
   int64_t cached = 0;
   int64_t cached_tokens = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // the global trees' estimate (as TrimToBudget measures)
+  // The active requests' own memory (local trees, context tails, queued
+  // global appends); bytes + active_bytes is what max_bytes bounds.
+  int64_t active_bytes = 0;
   int64_t nodes = 0;
   int64_t evictions_total = 0;
   int64_t budget_evictions_total = 0;  // of evictions_total, those over max_bytes
+  int64_t expired_total = 0;           // requests ended by ExpireIdle
+  int64_t refused_starts_total = 0;    // StartRequests refused over max_bytes
   std::vector<NamespaceStats> namespaces;
 };
 
@@ -150,6 +184,8 @@ class SuffixCacheStore {
   ~SuffixCacheStore();
 
   // AlreadyExists if active; an ended id's cached response is replaced.
+  // ResourceExhausted, naming max_bytes, when the active requests with this
+  // one's estimated memory would exceed it.
   absl::Status StartRequest(const std::string& ns, const std::string& request_id,
                             absl::Span<const int32_t> prompt);
   // Appends and drafts for every item; outcomes[i] answers items[i]. Items
@@ -164,9 +200,25 @@ class SuffixCacheStore {
   std::pair<int64_t, int64_t> ClearNamespace(const std::string& ns);
 
   // Re-measures memory and evicts the oldest ended responses (any namespace)
-  // until within max_bytes. Returns the number evicted.
+  // until the global trees and the active requests together are within
+  // max_bytes (or nothing ended is left). Returns the number evicted.
   int64_t TrimToBudget();
+
+  // Ends (as EndRequest) every active request whose lease has run out: no
+  // call named it for longer than request_lease. Returns what it expired.
+  struct Expired {
+    std::string ns;
+    std::string request_id;
+    std::chrono::milliseconds idle{0};  // since the last call naming it
+    int64_t bytes = 0;                  // its memory, now released
+  };
+  std::vector<Expired> ExpireIdle();
   StoreStats Stats() const;
+  // Slow, for tests, with no call running: every tree's CheckIntegrity, the
+  // cached token counts, and the memory accounting (each active request's
+  // counted bytes against a fresh measurement; their sum with the queued
+  // appends against active_bytes).
+  absl::Status CheckIntegrity() const;
 
   // Ended cached responses, FIFO order per namespace, with an image of each
   // namespace's global tree (copied under the shared tree lock) where
@@ -202,6 +254,14 @@ class SuffixCacheStore {
   // Removes an active request (marks it done, flushes its pending appends);
   // null when the namespace or the request is unknown.
   std::shared_ptr<Namespace> RetireActive(const std::string& ns_name, const std::string& request_id);
+  // Marks a request removed from its namespace's map as done and releases
+  // its bytes (takes its lock). Returns the bytes released.
+  int64_t MarkDone(Request& request, bool expired);
+  // NotFound for a request that is not active, saying so when it expired;
+  // ExpiredResponse: whether `request_id` is a response ExpireIdle ended.
+  absl::Status NotActiveError(const std::string& ns_name, const std::string& request_id, bool expired) const;
+  bool ExpiredResponse(const std::string& ns_name, const std::string& request_id) const;
+  std::chrono::steady_clock::time_point Now() const;
   void ApplierLoop();
 
   StoreOptions options_;
@@ -210,7 +270,10 @@ class SuffixCacheStore {
   std::atomic<uint64_t> next_order_{0};  // FIFO position across namespaces
   std::atomic<int64_t> evictions_total_{0};
   std::atomic<int64_t> budget_evictions_total_{0};
-  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> bytes_{0};         // the global trees, as TrimToBudget last measured
+  std::atomic<int64_t> active_bytes_{0};  // sum of the active requests' and queued appends' bytes
+  std::atomic<int64_t> expired_total_{0};
+  std::atomic<int64_t> refused_starts_total_{0};
   std::unique_ptr<WorkerPool> pool_;
   std::mutex dirty_mu_;  // namespaces with pending appends (async mode)
   std::condition_variable dirty_cv_;

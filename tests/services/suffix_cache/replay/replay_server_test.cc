@@ -122,9 +122,11 @@ TEST(ReplayServerRefusalTest, OtherConfigurationBudgetEvictionsFailuresUnreachab
   }
   {
     // A byte budget the trace outgrows: the service evicts by bytes, which
-    // the in-process speculator never does.
+    // the in-process speculator never does. It still holds the active
+    // request (up to 1,724 prompt tokens: ~175 KB counted in the budget);
+    // the 20 responses' tree (~12k tokens) is far larger.
     StoreOptions small = StoreFor(o);
-    small.max_bytes = 20000;
+    small.max_bytes = 400000;
     TestServer server(small, ServiceLimits{});
     o.server = server.runner->address();
     o.server_namespace = "replay";

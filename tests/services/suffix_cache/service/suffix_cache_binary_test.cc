@@ -180,6 +180,47 @@ TEST(SuffixCacheBinaryTest, MetricsEndpoint) {
   EXPECT_EQ(Terminate(c), 0);
 }
 
+// --request-lease-s: a request nobody calls about (its worker was killed)
+// expires; the log says so and the metrics count it. --max-bytes refuses a
+// start beyond it.
+TEST(SuffixCacheBinaryTest, LeaseExpiresAbandonedRequestsAndTheBudgetRefusesStarts) {
+  const std::string dir = ::testing::TempDir() + "/suffix_lease";
+  std::filesystem::create_directories(dir);
+  Child c = Launch({"--port", "0", "--metrics-port", "0", "--request-lease-s", "0.2", "--max-bytes", "1000000"},
+                   dir + "/log.txt", /*metrics=*/true);
+  ASSERT_FALSE(c.address.empty());
+  ASSERT_FALSE(c.metrics_url.empty());
+  {
+    auto client = Connect(c.address);
+    ASSERT_TRUE(StatsWhenReady(*client).ok());
+    std::vector<int32_t> prompt(20000);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+    const absl::Status refused = client->StartRequest("", "too-big", prompt);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    EXPECT_NE(refused.message().find("--max-bytes 1000000"), std::string::npos) << refused;
+    ASSERT_TRUE(client->StartRequest("", "orphan", {1, 2, 3}).ok());
+    // Deadline-bounded: the reaper runs every 50 ms after a 200 ms lease.
+    absl::StatusOr<floe::v1::SuffixStats> stats;
+    for (int i = 0; i < 1000; ++i) {
+      stats = client->GetStats(0);
+      if (stats.ok() && stats->active_requests() == 0) break;
+      usleep(10000);
+    }
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->active_requests(), 0);
+  }
+  absl::StatusOr<std::string> scraped = HttpGet(c.metrics_url);
+  ASSERT_TRUE(scraped.ok()) << scraped.status();
+  EXPECT_NE(scraped->find("floe_suffix_cache_expired_requests_total 1"), std::string::npos) << *scraped;
+  EXPECT_NE(scraped->find("floe_suffix_cache_rejected_starts_total 1"), std::string::npos);
+  EXPECT_NE(scraped->find("floe_suffix_cache_active_request_bytes 0"), std::string::npos);
+  EXPECT_NE(scraped->find("floe_suffix_cache_max_bytes 1000000"), std::string::npos);
+  EXPECT_EQ(Terminate(c), 0);
+  const std::string log = ReadFile(dir + "/log.txt");
+  EXPECT_NE(log.find("\"event\":\"request_expired\""), std::string::npos) << log;
+  EXPECT_NE(log.find("\"request_id\":\"orphan\""), std::string::npos) << log;
+}
+
 // Exit status of floe-suffix-cache with `args` (output discarded).
 int RunBinary(const std::string& args) {
   const char* bin_dir = std::getenv("FLOE_BINARY_DIR");
@@ -197,6 +238,12 @@ TEST(SuffixCacheBinaryTest, UnknownEvictionPolicyIsAUsageError) {
 
 TEST(SuffixCacheBinaryTest, NegativeImageBoundIsAUsageError) {
   EXPECT_EQ(RunBinary("--snapshot-image-max-bytes-per-token -1 --port 0"), 2);
+}
+
+TEST(SuffixCacheBinaryTest, NegativeLeaseOrPromptCapIsAUsageError) {
+  EXPECT_EQ(RunBinary("--request-lease-s -1 --port 0"), 2);
+  EXPECT_EQ(RunBinary("--request-lease-s nan --port 0"), 2);
+  EXPECT_EQ(RunBinary("--max-prompt-index-tokens -1 --port 0"), 2);
 }
 
 }  // namespace

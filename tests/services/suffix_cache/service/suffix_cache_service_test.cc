@@ -368,15 +368,19 @@ TEST(SuffixCacheServiceTest, MemoryBoundsEvictOldestFirst) {
   ASSERT_EQ(snap.namespaces[0].responses.size(), 3u);
   EXPECT_EQ(snap.namespaces[0].responses[0].request_id, "c2");  // c0, c1 went first
 
-  // Byte budget across namespaces: oldest ended responses go, whatever the namespace.
+  // Byte budget across namespaces: oldest ended responses go, whatever the
+  // namespace, until they fit beside the active request, which stays.
   StoreOptions tight;
-  tight.max_bytes = 1;  // everything ended is over budget
+  tight.max_bytes = 8192;  // one small active request (~2 KB), no 200-token response (~15 KB)
   TestServer small(tight, ServiceLimits{});
-  CacheResponse(small, "x", "old", {1, 2, 3, 4});
-  CacheResponse(small, "y", "new", {5, 6, 7, 8});
+  std::vector<int32_t> old_tokens, new_tokens;
+  for (int i = 0; i < 200; ++i) old_tokens.push_back(1000 + i), new_tokens.push_back(2000 + i);
+  CacheResponse(small, "x", "old", old_tokens);
+  CacheResponse(small, "y", "new", new_tokens);
   ASSERT_TRUE(Start(small, "y", "running", {1}).ok());
   EXPECT_EQ(small.store.TrimToBudget(), 2);
   EXPECT_EQ(small.store.Stats().cached, 1);  // the active request stays
+  EXPECT_LE(small.store.Stats().bytes + small.store.Stats().active_bytes, tight.max_bytes);
   StoreOptions roomy;
   TestServer big(roomy, ServiceLimits{});
   CacheResponse(big, "x", "old", {1, 2, 3, 4});

@@ -1,4 +1,5 @@
-// An in-process suffix-cache server on loopback (port 0) for tests.
+// An in-process suffix-cache server on loopback (port 0) for tests, with the
+// binary's lease reaper when store_options.request_lease > 0.
 #pragma once
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include "common/rpc/server_runner.h"
 #include "floe/v1/suffix_cache.grpc.pb.h"
+#include "services/suffix_cache/lease_reaper.h"
 #include "services/suffix_cache/suffix_cache_service.h"
 
 namespace floe::suffix_cache {
@@ -23,6 +25,9 @@ struct TestServer {
       std::abort();
     }
     runner = std::move(r).value();
+    if (store_options.request_lease > std::chrono::milliseconds::zero()) {
+      reaper = std::make_unique<LeaseReaper>(&store, LeaseReaper::PeriodFor(store_options.request_lease));
+    }
     service.SetAccepting(true);
     runner->SetServing(true);
     stub = floe::v1::SuffixCache::NewStub(
@@ -33,6 +38,7 @@ struct TestServer {
   SuffixCacheStore store;
   SuffixCacheService service;
   std::unique_ptr<ServerRunner> runner;
+  std::unique_ptr<LeaseReaper> reaper;  // stopped before the store goes
   std::unique_ptr<floe::v1::SuffixCache::Stub> stub;
   int64_t restored = 0;
 };
