@@ -15,14 +15,19 @@ StopStringMatcher::Result StopStringMatcher::Consume(absl::string_view chunk) {
   if (stopped_) return result;
   held_.append(chunk.data(), chunk.size());
   const absl::string_view buffer(held_);
-  // Earliest occurrence wins; at the same position, the longer stop string.
+  // The stop string completed first wins (the one a token-by-token feed
+  // would see first, so the result does not depend on how the text was
+  // chunked); of those ending at the same byte, the longer one.
   size_t best = absl::string_view::npos;
+  size_t best_end = absl::string_view::npos;
   const std::string* best_stop = nullptr;
   for (const std::string& stop : stops_) {
     const size_t at = buffer.find(stop);
     if (at == absl::string_view::npos) continue;
-    if (at < best || (at == best && stop.size() > best_stop->size())) {
+    const size_t end = at + stop.size();
+    if (end < best_end || (end == best_end && at < best)) {
       best = at;
+      best_end = end;
       best_stop = &stop;
     }
   }

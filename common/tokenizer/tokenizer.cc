@@ -57,6 +57,17 @@ std::string VocabBytes(const std::string& token) {
   return token;
 }
 
+// Absent, or an integer (a float such as 1e300 has no int value: reading it
+// as one is undefined behavior).
+bool IntOrAbsent(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_number_integer();
+}
+
+// Token ids are indexes into per-id tables: 2^24 is far above any real
+// vocabulary (Llama 3: 128256) and bounds what one id makes Load allocate.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 bool BoolField(const Json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_boolean() && it->get<bool>();
@@ -193,7 +204,7 @@ class Tokenizer::Loader {
     absl::flat_hash_map<std::string, int32_t> vocab;
     vocab.reserve(vocab_entries.size());
     for (const auto& [token, id] : vocab_entries) {
-      if (id < 0 || id > (1 << 30)) {
+      if (id < 0 || id > kMaxTokenId) {
         return absl::InvalidArgumentError(absl::StrCat("model.vocab['", token, "']: id ", id, " out of range"));
       }
       vocab[ModelKey(token)] = static_cast<int32_t>(id);
@@ -226,8 +237,11 @@ class Tokenizer::Loader {
     for (const Json& a : added) {
       AddedTokenMatcher::Token token;
       token.content = a.at("content").get<std::string>();
+      if (!a.at("id").is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat("added_tokens '", token.content, "': id is not an integer"));
+      }
       const int64_t id = a.at("id").get<int64_t>();
-      if (id < 0 || id > (1 << 30)) {
+      if (id < 0 || id > kMaxTokenId) {
         return absl::InvalidArgumentError(absl::StrCat("added_tokens '", token.content, "': id ", id, " out of range"));
       }
       token.id = static_cast<int32_t>(id);
@@ -314,7 +328,8 @@ class Tokenizer::Loader {
       if (MetaspacePrepend(d) != Stage::Prepend::kNever) t_->decoder_strip_spaces_ = 1;
     } else if (type == "ByteFallback") {
       decoder_byte_fallback_ = true;
-    } else if (type == "Strip" && d.value("content", std::string(" ")) == " " && d.value("stop", 0) == 0) {
+    } else if (type == "Strip" && d.value("content", std::string(" ")) == " " && IntOrAbsent(d, "start") &&
+               IntOrAbsent(d, "stop") && d.value("stop", 0) == 0) {
       t_->decoder_strip_spaces_ = d.value("start", 0);
     } else if (type != "Fuse") {
       return absl::UnimplementedError(absl::StrCat(
@@ -344,7 +359,11 @@ class Tokenizer::Loader {
             absl::StrCat("post_processor: special token '", name, "' missing from special_tokens"));
       }
       for (const Json& id : specials[name].at("ids")) {
-        (seen_sequence ? t_->suffix_ids_ : t_->prefix_ids_).push_back(id.get<int32_t>());
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
+          return absl::InvalidArgumentError(absl::StrCat("post_processor: special token '", name, "' has id ",
+                                                         id.dump(), " (not a token id)"));
+        }
+        (seen_sequence ? t_->suffix_ids_ : t_->prefix_ids_).push_back(static_cast<int32_t>(id.get<int64_t>()));
       }
     }
     return absl::OkStatus();
@@ -378,8 +397,12 @@ class Tokenizer::Loader {
         }
       }
     }
-    for (int32_t id : t_->prefix_ids_) {
-      if (id < 0 || id >= t_->vocab_size()) return absl::InvalidArgumentError(absl::StrCat("post_processor id ", id, " outside the vocabulary"));
+    for (const auto* ids : {&t_->prefix_ids_, &t_->suffix_ids_}) {
+      for (int32_t id : *ids) {
+        if (!t_->ValidateIds({id}).ok()) {  // Encode emits them: Decode must take them
+          return absl::InvalidArgumentError(absl::StrCat("post_processor id ", id, " outside the vocabulary"));
+        }
+      }
     }
     return absl::OkStatus();
   }

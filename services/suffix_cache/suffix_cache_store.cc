@@ -97,7 +97,7 @@ struct SuffixCacheStore::Namespace {
   int32_t AllocateSeqId() {  // tree_mu held exclusively
     while (true) {
       const int32_t seq = next_seq;
-      next_seq = (next_seq + 1) & 0x7FFFFFFF;
+      next_seq = static_cast<int32_t>((int64_t{next_seq} + 1) & 0x7FFFFFFF);  // wraps to 0 after INT32_MAX
       if (!used_seqs.contains(seq) && !global.Contains(seq)) return seq;
     }
   }
@@ -862,7 +862,7 @@ bool SuffixCacheStore::AdoptTreeImage(Namespace& ns, SnapshotNamespace& in, size
     ns.AddCached(std::move(r.request_id), r.seq_id, first_order + i, static_cast<int64_t>(r.tokens.size()),
                  /*active=*/false);
   }
-  ns.next_seq = (last_seq + 1) & 0x7FFFFFFF;
+  ns.next_seq = static_cast<int32_t>((int64_t{last_seq} + 1) & 0x7FFFFFFF);  // an image's seq id may be INT32_MAX
   return true;
 }
 

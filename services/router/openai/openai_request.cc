@@ -50,7 +50,9 @@ std::optional<ApiError> Integer(const std::string& name, const json& v, int64_t 
   if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
     return Bad(name, absl::StrCat(name, " must be an integer, not ", v.is_number() ? v.dump() : TypeName(v)));
   const double x = v.get<double>();
-  if (x < static_cast<double>(lo) || x > static_cast<double>(hi))
+  // A float of 2^63 passes `x > hi` for hi = INT64_MAX (which rounds up to
+  // 2^63 as a double) but has no int64 value: converting it is undefined.
+  if (x < static_cast<double>(lo) || x > static_cast<double>(hi) || (v.is_number_float() && x >= 0x1p63))
     return Bad(name, absl::StrCat(name, " is ", v.dump(), "; it must be in [", lo, ", ", hi, "]"));
   *out = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX))
                                 : v.get<int64_t>();
@@ -116,7 +118,8 @@ std::optional<ApiError> Content(const std::string& name, const json& v, ordered_
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       return Bad(at, absl::StrCat(at, " must be an object with a \"type\""));
     if (part["type"] != "text")
-      return Bad(at, absl::StrCat(at, " has type ", part["type"].dump(), "; only \"text\" parts are supported"));
+      return Bad(at, absl::StrCat(at, " has type ", part["type"].dump().substr(0, 64),
+                                  "; only \"text\" parts are supported"));
     if (!part.contains("text") || !part["text"].is_string())
       return Bad(at, absl::StrCat(at, ".text must be a string"));
     text += part["text"].get<std::string>();
@@ -153,7 +156,7 @@ std::optional<ApiError> Messages(const json& v, ordered_json* out) {
         message[key] = ordered_json::parse(value.dump());
         continue;
       }
-      return Bad(at + "." + key, absl::StrCat("unknown field ", at, ".", key.substr(0, 64)));
+      return Bad(at + "." + key.substr(0, 64), absl::StrCat("unknown field ", at, ".", key.substr(0, 64)));
     }
     out->push_back(std::move(message));
   }
@@ -301,7 +304,8 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
            if (key == "include_usage") {
              if (auto e = Bool("stream_options.include_usage", value, &out->include_usage)) return e;
            } else if (key != "continuous_usage_stats") {
-             return Bad("stream_options." + key, absl::StrCat("unknown field stream_options.", key.substr(0, 64)));
+             return Bad("stream_options." + key.substr(0, 64),
+                        absl::StrCat("unknown field stream_options.", key.substr(0, 64)));
            }
          }
          return std::nullopt;

@@ -55,7 +55,10 @@ absl::Status SuffixTree::CheckNode(int32_t n, int depth, std::vector<int32_t>* s
   } else {
     FLOE_TREE_CHECK(x.parent == -1 && x.length == 0 && x.count >= 0, "root");
   }
-  if (x.head_child < 0) return absl::OkStatus();
+  if (x.head_child < 0) {
+    FLOE_TREE_CHECK(x.hashed || x.num_children == 0, "leaf ", n, " counts ", x.num_children, " children");
+    return absl::OkStatus();
+  }
   int64_t child_sum = 0;
   int32_t children = 0;
   int32_t prev = -1;
@@ -115,6 +118,7 @@ absl::Status SuffixTree::CheckIntegrity() const {
   std::vector<int32_t> depth(nodes_.size(), 0);
   std::vector<int32_t> refs(seqs_.size(), 0);
   int64_t reachable = 0;
+  int64_t hashed_edges = 0;
   while (!stack.empty()) {
     const int32_t n = stack.back();
     stack.pop_back();
@@ -126,14 +130,10 @@ absl::Status SuffixTree::CheckIntegrity() const {
     const size_t before = stack.size();
     absl::Status st = CheckNode(n, depth[n], &stack);
     if (!st.ok()) return st;
-    (void)before;
+    // Counted over reachable nodes only: a free node's fields are stale.
+    if (nodes_[n].hashed) hashed_edges += static_cast<int64_t>(stack.size() - before);
   }
   FLOE_TREE_CHECK(reachable == num_nodes(), reachable, " vs ", num_nodes());
-  int64_t hashed_edges = 0;
-  for (size_t n = 0; n < nodes_.size(); ++n) {
-    if (!nodes_[n].hashed) continue;
-    for (int32_t c = nodes_[n].head_child; c >= 0; c = nodes_[c].next) ++hashed_edges;
-  }
   FLOE_TREE_CHECK(static_cast<int64_t>(edges_.size()) == hashed_edges, edges_.size());
   for (size_t s = 0; s < seqs_.size(); ++s) {
     FLOE_TREE_CHECK(seqs_[s].refs == refs[s], "slot ", s, ": ", seqs_[s].refs, " vs ", refs[s]);

@@ -159,23 +159,41 @@ absl::Status SuffixTree::ValidateLoaded() const {
       const int64_t size = static_cast<int64_t>(seqs_[x.ref_seq].tokens.size());
       const int64_t end = x.open ? x.ref_idx + 1 : static_cast<int64_t>(x.ref_idx) + x.length;
       if (x.ref_idx < 0 || x.length < 1 || end > size) return bad("node ", p, " label");
+      // Its key (what FindChild and the edge table match) is its label's first token.
+      if (x.token != seqs_[x.ref_seq].tokens[x.ref_idx]) return bad("node ", p, " key");
       ++refs[x.ref_seq];
     }
     int32_t last = -1;
+    int64_t children = 0;
     for (int32_t c = x.head_child; c >= 0; c = nodes_[c].next) {
       if (!node_ok(nodes_[c].next) || !node_ok(nodes_[c].prev) || state[c] != 0 || nodes_[c].parent != p) {
         return bad("child ", c, " of node ", p);
       }
       if (last >= 0 && nodes_[c].prev != last) return bad("sibling links at node ", c);
+      // A hashed node's children are found through the edge table, a
+      // scanned one's by num_children of them in its list.
+      if (x.hashed && edges_.Find(p, nodes_[c].token) != c) return bad("edge to child ", c, " of node ", p);
       state[c] = 2;
       ++reached;
+      ++children;
       stack.push_back(c);
       last = c;
     }
     if (x.head_child >= 0 && nodes_[x.head_child].prev != last) return bad("tail link of node ", p);
+    if (!x.hashed && (x.num_children != children || children > kMaxScanned)) return bad("node ", p, " child count");
   }
   if (reached + static_cast<int64_t>(free_nodes_.size()) != num_nodes) {
     return bad(num_nodes - reached - static_cast<int64_t>(free_nodes_.size()), " nodes unreachable");
+  }
+  // A free run is handed out again by NewRun: it must be listed once and
+  // be in no node's use.
+  std::vector<uint8_t> run_state(num_runs, 0);  // 1 used, 2 free
+  for (int64_t n = 0; n < num_nodes; ++n) {
+    if (state[n] == 2 && nodes_[n].run >= 0) run_state[nodes_[n].run] = 1;
+  }
+  for (int32_t f : free_runs_) {
+    if (run_state[f] != 0) return bad("free run ", f, run_state[f] == 1 ? " in use" : " listed twice");
+    run_state[f] = 2;
   }
   // Hashed lookups must land where the child lists do.
   const auto& keys = edges_.raw_keys();
@@ -184,7 +202,10 @@ absl::Status SuffixTree::ValidateLoaded() const {
     const int32_t c = values[i];
     if (c < 0) continue;
     const int32_t parent = static_cast<int32_t>(keys[i] >> 32);
-    if (c == kRoot || state[c] != 2 || nodes_[c].parent != parent) return bad("edge to node ", c);
+    const int32_t token = static_cast<int32_t>(static_cast<uint32_t>(keys[i]));
+    if (c == kRoot || state[c] != 2 || nodes_[c].parent != parent || nodes_[c].token != token) {
+      return bad("edge to node ", c);
+    }
   }
   absl::flat_hash_map<int32_t, bool> ids;
   for (int64_t i = 0; i < num_slots; ++i) {
@@ -201,8 +222,12 @@ absl::Status SuffixTree::ValidateLoaded() const {
       if (a < 0 || a >= num_nodes || state[a] != 2) return bad("sequence slot ", i, " active node ", a);
     }
   }
+  std::vector<uint8_t> slot_free(num_slots, 0);
   for (int32_t f : free_slots_) {
-    if (f < 0 || f >= num_slots || seqs_[f].seq_id >= 0 || seqs_[f].refs != 0) return bad("free slot ", f);
+    if (f < 0 || f >= num_slots || seqs_[f].seq_id >= 0 || seqs_[f].refs != 0 || slot_free[f]) {
+      return bad("free slot ", f);
+    }
+    slot_free[f] = 1;  // listed once: SlotFor hands each out once
   }
   return absl::OkStatus();
 }

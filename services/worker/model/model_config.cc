@@ -60,10 +60,12 @@ absl::StatusOr<float> ReadFloat(const Json* value, absl::string_view field,
     if (fallback) return *fallback;
     return FieldError(field, "missing (required)");
   }
-  if (!value->is_number() || value->get<double>() <= 0) {
+  // Positive as a float too: 1e-50 would become 0, 1e300 infinity.
+  const double d = value->is_number() ? value->get<double>() : 0.0;
+  if (!(d > 0) || !(d <= std::numeric_limits<float>::max()) || !(static_cast<float>(d) > 0)) {
     return FieldError(field, absl::StrCat("expected a positive number, got ", value->dump()));
   }
-  return value->get<float>();
+  return static_cast<float>(d);
 }
 
 absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& root) {
@@ -94,7 +96,8 @@ absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& root) {
                           ReadFloat(Find(*value, "high_freq_factor"),
                                     "rope_scaling.high_freq_factor", std::nullopt));
     const Json* original = Find(*value, "original_max_position_embeddings");
-    if (original == nullptr || !original->is_number_integer() || original->get<int64_t>() <= 0) {
+    if (original == nullptr || !original->is_number_integer() || original->get<int64_t>() <= 0 ||
+        original->get<int64_t>() > std::numeric_limits<int>::max()) {
       return FieldError("rope_scaling.original_max_position_embeddings",
                         "expected a positive integer");
     }

