@@ -13,7 +13,7 @@
 namespace floe {
 
 // The first value of a call's metadata `key` (lower-case), or "".
-inline std::string_view CallMetadata(const grpc::ServerContext& context, std::string_view key) {
+inline std::string_view CallMetadata(const grpc::ServerContextBase& context, std::string_view key) {
   auto it = context.client_metadata().find(grpc::string_ref(key.data(), key.size()));
   if (it == context.client_metadata().end()) return {};
   return std::string_view(it->second.data(), it->second.size());

@@ -1,7 +1,7 @@
 #include "services/router/router_service.h"
 
-#include <condition_variable>
 #include <deque>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -121,7 +121,7 @@ void ApplyTenant(const Tenant& tenant, GenerateRequest& request) {
   request.set_cache_salt(salt.empty() ? tenant.name : absl::StrCat(tenant.name, "/", salt));
 }
 
-std::string_view Metadata(const grpc::ServerContext* context, const char* key) { return CallMetadata(*context, key); }
+std::string_view Metadata(const grpc::ServerContextBase* context, const char* key) { return CallMetadata(*context, key); }
 
 }  // namespace
 
@@ -162,73 +162,191 @@ absl::StatusOr<std::shared_ptr<GenerateCall>> RouterService::StartGenerate(const
   return GenerateCall::Start(parts, *std::move(prepared), std::move(make_context), std::move(sink));
 }
 
-grpc::Status RouterService::Serve(grpc::ServerContext* context, const GenerateRequest& request, const Emit& emit) {
-  // The sync server gives this RPC a thread anyway: it waits here for the
-  // call's events and writes them, then asks for more.
-  struct Mailbox {
-    std::mutex mu;
-    std::condition_variable changed;
-    std::deque<std::vector<GenerateResponse>> events;
-    std::optional<grpc::Status> done;
-  };
-  auto box = std::make_shared<Mailbox>();
-  GenerateCall::Sink sink;
-  sink.on_events = [box](GenerateCall&, std::vector<GenerateResponse> events) {
-    std::lock_guard<std::mutex> lock(box->mu);
-    box->events.push_back(std::move(events));
-    box->changed.notify_one();
-  };
-  sink.on_done = [box](const grpc::Status& status) {
-    std::lock_guard<std::mutex> lock(box->mu);
-    box->done = status;
-    box->changed.notify_one();
-  };
-  auto call = StartGenerate(
-      request, Metadata(context, "authorization"), [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
-      std::move(sink));
-  if (!call.ok()) return ToGrpcStatus(call.status());
-  bool client_gone = false;
-  for (;;) {
-    std::vector<GenerateResponse> events;
+namespace {
+
+// The streaming gRPC front of one call. Holds no thread: GenerateCall hands
+// it each worker message's events, it writes them one at a time, and only
+// once they are all written asks the call for more (Resume), so a slow
+// client holds back only its own worker stream. Deleted by gRPC (OnDone)
+// after Finish, which waits for the call's on_done: after it the call never
+// touches the reactor again.
+class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse> {
+ public:
+  // Starts the call; a refusal finishes the RPC with its status at once.
+  static GenerateReactor* Start(RouterService* service, grpc::CallbackServerContext* context,
+                                const GenerateRequest& request) {
+    auto* reactor = new GenerateReactor();
+    GenerateCall::Sink sink;
+    sink.on_events = [reactor](GenerateCall& call, std::vector<GenerateResponse> events) {
+      reactor->OnEvents(call, std::move(events));
+    };
+    sink.on_done = [reactor](const grpc::Status& status) { reactor->OnCallDone(status); };
+    auto call = service->StartGenerate(
+        request, CallMetadata(*context, "authorization"),
+        [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
+        std::move(sink));
+    if (!call.ok()) {
+      reactor->Finish(ToGrpcStatus(call.status()));
+      return reactor;
+    }
+    bool cancel = false;
     {
-      std::unique_lock<std::mutex> lock(box->mu);
-      box->changed.wait(lock, [&] { return !box->events.empty() || box->done.has_value(); });
-      if (box->events.empty()) break;
-      events = std::move(box->events.front());
-      box->events.pop_front();
+      std::lock_guard<std::mutex> lock(reactor->mu_);
+      reactor->call_ = *call;
+      cancel = reactor->client_gone_;
     }
-    for (const GenerateResponse& event : events) {
-      if (!client_gone && !emit(event)) client_gone = true;
+    if (cancel) (*call)->Cancel();
+    return reactor;
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {  // the client is gone: nothing more reaches it
+      pending_.clear();
+      LoseClient(lock);
+      return;
     }
-    if (client_gone) {
-      (*call)->Cancel();
+    if (!pending_.empty()) {
+      WriteNext(lock);
+    } else if (done_) {
+      FinishLocked(lock);
     } else {
-      (*call)->Resume();
+      std::shared_ptr<GenerateCall> call = call_;
+      lock.unlock();
+      call->Resume();
     }
   }
-  if (client_gone) return Error(grpc::StatusCode::CANCELLED, "client went away");
-  return *box->done;
-}
 
-grpc::Status RouterService::Generate(grpc::ServerContext* context, const GenerateRequest* request,
-                                     grpc::ServerWriter<GenerateResponse>* writer) {
-  return Serve(context, *request, [writer](const GenerateResponse& response) { return writer->Write(response); });
-}
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    LoseClient(lock);
+  }
 
-grpc::Status RouterService::GenerateUnary(grpc::ServerContext* context, const GenerateRequest* request,
-                                          floe::v1::GenerateResult* result) {
-  grpc::Status status = Serve(context, *request, [result](const GenerateResponse& response) {
-    result->set_request_id(response.request_id());
-    if (response.has_chunk()) {
-      result->mutable_token_ids()->MergeFrom(response.chunk().token_ids());
-      result->mutable_text()->append(response.chunk().text());
-      result->mutable_logprobs()->MergeFrom(response.chunk().logprobs());
-    } else if (response.has_complete()) {
-      *result->mutable_complete() = response.complete();
+  void OnDone() override { delete this; }
+
+ private:
+  GenerateReactor() = default;
+
+  void OnEvents(GenerateCall& call, std::vector<GenerateResponse> events) {
+    std::unique_lock<std::mutex> lock(mu_);
+    // The first events may come before Start has stored the call.
+    if (!call_) call_ = call.shared_from_this();
+    if (client_gone_) return;  // Cancel() was or is being called: on_done follows
+    for (auto& event : events) pending_.push_back(std::move(event));
+    if (writing_) return;  // cannot happen (one message at a time), but harmless
+    if (pending_.empty()) {
+      lock.unlock();
+      call.Resume();
+      return;
     }
-    return true;
-  });
-  return status;
+    WriteNext(lock);
+  }
+
+  void OnCallDone(const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_ = client_gone_ ? grpc::Status(grpc::StatusCode::CANCELLED, "client went away") : status;
+    if (!writing_) FinishLocked(lock);
+  }
+
+  void WriteNext(std::unique_lock<std::mutex>& lock) {
+    writing_ = true;
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    lock.unlock();
+    StartWrite(&current_);
+  }
+
+  // Cancels the call once (its on_done then finishes the RPC).
+  void LoseClient(std::unique_lock<std::mutex>& lock) {
+    const bool first = !client_gone_;
+    client_gone_ = true;
+    std::shared_ptr<GenerateCall> call = call_;
+    lock.unlock();
+    if (first && call) call->Cancel();
+  }
+
+  void FinishLocked(std::unique_lock<std::mutex>& lock) {
+    if (finished_) return;
+    finished_ = true;
+    const grpc::Status status = *done_;
+    lock.unlock();
+    Finish(status);
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<GenerateCall> call_;   // guarded by mu_
+  std::deque<GenerateResponse> pending_;  // guarded by mu_
+  GenerateResponse current_;              // the write in flight
+  bool writing_ = false;                  // guarded by mu_
+  bool client_gone_ = false;              // guarded by mu_
+  bool finished_ = false;                 // guarded by mu_
+  std::optional<grpc::Status> done_;      // guarded by mu_
+};
+
+// The unary front: collects the stream into one result.
+class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  static GenerateUnaryReactor* Start(RouterService* service, grpc::CallbackServerContext* context,
+                                     const GenerateRequest& request, floe::v1::GenerateResult* result) {
+    auto* reactor = new GenerateUnaryReactor();
+    GenerateCall::Sink sink;
+    sink.on_events = [result](GenerateCall& call, std::vector<GenerateResponse> events) {
+      for (const GenerateResponse& response : events) {
+        result->set_request_id(response.request_id());
+        if (response.has_chunk()) {
+          result->mutable_token_ids()->MergeFrom(response.chunk().token_ids());
+          result->mutable_text()->append(response.chunk().text());
+          result->mutable_logprobs()->MergeFrom(response.chunk().logprobs());
+        } else if (response.has_complete()) {
+          *result->mutable_complete() = response.complete();
+        }
+      }
+      call.Resume();
+    };
+    sink.on_done = [reactor](const grpc::Status& status) { reactor->Finish(status); };
+    // The worker call derives from this context, so a client that goes away
+    // cancels it; the call then ends and on_done finishes the RPC.
+    auto call = service->StartGenerate(
+        request, CallMetadata(*context, "authorization"),
+        [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
+        std::move(sink));
+    if (!call.ok()) {
+      reactor->Finish(ToGrpcStatus(call.status()));
+    } else {
+      std::lock_guard<std::mutex> lock(reactor->mu_);
+      reactor->call_ = *std::move(call);
+    }
+    return reactor;
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<GenerateCall> call;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      call = call_;
+    }
+    if (call) call->Cancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  GenerateUnaryReactor() = default;
+  std::mutex mu_;
+  std::shared_ptr<GenerateCall> call_;  // guarded by mu_; keeps the call alive
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* context,
+                                                                    const GenerateRequest* request) {
+  return GenerateReactor::Start(this, context, *request);
+}
+
+grpc::ServerUnaryReactor* RouterService::GenerateUnary(grpc::CallbackServerContext* context,
+                                                       const GenerateRequest* request,
+                                                       floe::v1::GenerateResult* result) {
+  return GenerateUnaryReactor::Start(this, context, *request, result);
 }
 
 grpc::Status RouterService::Tokenize(grpc::ServerContext* context, const floe::v1::TokenizeRequest* request,

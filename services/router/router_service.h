@@ -39,7 +39,11 @@ struct RouterServiceOptions {
   RateLimiter* rate_limiter = nullptr;
 };
 
-class RouterService final : public floe::v1::Floe::Service {
+// Generate and GenerateUnary are callback methods (no thread per stream:
+// see GenerateCall); the short calls stay on the sync server's threads.
+class RouterService final
+    : public floe::v1::Floe::WithCallbackMethod_Generate<
+          floe::v1::Floe::WithCallbackMethod_GenerateUnary<floe::v1::Floe::Service>> {
  public:
   RouterService(RouterServiceOptions options, const Tokenizer* tokenizer, WorkerPool* pool,
                 WorkerPicker* picker, AdmissionGate* gate);
@@ -68,10 +72,11 @@ class RouterService final : public floe::v1::Floe::Service {
   // The served tokenizer (the HTTP front formats logprob tokens with it).
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
-  grpc::Status Generate(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
-                        grpc::ServerWriter<floe::v1::GenerateResponse>* writer) override;
-  grpc::Status GenerateUnary(grpc::ServerContext* context, const floe::v1::GenerateRequest* request,
-                             floe::v1::GenerateResult* result) override;
+  grpc::ServerWriteReactor<floe::v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                                 const floe::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GenerateUnary(grpc::CallbackServerContext* context,
+                                          const floe::v1::GenerateRequest* request,
+                                          floe::v1::GenerateResult* result) override;
   grpc::Status Tokenize(grpc::ServerContext* context, const floe::v1::TokenizeRequest* request,
                         floe::v1::TokenizeResponse* response) override;
   grpc::Status Detokenize(grpc::ServerContext* context, const floe::v1::DetokenizeRequest* request,
@@ -82,9 +87,6 @@ class RouterService final : public floe::v1::Floe::Service {
                             floe::v1::ModelInfo* response) override;
 
  private:
-  using Emit = std::function<bool(const floe::v1::GenerateResponse&)>;
-  // The gRPC front: relays on this (sync server) thread.
-  grpc::Status Serve(grpc::ServerContext* context, const floe::v1::GenerateRequest& request, const Emit& emit);
   absl::StatusOr<floe::v1::GenerateRequest> Check(const floe::v1::GenerateRequest& request) const;
   absl::StatusOr<floe::v1::GenerateRequest> Prepare(const floe::v1::GenerateRequest& request) const;
   grpc::Status CheckModel(const std::string& model) const;
