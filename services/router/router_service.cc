@@ -170,7 +170,7 @@ namespace {
 // client holds back only its own worker stream. Deleted by gRPC (OnDone)
 // after Finish, which waits for the call's on_done: after it the call never
 // touches the reactor again.
-class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse> {
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Starts the call; a refusal finishes the RPC with its status at once.
   static GenerateReactor* Start(RouterService* service, grpc::CallbackServerContext* context,
@@ -251,9 +251,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse> 
 
   void WriteNext(std::unique_lock<std::mutex>& lock) {
     writing_ = true;
-    current_ = std::move(pending_.front());
+    const GenerateResponse next = std::move(pending_.front());
     pending_.pop_front();
     lock.unlock();
+    current_.Clear();
+    bool own_buffer = false;
+    grpc::SerializationTraits<GenerateResponse>::Serialize(next, &current_, &own_buffer);
     StartWrite(&current_);
   }
 
@@ -277,19 +280,26 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse> 
   std::mutex mu_;
   std::shared_ptr<GenerateCall> call_;   // guarded by mu_
   std::deque<GenerateResponse> pending_;  // guarded by mu_
-  GenerateResponse current_;              // the write in flight
+  grpc::ByteBuffer current_;              // the write in flight
   bool writing_ = false;                  // guarded by mu_
   bool client_gone_ = false;              // guarded by mu_
   bool finished_ = false;                 // guarded by mu_
   std::optional<grpc::Status> done_;      // guarded by mu_
 };
 
+// A stream refused before it started.
+class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  void OnDone() override { delete this; }
+};
+
 // The unary front: collects the stream into one result.
 class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
  public:
   static GenerateUnaryReactor* Start(RouterService* service, grpc::CallbackServerContext* context,
-                                     const GenerateRequest& request, floe::v1::GenerateResult* result) {
+                                     const GenerateRequest& request, grpc::ByteBuffer* response) {
     auto* reactor = new GenerateUnaryReactor();
+    floe::v1::GenerateResult* result = &reactor->result_;
     GenerateCall::Sink sink;
     sink.on_events = [result](GenerateCall& call, std::vector<GenerateResponse> events) {
       for (const GenerateResponse& response : events) {
@@ -304,7 +314,13 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
       }
       call.Resume();
     };
-    sink.on_done = [reactor](const grpc::Status& status) { reactor->Finish(status); };
+    sink.on_done = [reactor, response](const grpc::Status& status) {
+      if (status.ok()) {
+        bool own_buffer = false;
+        grpc::SerializationTraits<floe::v1::GenerateResult>::Serialize(reactor->result_, response, &own_buffer);
+      }
+      reactor->Finish(status);
+    };
     // The worker call derives from this context, so a client that goes away
     // cancels it; the call then ends and on_done finishes the RPC.
     auto call = service->StartGenerate(
@@ -334,18 +350,41 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
   GenerateUnaryReactor() = default;
   std::mutex mu_;
   std::shared_ptr<GenerateCall> call_;  // guarded by mu_; keeps the call alive
+  floe::v1::GenerateResult result_;     // written by the call's (serial) sink only
 };
+
+// The request, or INVALID_ARGUMENT for bytes that do not parse as one.
+absl::StatusOr<GenerateRequest> ParseRequest(const grpc::ByteBuffer& bytes) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; this shares the slices
+  GenerateRequest request;
+  if (!grpc::SerializationTraits<GenerateRequest>::Deserialize(&copy, &request).ok())
+    return absl::InvalidArgumentError("the request is not a valid floe.v1.GenerateRequest message");
+  return request;
+}
 
 }  // namespace
 
-grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* context,
-                                                                    const GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(grpc::CallbackServerContext* context,
+                                                                    const grpc::ByteBuffer* bytes) {
+  auto request = ParseRequest(*bytes);
+  if (!request.ok()) {
+    if (metrics_) metrics_->ObserveFinished(absl::StatusCodeToString(request.status().code()));
+    auto* reactor = new RefusedStream();
+    reactor->Finish(ToGrpcStatus(request.status()));
+    return reactor;
+  }
   return GenerateReactor::Start(this, context, *request);
 }
 
 grpc::ServerUnaryReactor* RouterService::GenerateUnary(grpc::CallbackServerContext* context,
-                                                       const GenerateRequest* request,
-                                                       floe::v1::GenerateResult* result) {
+                                                       const grpc::ByteBuffer* bytes, grpc::ByteBuffer* result) {
+  auto request = ParseRequest(*bytes);
+  if (!request.ok()) {
+    if (metrics_) metrics_->ObserveFinished(absl::StatusCodeToString(request.status().code()));
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(request.status()));
+    return reactor;
+  }
   return GenerateUnaryReactor::Start(this, context, *request, result);
 }
 

@@ -39,11 +39,13 @@ struct RouterServiceOptions {
   RateLimiter* rate_limiter = nullptr;
 };
 
-// Generate and GenerateUnary are callback methods (no thread per stream:
-// see GenerateCall); the short calls stay on the sync server's threads.
+// Generate and GenerateUnary are raw callback methods: no thread per stream
+// (see GenerateCall), and they parse the request themselves, so bytes that
+// are not a GenerateRequest get INVALID_ARGUMENT rather than gRPC's bare
+// INTERNAL. The short calls stay on the sync server's threads.
 class RouterService final
-    : public floe::v1::Floe::WithCallbackMethod_Generate<
-          floe::v1::Floe::WithCallbackMethod_GenerateUnary<floe::v1::Floe::Service>> {
+    : public floe::v1::Floe::WithRawCallbackMethod_Generate<
+          floe::v1::Floe::WithRawCallbackMethod_GenerateUnary<floe::v1::Floe::Service>> {
  public:
   RouterService(RouterServiceOptions options, const Tokenizer* tokenizer, WorkerPool* pool,
                 WorkerPicker* picker, AdmissionGate* gate);
@@ -72,11 +74,12 @@ class RouterService final
   // The served tokenizer (the HTTP front formats logprob tokens with it).
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
-  grpc::ServerWriteReactor<floe::v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
-                                                                 const floe::v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* GenerateUnary(grpc::CallbackServerContext* context,
-                                          const floe::v1::GenerateRequest* request,
-                                          floe::v1::GenerateResult* result) override;
+  // Serialized floe.v1.GenerateRequest in; GenerateResponse messages out.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
+  // Serialized GenerateRequest in; a serialized GenerateResult out.
+  grpc::ServerUnaryReactor* GenerateUnary(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* result) override;
   grpc::Status Tokenize(grpc::ServerContext* context, const floe::v1::TokenizeRequest* request,
                         floe::v1::TokenizeResponse* response) override;
   grpc::Status Detokenize(grpc::ServerContext* context, const floe::v1::DetokenizeRequest* request,

@@ -8,6 +8,8 @@
 #include <future>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
@@ -188,6 +190,29 @@ TEST_F(ClusterTest, BadInputGetsTheRightStatusAndServiceKeepsServing) {
   Generation ok = Generate(*stub, TextRequest("still serving?", 4));
   EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
   EXPECT_EQ(ok.token_ids.size(), 4u);
+}
+
+// Bytes that are not a GenerateRequest: INVALID_ARGUMENT saying so, on both
+// Generate methods (gRPC's own answer would be a bare INTERNAL).
+TEST_F(ClusterTest, UnparsableRequestIsInvalidArgument) {
+  auto channel = grpc::CreateChannel(cluster_->router_address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // Field 1, wire type 7 (no such type): no parser accepts it.
+  const std::string bytes("\x0f\xff\xff", 3);
+  for (const char* method : {"/floe.v1.Floe/Generate", "/floe.v1.Floe/GenerateUnary"}) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status status) { done.set_value(status); });
+    const grpc::Status status = done.get_future().get();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find("not a valid floe.v1.GenerateRequest"), std::string::npos) << method;
+  }
+  Generation ok = Generate(*cluster_->RouterStub(), TextRequest("still serving?", 4));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
 }
 
 // One rule resolves a request (services/request/): a client that calls the
