@@ -85,17 +85,29 @@ bool RemoteSuffixSource::Enqueue(Lifecycle call) {
 }
 
 void RemoteSuffixSource::RunLifecycle() {
+  absl::Time next_renewal = absl::Now() + options_.lease_renewal / 2;
   while (true) {
     Lifecycle call;
+    bool renew = false;
     {
       absl::MutexLock l(&mu_);
       busy_ = false;
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
+      mu_.AwaitWithDeadline(absl::Condition(&ready), next_renewal);
       if (stopping_) return;
-      call = std::move(queue_.front());
-      queue_.pop_front();
       busy_ = true;
+      // Renewals go out on time even while Start/End calls keep coming.
+      if (queue_.empty() || absl::Now() >= next_renewal) {
+        renew = true;
+      } else {
+        call = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (renew) {
+      RenewLeases();
+      next_renewal = absl::Now() + options_.lease_renewal / 2;
+      continue;
     }
     if (call.start) {
       RunStart(call);
@@ -119,9 +131,9 @@ bool RemoteSuffixSource::Admit(int replica, RemoteSuffixStats::Call call) {
   return false;
 }
 
-void RemoteSuffixSource::Report(int replica, RemoteSuffixStats::Call call, int code) {
+void RemoteSuffixSource::Report(int replica, RemoteSuffixStats::Call call, int code, bool answered_anyway) {
   if (options_.stats && code != 0) options_.stats->RecordFailure(call, FailureOf(code));
-  const bool answered = !IsTransportFailure(code);
+  const bool answered = answered_anyway || !IsTransportFailure(code);
   if (!backoff_.Report(replica, answered, absl::Now())) return;
   if (options_.stats) options_.stats->RecordReplicaState(replica, answered);
   LogEvent(answered ? LogLevel::kInfo : LogLevel::kWarning, "worker",
@@ -141,11 +153,58 @@ void RemoteSuffixSource::RunStart(Lifecycle& call) {
   const absl::Time begin = absl::Now();
   absl::Status s = client_->StartRequest(call.ns, call.id, call.tokens);
   Observe(RemoteSuffixStats::kStart, absl::Now() - begin);
-  Report(call.replica, RemoteSuffixStats::kStart, static_cast<int>(s.code()));
+  // RESOURCE_EXHAUSTED from StartRequest is the service answering that its
+  // --max-bytes budget is full: the replica is up, this request just gets
+  // no global drafts (backing the replica off would cost every request).
+  const bool full = s.code() == absl::StatusCode::kResourceExhausted;
+  Report(call.replica, RemoteSuffixStats::kStart, static_cast<int>(s.code()), full);
   call.state->store(s.ok() ? State::kLive : State::kGone);
+  if (!s.ok()) return;
+  absl::MutexLock l(&mu_);
+  leases_[call.id] = Lease{call.ns, call.replica, 0, absl::Now(), call.state};
+}
+
+void RemoteSuffixSource::RenewLeases() {
+  floe::v1::SuffixStepRequest step;
+  std::vector<SharedState> states;
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock l(&mu_);
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      Lease& lease = it->second;
+      if (lease.state->load() != State::kLive) {
+        leases_.erase(it++);
+        continue;
+      }
+      if (now - lease.last_named >= options_.lease_renewal && backoff_.Admit(lease.replica, now) != ReplicaBackoff::Gate::kSkip) {
+        auto* e = step.add_entries();
+        e->set_namespace_(lease.ns);
+        e->set_request_id(it->first);
+        // Naming the request is what renews it; an offset the engine has
+        // since moved past only makes the entry answer FAILED_PRECONDITION.
+        e->set_response_offset(lease.acknowledged);
+        e->set_speculate(false);
+        states.push_back(lease.state);
+        lease.last_named = now;
+      }
+      ++it;
+    }
+  }
+  if (states.empty()) return;
+  renewals_.fetch_add(1);
+  floe::v1::SuffixStepResponse resp = client_->Step(step);
+  for (int k = 0; k < resp.results_size() && k < static_cast<int>(states.size()); ++k) {
+    const floe::v1::SuffixDraft& d = resp.results(k);
+    if (d.code() == kNotFound || (d.code() == kFailedPrecondition && d.error().find("has ended") != std::string::npos))
+      states[static_cast<size_t>(k)]->store(State::kGone);
+  }
 }
 
 void RemoteSuffixSource::RunEnd(Lifecycle& call) {
+  {
+    absl::MutexLock l(&mu_);
+    leases_.erase(call.id);  // Finish may have run before its Start did
+  }
   if (call.state->load() != State::kLive) return;  // never started, or the service forgot it
   if (call.acknowledged < static_cast<int64_t>(call.tokens.size())) {
     // The last tokens, then End: the whole response joins the global tree.
@@ -198,12 +257,18 @@ void RemoteSuffixSource::Absorb(Remote& r, const floe::v1::SuffixDraft& result, 
     return;
   }
   ++counters_.failed_entries;
-  if (result.code() == kNotFound) r.state->store(State::kGone);  // the service restarted: stop asking
+  // Restarted or expired (NOT_FOUND), or ended (FAILED_PRECONDITION "has
+  // ended"): the service takes no more from this request; stop asking.
+  if (result.code() == kNotFound || (result.code() == kFailedPrecondition &&
+                                     result.error().find("has ended") != std::string::npos)) {
+    r.state->store(State::kGone);
+    return;
+  }
   if (result.code() != kFailedPrecondition) return;  // late or unavailable: resend next step
   // "... the request has N response tokens": take the server's count.
   const std::string& msg = result.error();
   const size_t at = msg.rfind("has ");
-  if (at == std::string::npos) return;
+  if (at == std::string::npos || msg.find(" response tokens", at) == std::string::npos) return;
   const int64_t n = std::strtoll(msg.c_str() + at + 4, nullptr, 10);
   if (n >= 0 && n <= sent_to) r.acknowledged = n;
 }
@@ -253,6 +318,14 @@ void RemoteSuffixSource::Query(std::span<const SpecSequence> batch, int max_spec
   for (size_t replica = 0; replica < outcome.size(); ++replica) {
     if (outcome[replica] >= 0) Report(static_cast<int>(replica), RemoteSuffixStats::kStep, outcome[replica]);
   }
+  // This Step named them: their leases are fresh.
+  absl::MutexLock l(&mu_);
+  for (const auto& [i, r] : sent) {
+    auto it = leases_.find(Sv(batch[i].request_id));
+    if (it == leases_.end()) continue;
+    it->second.last_named = begin;
+    it->second.acknowledged = r->acknowledged;
+  }
 }
 
 void RemoteSuffixSource::Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
@@ -261,6 +334,10 @@ void RemoteSuffixSource::Finish(std::string_view request_id, std::string_view ns
   auto it = live_.find(Sv(request_id));
   if (it == live_.end()) return;
   Remote& r = it->second;
+  {
+    absl::MutexLock l(&mu_);
+    leases_.erase(Sv(request_id));
+  }
   if (r.state->load() != State::kGone) {
     // Queued behind its Start (FIFO), so the lifecycle thread sees the outcome.
     Lifecycle end{false, r.ns, std::string(request_id), r.replica,

@@ -16,6 +16,12 @@
 // the place of the newest queued Start instead, and is dropped (the request
 // stays open on the service until its TTL) only when no Start is queued.
 //
+// Leases: the service expires a request no call has named for its lease
+// (floe-suffix-cache --request-lease-s). A request the engine stops drafting
+// for (the cost model says drafts do not pay under load) is named by no Step,
+// so every `lease_renewal` the lifecycle thread sends one Step naming each
+// such request (no tokens, no draft asked), which renews it.
+//
 // Faults: a ReplicaBackoff per replica stops all calls to a replica after a
 // few transport failures in a row (down, SIGKILLed, SIGSTOPped) except a
 // probe after an exponential backoff; a request the service no longer knows
@@ -46,6 +52,9 @@ struct RemoteSuffixOptions {
   BackoffOptions backoff;
   int max_pending_lifecycle = 1024;  // queued Start/End calls beyond are dropped (Starts first)
   std::shared_ptr<RemoteSuffixStats> stats;  // optional; one replica per client address
+  // Requests no Step named for this long get a renewal Step. Keep it well
+  // under the service's lease (default 60 s).
+  absl::Duration lease_renewal = absl::Seconds(20);
 };
 
 class RemoteSuffixSource final : public GlobalDraftSource {
@@ -71,6 +80,8 @@ class RemoteSuffixSource final : public GlobalDraftSource {
     int64_t failed_entries = 0;  // late, unavailable or out of order
   };
   const Counters& counters() const { return counters_; }
+  // Renewal Steps sent (lifecycle thread).
+  int64_t renewals() const { return renewals_.load(); }
 
  private:
   enum class State { kStarting, kLive, kGone };
@@ -90,7 +101,18 @@ class RemoteSuffixSource final : public GlobalDraftSource {
     SharedState state;
   };
 
+  // What the lifecycle thread needs to renew a live request's lease.
+  struct Lease {
+    std::string ns;
+    int replica = 0;
+    int64_t acknowledged = 0;
+    absl::Time last_named;
+    SharedState state;
+  };
+
   void StartThread();
+  // Lifecycle thread: one Step naming every live request idle past lease_renewal.
+  void RenewLeases();
   Remote* Track(const SpecSequence& s);
   bool Enqueue(Lifecycle call);
   void RunLifecycle();
@@ -98,8 +120,9 @@ class RemoteSuffixSource final : public GlobalDraftSource {
   void RunEnd(Lifecycle& call);
   // Admits a call to `replica` (false: skipped, replica down).
   bool Admit(int replica, RemoteSuffixStats::Call call);
-  // After an admitted call to `replica`: `code` is its google.rpc.Code (0 ok).
-  void Report(int replica, RemoteSuffixStats::Call call, int code);
+  // After an admitted call to `replica`: `code` is its google.rpc.Code (0 ok);
+  // `answered_anyway`: a failure code that still proves the replica is up.
+  void Report(int replica, RemoteSuffixStats::Call call, int code, bool answered_anyway = false);
   void Observe(RemoteSuffixStats::Call call, absl::Duration latency);
   void AddEntry(floe::v1::SuffixStepRequest& step, const std::string& id, const Remote& r,
                 std::span<const int32_t> response, bool speculate);
@@ -118,6 +141,8 @@ class RemoteSuffixSource final : public GlobalDraftSource {
   std::deque<Lifecycle> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> renewals_{0};
   std::thread lifecycle_;
 };
 

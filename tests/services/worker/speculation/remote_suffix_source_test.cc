@@ -97,6 +97,81 @@ TEST_F(RemoteSuffixSourceTest, StatsCountCallsAndLifecycleRunsOffTheEngineThread
   EXPECT_EQ(server.store.Stats().cached, 3);
 }
 
+// Under load the engine asks no drafts (its cost model), so no Step names a
+// request; the lifecycle thread's renewal Steps keep the service from
+// expiring it, and its response still joins the tree at the end. Without
+// renewals (the control) the same idle request expires.
+TEST_F(RemoteSuffixSourceTest, LeasesOfRequestsNotDraftedForAreRenewed) {
+  for (const bool renew : {true, false}) {
+    SCOPED_TRACE(renew ? "renewing" : "control: no renewal");
+    StoreOptions store;
+    store.request_lease = std::chrono::milliseconds(300);
+    TestServer server(store, ServiceLimits{});
+    ClientOptions options;
+    options.addresses = {server.runner->address()};
+    options.step_deadline = std::chrono::milliseconds(500);
+    auto client = SuffixCacheClient::Create(options);
+    ASSERT_TRUE(client.ok());
+    RemoteSuffixOptions remote;
+    remote.lease_renewal = renew ? absl::Milliseconds(50) : absl::Hours(1);
+    RemoteSuffixSource source(client->get(), SuffixProposerOptions{}.params, remote);
+
+    const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};  // 8 prompt + 2 response
+    SpecSequence seq{"a", "", std::span<const int32_t>(tokens.data(), 8), 8, 4, {}};
+    std::vector<DraftProposal> out(1);
+    source.Query({&seq, 1}, 4, out);  // registers it (StartRequest, off this thread)
+    ASSERT_TRUE(source.WaitIdle(absl::Seconds(10)));
+    ASSERT_EQ(server.store.Stats().active, 1);
+    // Four leases with no Step from the engine.
+    absl::SleepFor(absl::Milliseconds(1200));
+    const suffix_cache::StoreStats stats = server.store.Stats();
+    if (!renew) {
+      EXPECT_EQ(stats.active, 0);
+      EXPECT_EQ(stats.expired_total, 1);
+      EXPECT_EQ(source.renewals(), 0);
+      continue;
+    }
+    EXPECT_EQ(stats.active, 1);
+    EXPECT_EQ(stats.expired_total, 0);
+    EXPECT_GE(source.renewals(), 4);
+    source.Finish("a", "", tokens, 8);
+    ASSERT_TRUE(source.WaitIdle(absl::Seconds(10)));
+    EXPECT_EQ(server.store.Stats().cached, 1);
+    EXPECT_EQ(server.store.Stats().cached_tokens, 2);
+  }
+}
+
+// A StartRequest refused for the service's --max-bytes (RESOURCE_EXHAUSTED)
+// proves the replica is up: refusals cost those requests their drafts but
+// never back the replica off for everyone else.
+TEST_F(RemoteSuffixSourceTest, AFullServiceIsNotBackedOff) {
+  StoreOptions store;
+  store.max_bytes = 1 << 16;  // no 20k-token prompt fits
+  TestServer server(store, ServiceLimits{});
+  ClientOptions options;
+  options.addresses = {server.runner->address()};
+  options.step_deadline = std::chrono::milliseconds(500);
+  auto client = SuffixCacheClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  RemoteSuffixOptions remote;
+  remote.stats = std::make_shared<RemoteSuffixStats>(options.addresses);
+  RemoteSuffixSource source(client->get(), SuffixProposerOptions{}.params, remote);
+  std::vector<int32_t> prompt(20000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 5000);
+  const std::vector<std::string> ids = {"r0", "r1", "r2", "r3", "r4", "r5"};
+  for (const std::string& id : ids) {
+    SpecSequence seq{id, "", prompt, static_cast<int32_t>(prompt.size()), 4, {}};
+    std::vector<DraftProposal> out(1);
+    source.Query({&seq, 1}, 4, out);
+    ASSERT_TRUE(source.WaitIdle(absl::Seconds(10)));
+  }
+  const RemoteSuffixStats::Snapshot s = remote.stats->Read();
+  EXPECT_EQ(s.latency[RemoteSuffixStats::kStart].count, 6);  // every Start was sent: none skipped
+  EXPECT_EQ(s.replicas.at(0).went_down, 0);
+  EXPECT_TRUE(s.replicas.at(0).up);
+  EXPECT_EQ(server.store.Stats().active, 0);
+}
+
 TEST_F(RemoteSuffixSourceTest, UnreachableServiceOnlyCostsDrafts) {
   ClientOptions options;
   options.addresses = {"127.0.0.1:1"};
