@@ -244,6 +244,9 @@ grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::
   resp->set_max_bytes(store_->options().max_bytes);
   resp->set_evictions_total(s.evictions_total);
   resp->set_budget_evictions_total(s.budget_evictions_total);
+  resp->set_active_bytes(s.active_bytes);
+  resp->set_expired_requests_total(s.expired_total);
+  resp->set_refused_starts_total(s.refused_starts_total);
   resp->set_steps_total(steps_total_.load());
   resp->set_drafts_total(drafts_total_.load());
   resp->set_rejected_overload_total(rejected_total_.load());

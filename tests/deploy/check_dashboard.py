@@ -24,6 +24,7 @@ COUNTERS_AND_GAUGES = {
     # speculative decoding, suffix cache, shift parallelism
     "floe_spec_decode_num_draft_tokens_total", "floe_spec_decode_num_accepted_tokens_total", "floe_spec_decode_num_drafts_total",
     "floe_suffix_cache_cached_responses", "floe_suffix_cache_bytes", "floe_parallel_mode",
+    "floe_suffix_cache_active_request_bytes", "floe_suffix_cache_max_bytes",
     "floe_suffix_cache_drafts_total", "floe_suffix_cache_speculate_queries_total",
     # the worker's view of its suffix-cache replicas
     "floe_suffix_cache_client_rpc_failures_total", "floe_suffix_cache_client_skipped_calls_total",

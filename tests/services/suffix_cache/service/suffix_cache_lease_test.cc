@@ -92,6 +92,15 @@ TEST(SuffixCacheLeaseTest, StartsOverTheBudgetAreRefusedAndTheRunningServed) {
   EXPECT_NE(refused.error_message().find("of --max-bytes 1048576"), std::string::npos) << refused.error_message();
   EXPECT_EQ(server.service.rejected_total(), 1);
   EXPECT_LE(server.store.Stats().active_bytes, so.max_bytes);
+  {  // GetStats shows what the refusal was about
+    floe::v1::SuffixStats stats;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(server.stub->GetStats(&ctx, {}, &stats).ok());
+    EXPECT_EQ(stats.active_bytes(), server.store.Stats().active_bytes);
+    EXPECT_GT(stats.active_bytes(), 0);
+    EXPECT_EQ(stats.refused_starts_total(), 1);
+    EXPECT_EQ(stats.max_bytes(), so.max_bytes);
+  }
 
   // Every running request is still served: a draft from its own prompt.
   for (size_t i = 0; i < admitted.size(); ++i) {
@@ -158,6 +167,10 @@ TEST(SuffixCacheLeaseTest, AnAbandonedRequestExpiresOnTheRealClock) {
   EXPECT_EQ(stats.expired_total, 1);
   EXPECT_EQ(stats.active_bytes, 0);
   EXPECT_EQ(StepOne(server, "orphan", 0, {}).code(), kNotFound);
+  floe::v1::SuffixStats reported;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(server.stub->GetStats(&ctx, {}, &reported).ok());
+  EXPECT_EQ(reported.expired_requests_total(), 1);
   // Reaper and server stop cleanly with the TestServer (no hang at exit).
 }
 
