@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
+#include "common/rpc/tls.h"
 #include "services/cli/bench/grpc_backend.h"
 #include "services/cli/bench/openai_http_backend.h"
 #include "services/cli/bench/load_generator.h"
@@ -37,6 +38,8 @@ struct Flags {
   int max_concurrency = 0, warmup = 0, abort_after = 8, channels = 4;
   double request_rate = std::numeric_limits<double>::infinity(), burstiness = 1.0, range_ratio = 0;
   double ramp_start_rate = 0, ramp_end_rate = 0, timeout_s = 300, connect_timeout_s = 10;
+  std::string api_key;
+  TlsOptions tls;  // client side only: --tls-ca, --tls-cert, --tls-key
   uint64_t seed = 0;
   bool ignore_eos = false, no_progress = false;
   std::string metrics;
@@ -86,6 +89,10 @@ absl::Status Validate(const Flags& f) {
       return absl::InvalidArgumentError("--ramp-up needs --ramp-end-rate > 0 and --ramp-start-rate >= 0 (> 0 for exponential)");
     }
   }
+  const bool tls = !f.tls.ca_file.empty() || !f.tls.cert_file.empty() || !f.tls.key_file.empty();
+  if (tls && (f.backend == "openai-http" || f.compare_backend == "openai-http"))
+    return absl::InvalidArgumentError("--tls-* apply to the grpc backend only (openai-http is plaintext here)");
+  if (absl::Status s = ValidateTlsOptions(f.tls); !s.ok()) return s;
   const bool known = f.workload == "random" || absl::StartsWith(f.workload, "trace:") ||
                      absl::StartsWith(f.workload, "sessions:") || absl::StartsWith(f.workload, "arrivals:");
   if (!known) {
@@ -180,6 +187,10 @@ int RunBench(int argc, char** argv) {
   parser.AddString("compare-backend", &f.compare_backend,
                    "backend of --compare (default: --backend), e.g. HTTP against gRPC on one router");
   parser.AddString("model", &f.model, "model name (default: the served one)");
+  parser.AddString("api-key", &f.api_key, "API key, sent as \"authorization: Bearer KEY\" (routers with --api-key-file)");
+  parser.AddString("tls-ca", &f.tls.ca_file, "CA (PEM) that verifies the router's certificate: TLS (grpc backend)");
+  parser.AddString("tls-cert", &f.tls.cert_file, "client certificate (PEM), for routers that require one (mTLS)");
+  parser.AddString("tls-key", &f.tls.key_file, "private key (PEM) of --tls-cert");
   parser.AddBool("no-progress", &f.no_progress, "no live progress line");
   parser.AddString("metrics", &f.metrics, "comma-separated /metrics URLs (floe local prints them): before/after "
                                           "snapshots give prefix hit rate and speculative acceptance for the run");
@@ -213,12 +224,14 @@ int RunBench(int argc, char** argv) {
     return static_cast<bool>(file);
   };
 
+  auto credentials = MakeChannelCredentials(f.tls);  // plaintext without --tls-*
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   auto make_backend = [&](const std::string& addr, const std::string& kind) -> std::unique_ptr<bench::Backend> {
     if (kind == "openai-http")
       return std::make_unique<bench::OpenAiHttpBackend>(
-          bench::OpenAiHttpBackendOptions{addr, f.ignore_eos, f.timeout_s, f.model});
+          bench::OpenAiHttpBackendOptions{addr, f.ignore_eos, f.timeout_s, f.model, f.api_key});
     return std::make_unique<bench::GrpcBackend>(
-        bench::GrpcBackendOptions{addr, f.ignore_eos, f.timeout_s, f.model, f.channels});
+        bench::GrpcBackendOptions{addr, f.ignore_eos, f.timeout_s, f.model, f.channels, *credentials, f.api_key});
   };
   std::vector<std::unique_ptr<bench::Backend>> backends;
   backends.push_back(make_backend(f.addr, f.backend));

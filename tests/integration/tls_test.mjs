@@ -177,6 +177,17 @@ try {
     assert.equal(r.json.usage.completion_tokens, 8);
     assert.equal(r.json.text, tlsText);
   });
+  await check('mTLS: floe bench with the client certificate completes every request', async () => {
+    const r = spawnSync(floe, ['bench', '--addr', grpc, '--num-requests', '4', '--input-len', '16', '--output-len', '4',
+      '--ignore-eos', '--no-progress', '--timeout-s', '30', '--connect-timeout-s', '20', ...client],
+    { encoding: 'utf8', timeout: 120000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /completed\s+4\.00\n/);
+    const plain = spawnSync(floe, ['bench', '--addr', grpc, '--num-requests', '1', '--input-len', '16',
+      '--output-len', '4', '--no-progress', '--connect-timeout-s', '3', '--timeout-s', '5'],
+    { encoding: 'utf8', timeout: 60000 });
+    assert.notEqual(plain.status, 0, 'a plaintext floe bench was served');
+  });
   await check('mTLS: a client without a certificate is refused', async () => {
     const r = generate(grpc, ['--tls-ca', file('ca.pem')]);
     assert.notEqual(r.status, 0);

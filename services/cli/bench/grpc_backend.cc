@@ -25,7 +25,9 @@ GrpcBackend::GrpcBackend(GrpcBackendOptions options) : options_(std::move(option
     args.SetInt("floe.bench_connection", i);  // distinct args: a connection of its own
     args.SetMaxReceiveMessageSize(-1);
     stubs_.push_back(floe::v1::Floe::NewStub(
-        grpc::CreateCustomChannel(options_.addr, grpc::InsecureChannelCredentials(), args)));
+        grpc::CreateCustomChannel(options_.addr,
+                                  options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(),
+                                  args)));
   }
 }
 
@@ -33,6 +35,7 @@ absl::StatusOr<floe::v1::ModelInfo> GrpcBackend::GetModelInfo(double timeout_s) 
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(timeout_s));
   context.set_wait_for_ready(true);  // wait out connection setup, bounded by the deadline
+  if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
   floe::v1::GetModelInfoRequest request;
   request.set_model(options_.model);
   floe::v1::ModelInfo info;
@@ -55,6 +58,7 @@ void GrpcBackend::Send(const TurnRequest& request, RequestRecord* record, std::v
 
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(options_.timeout_s));
+  if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
   auto& stub = stubs_[next_++ % stubs_.size()];
   const auto sent = std::chrono::steady_clock::now();
   auto since_send_ms = [&] {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include <grpcpp/grpcpp.h>
 #include "floe/v1/router.grpc.pb.h"
 #include "services/cli/bench/load_generator.h"
 
@@ -19,6 +20,9 @@ struct GrpcBackendOptions {
   double timeout_s = 600;  // per-request deadline
   std::string model;
   int channels = 4;        // requests spread over this many HTTP/2 connections
+  // Null: plaintext. Otherwise TLS (MakeChannelCredentials of --tls-*).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string api_key;     // sent as "authorization: Bearer KEY" when set
 };
 
 class GrpcBackend : public Backend {

@@ -64,6 +64,7 @@ absl::StatusOr<floe::v1::ModelInfo> OpenAiHttpBackend::GetModelInfo(double timeo
   }
   bhttp::request<bhttp::empty_body> request(bhttp::verb::get, "/v1/models", 11);
   request.set(bhttp::field::host, host_);
+  if (!options_.api_key.empty()) request.set(bhttp::field::authorization, "Bearer " + options_.api_key);
   beast::flat_buffer buffer;
   bhttp::response<bhttp::string_body> response;
   beast::error_code ec = Run(io, *stream, timeout_s, [&](auto done) { bhttp::async_write(*stream, request, done); });
@@ -112,6 +113,7 @@ void OpenAiHttpBackend::Send(const TurnRequest& turn, RequestRecord* record, std
   bhttp::request<bhttp::string_body> request(bhttp::verb::post, "/v1/completions", 11);
   request.set(bhttp::field::host, host_);
   request.set(bhttp::field::content_type, "application/json");
+  if (!options_.api_key.empty()) request.set(bhttp::field::authorization, "Bearer " + options_.api_key);
   request.body() = body.dump();
   request.prepare_payload();
   beast::error_code ec = Run(io, stream, left_s(), [&](auto done) { bhttp::async_write(stream, request, done); });

@@ -18,6 +18,7 @@ struct OpenAiHttpBackendOptions {
   bool ignore_eos = false;
   double timeout_s = 600;
   std::string model;
+  std::string api_key;  // sent as "Authorization: Bearer KEY" when set
 };
 
 class OpenAiHttpBackend : public Backend {
