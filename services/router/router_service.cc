@@ -204,7 +204,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     writing_ = false;
     if (!ok) {  // the client is gone: nothing more reaches it
       pending_.clear();
-      LoseClient(lock);
+      if (done_) {  // the call already ended while this write was in flight
+        done_ = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        FinishLocked(lock);
+        return;
+      }
+      LoseClient(lock);  // the call's on_done then finishes the RPC
       return;
     }
     if (!pending_.empty()) {
