@@ -1,5 +1,6 @@
 #include "common/http/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -51,15 +52,27 @@ class ExchangeImpl final : public Exchange {
   std::shared_ptr<Connection<Stream>> connection_;
 };
 
+// What Shutdown needs of a connection, plain or TLS.
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  // Once the I/O threads have stopped: drops the exchange (which holds its
+  // connection: a cycle that only the exchange's end breaks) and the queued
+  // writes, so that a connection still in an exchange is freed too.
+  virtual void ReleaseForShutdown() = 0;
+};
+
 struct ServerState {
   ServerOptions options;
   Handler handler;
   std::atomic<int> connections{0};
+  std::mutex live_mu;
+  std::vector<std::weak_ptr<ConnectionBase>> live;  // guarded by live_mu; pruned on each accept
 };
 
 // A plain or a TLS connection (Stream is PlainStream or TlsStream).
 template <class Stream>
-class Connection : public std::enable_shared_from_this<Connection<Stream>> {
+class Connection : public ConnectionBase, public std::enable_shared_from_this<Connection<Stream>> {
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
   using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
 
@@ -69,7 +82,13 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
       : stream_(std::move(socket), tls...), state_(std::move(state)) {
     state_->connections.fetch_add(1);
   }
-  ~Connection() { state_->connections.fetch_sub(1); }
+  ~Connection() override { state_->connections.fetch_sub(1); }
+
+  void ReleaseForShutdown() override {
+    exchange_.reset();
+    pending_.clear();
+    on_gone_ = nullptr;
+  }
 
   void Run() {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
@@ -359,6 +378,16 @@ class ServerImpl final : public Server {
     io_.stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    // Connections still in an exchange (a stream open at shutdown, a handler
+    // that never answered) would otherwise never be freed.
+    std::vector<std::shared_ptr<ConnectionBase>> live;
+    {
+      std::lock_guard<std::mutex> l(state_->live_mu);
+      for (auto& weak : state_->live)
+        if (auto c = weak.lock()) live.push_back(std::move(c));
+      state_->live.clear();
+    }
+    for (auto& c : live) c->ReleaseForShutdown();
   }
 
  private:
@@ -372,14 +401,23 @@ class ServerImpl final : public Server {
         } else {
           socket.set_option(tcp::no_delay(true), ec);
           if (tls_) {
-            std::make_shared<Connection<TlsStream>>(std::move(socket), state_, *tls_)->Run();
+            Track(std::make_shared<Connection<TlsStream>>(std::move(socket), state_, *tls_))->Run();
           } else {
-            std::make_shared<Connection<PlainStream>>(std::move(socket), state_)->Run();
+            Track(std::make_shared<Connection<PlainStream>>(std::move(socket), state_))->Run();
           }
         }
       }
       Accept();
     });
+  }
+
+  template <class C>
+  std::shared_ptr<C> Track(std::shared_ptr<C> connection) {
+    std::lock_guard<std::mutex> l(state_->live_mu);
+    auto& live = state_->live;
+    live.erase(std::remove_if(live.begin(), live.end(), [](const auto& w) { return w.expired(); }), live.end());
+    live.push_back(connection);
+    return connection;
   }
 
   // TLS 1.2 and later; with a client CA, a certificate it signed is required.

@@ -126,7 +126,7 @@ Bound::Bound(const Args& args, const std::string& function, std::initializer_lis
               std::to_string(args.positional.size()) + " given)");
   }
   for (const auto& [key, value] : args.keyword) {
-    const auto at = std::find_if(names_.begin(), names_.end(), [&](const char* n) { return key == n; });
+    const auto at = std::find_if(names_.begin(), names_.end(), [&k = key](const char* n) { return k == n; });
     if (at != names_.end() && !(flags & kPositionalOnly)) {
       auto& slot = values_[static_cast<size_t>(at - names_.begin())];
       if (slot) Fail("TypeError: " + function + "() got multiple values for argument '" + key + "'");

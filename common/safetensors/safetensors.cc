@@ -106,7 +106,7 @@ absl::Status SafetensorsFile::ParseHeader(absl::string_view header, uint64_t dat
       }
       continue;
     }
-    auto bad = [&](absl::string_view why) {
+    auto bad = [&, &name = name](absl::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor ", name, ": ", why));
     };
     if (!value.is_object()) return bad("header entry is not an object");

@@ -47,7 +47,7 @@ TEST_P(BatchInvarianceTest, AloneChunkedAndBatchedGiveIdenticalLogits) {
   const std::vector<int32_t> other = Prompt(9, 2, vocab);
   const std::vector<int32_t> table_a = {40, 41, 42, 43, 44, 45, 46, 47};
   const std::vector<int32_t> table_b = {50, 51, 52, 53, 54};
-  const std::vector<int32_t> table_c = {60, 61, 62};
+  const std::vector<int32_t> table_c = {60, 61, 62, 63};  // positions up to 13 at step 5: 4 blocks
   // Sequence C: a 7-token prompt prefilled alone first.
   const std::vector<int32_t> c_prompt = Prompt(7, 3, vocab);
   {
