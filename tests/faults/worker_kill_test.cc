@@ -58,8 +58,9 @@ TEST(WorkerKillTest, CutStreamsEndUnavailableQueuedOnesAreRetriedAndNewOnesSucce
   const floe::v1::GenerateRequest queued_request = GreedyRequest("Queued behind the batch", kQueuedTokens, doomed);
   BackgroundStream queued(*stub, queued_request, kDeadline);
   ASSERT_TRUE(WaitFor([&] { return Metric(doomed_metrics, "floe_num_requests_waiting") == 1; },
-                      std::chrono::seconds(10)))
-      << "the third request never queued on worker 0";
+                      std::chrono::seconds(30)))
+      << "the third request never queued on worker 0: waiting = " << Metric(doomed_metrics, "floe_num_requests_waiting")
+      << ", running = " << Metric(doomed_metrics, "floe_num_requests_running");
   BackgroundStream unaffected(*stub, GreedyRequest("Meanwhile on the other worker", kSurvivorTokens, survivor),
                               kDeadline);
   ASSERT_TRUE(unaffected.WaitForTokens(1, std::chrono::seconds(20)));
