@@ -164,6 +164,18 @@ absl::StatusOr<std::shared_ptr<GenerateCall>> RouterService::StartGenerate(const
 
 namespace {
 
+// Starts a call for a gRPC front: the caller's API key from its metadata,
+// and each worker call derived from its context, so that the client's
+// deadline and cancellation reach the worker.
+absl::StatusOr<std::shared_ptr<GenerateCall>> StartFromGrpc(RouterService* service,
+                                                            grpc::CallbackServerContext* context,
+                                                            const GenerateRequest& request, GenerateCall::Sink sink) {
+  return service->StartGenerate(
+      request, CallMetadata(*context, "authorization"),
+      [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
+      std::move(sink));
+}
+
 // The streaming gRPC front of one call. Holds no thread: GenerateCall hands
 // it each worker message's events, it writes them one at a time, and only
 // once they are all written asks the call for more (Resume), so a slow
@@ -181,10 +193,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       reactor->OnEvents(call, std::move(events));
     };
     sink.on_done = [reactor](const grpc::Status& status) { reactor->OnCallDone(status); };
-    auto call = service->StartGenerate(
-        request, CallMetadata(*context, "authorization"),
-        [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
-        std::move(sink));
+    auto call = StartFromGrpc(service, context, request, std::move(sink));
     if (!call.ok()) {
       reactor->Finish(ToGrpcStatus(call.status()));
       return reactor;
@@ -326,12 +335,9 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
       }
       reactor->Finish(status);
     };
-    // The worker call derives from this context, so a client that goes away
-    // cancels it; the call then ends and on_done finishes the RPC.
-    auto call = service->StartGenerate(
-        request, CallMetadata(*context, "authorization"),
-        [context]() -> std::shared_ptr<grpc::ClientContext> { return grpc::ClientContext::FromServerContext(*context); },
-        std::move(sink));
+    // A client that goes away cancels the worker call (StartFromGrpc); the
+    // call then ends and on_done finishes the RPC.
+    auto call = StartFromGrpc(service, context, request, std::move(sink));
     if (!call.ok()) {
       reactor->Finish(ToGrpcStatus(call.status()));
     } else {
