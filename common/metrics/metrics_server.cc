@@ -1,40 +1,88 @@
 #include "common/metrics/metrics_server.h"
 
+#include <chrono>
+#include <iterator>
+#include <utility>
+
+#include <prometheus/text_serializer.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace floe {
 namespace {
 
-constexpr int kThreads = 8;
-constexpr int kIdleMs = 2000;
+// A scraper is answered at once or dropped: nothing it does holds a thread
+// (issue 17's probe blinded civetweb's thread-per-connection exposer with two
+// idle connections), and a few hundred connections are far more than the
+// scrapers of one pod.
+constexpr int kMaxConnections = 256;
+constexpr std::chrono::seconds kIdleTimeout{10};
+constexpr std::chrono::seconds kWriteTimeout{10};
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port) {
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsServerOptions& options) {
   std::unique_ptr<MetricsServer> server(new MetricsServer());
-  try {
-    // civetweb serves a connection per thread for as long as the client keeps
-    // it: with its defaults (2 threads, 30 s to send a request) two idle
-    // connections blinded /metrics. More threads, and a connection that
-    // sends nothing, or idles between keep-alive requests, is closed after
-    // kIdleMs.
-    server->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", absl::StrCat(host, ":", port), "num_threads", std::to_string(kThreads),
-        "request_timeout_ms", std::to_string(kIdleMs), "keep_alive_timeout_ms", std::to_string(kIdleMs)});
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", host, ":", port, ": ", e.what()));
-  }
   server->registry_ = std::make_shared<prometheus::Registry>();
-  server->exposer_->RegisterCollectable(server->registry_);
-  std::vector<int> ports = server->exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError("metrics: no listening port");
-  server->url_ = absl::StrCat("http://", host, ":", ports[0], "/metrics");
+  http::ServerOptions http_options;
+  http_options.host = options.host;
+  http_options.port = options.port;
+  http_options.threads = 1;
+  http_options.max_body_bytes = 4 << 10;  // a GET has no body
+  http_options.max_connections = kMaxConnections;
+  http_options.idle_timeout = kIdleTimeout;
+  http_options.write_timeout = kWriteTimeout;
+  http_options.tls_cert_file = options.tls_cert_file;
+  http_options.tls_key_file = options.tls_key_file;
+  http_options.tls_client_ca_file = options.tls_client_ca_file;
+  MetricsServer* self = server.get();  // the server outlives its http_ (destroyed first)
+  auto http = http::Server::Start(http_options, [self](http::Request request, std::shared_ptr<http::Exchange> exchange) {
+    http::Response response;
+    response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    if (request.path != "/metrics") {
+      response.status = 404;
+      response.body = "not found: only /metrics is served here\n";
+    } else if (request.method != "GET") {
+      response.status = 405;
+      response.body = "method not allowed: GET /metrics\n";
+      response.headers.emplace_back("allow", "GET");
+    } else {
+      response.body = self->Scrape();
+    }
+    exchange->Reply(std::move(response));
+  });
+  if (!http.ok()) {
+    return absl::Status(http.status().code(),
+                        absl::StrCat("metrics: cannot listen on ", options.host, ":", options.port, ": ",
+                                     http.status().message()));
+  }
+  server->http_ = *std::move(http);
+  const bool tls = !options.tls_cert_file.empty();
+  server->url_ = absl::StrCat(tls ? "https://" : "http://", options.host, ":", server->http_->port(), "/metrics");
   return server;
 }
 
+MetricsServer::~MetricsServer() {
+  if (http_) http_->Shutdown();
+}
+
 void MetricsServer::Add(const std::shared_ptr<prometheus::Collectable>& collectable) {
+  std::lock_guard<std::mutex> lock(mu_);
   extra_.push_back(collectable);
-  exposer_->RegisterCollectable(collectable);
+}
+
+std::string MetricsServer::Scrape() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    extra = extra_;
+  }
+  for (const auto& collectable : extra) {
+    std::vector<prometheus::MetricFamily> more = collectable->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 const std::vector<double>& TtftBuckets() {

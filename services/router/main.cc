@@ -186,7 +186,11 @@ int Run(int argc, char** argv) {
   std::unique_ptr<MetricsServer> metrics_server;
   std::unique_ptr<RouterMetrics> metrics;
   if (f.metrics_port >= 0) {
-    auto started = MetricsServer::Start(f.host, f.metrics_port);
+    auto started = MetricsServer::Start({.host = f.host,
+                                          .port = f.metrics_port,
+                                          .tls_cert_file = f.tls.cert_file,
+                                          .tls_key_file = f.tls.key_file,
+                                          .tls_client_ca_file = f.tls.client_ca_file});
     if (!started.ok()) {
       LogEvent(LogLevel::kError, "router", "metrics_failed", {{"error", std::string(started.status().message())}});
       return 1;

@@ -136,7 +136,11 @@ int Run(int argc, char** argv) {
   std::unique_ptr<MetricsServer> metrics_server;
   std::unique_ptr<suffix_cache::SuffixCacheMetrics> metrics;
   if (metrics_port >= 0) {
-    auto started = MetricsServer::Start(host, metrics_port);
+    auto started = MetricsServer::Start({.host = host,
+                                          .port = metrics_port,
+                                          .tls_cert_file = tls.cert_file,
+                                          .tls_key_file = tls.key_file,
+                                          .tls_client_ca_file = tls.client_ca_file});
     if (!started.ok()) {
       LogEvent(LogLevel::kError, "suffix-cache", "metrics_failed", {{"error", std::string(started.status().message())}});
       return 1;

@@ -6,7 +6,7 @@
 // timestamps (RequestOutput::time), one clock per request.
 //
 // Thread-safe: observers are called from gRPC threads, Collect from the
-// exposer's thread.
+// metrics server's I/O thread.
 #pragma once
 
 #include <atomic>

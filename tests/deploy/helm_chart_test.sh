@@ -79,14 +79,19 @@ grep -q -- '--http-port=8000' "$TMP/default.yaml" &&
 
 # TLS from a kubernetes.io/tls Secret on every service: the flags (checked
 # against each binary's --help by check_rendered.py), the mount, the volume,
-# mTLS on request, and TCP probes (kubelet probes cannot present a certificate).
-printf 'tls: {secretName: floe-tls, clientAuth: true}\n' >"$TMP/tls-values.yaml"
+# mTLS on request, TCP probes (kubelet probes cannot present a certificate),
+# and a ServiceMonitor that scrapes over HTTPS with the Secret's CA.
+printf 'tls: {secretName: floe-tls, clientAuth: true}\nserviceMonitor: {enabled: true}\n' >"$TMP/tls-values.yaml"
 run tls "$TMP/tls-values.yaml" workers=1 routers=1 suffix-caches=1
 [[ $(grep -c -- '--tls-cert=/etc/floe-tls/tls.crt' "$TMP/tls.yaml") == 3 ]] &&
   [[ $(grep -c -- '--tls-client-ca=/etc/floe-tls/ca.crt' "$TMP/tls.yaml") == 3 ]] &&
   [[ $(grep -c 'secretName: floe-tls' "$TMP/tls.yaml") == 3 ]] &&
   [[ $(grep -c 'mountPath: /etc/floe-tls' "$TMP/tls.yaml") == 3 ]] &&
   grep -A1 'readinessProbe:' "$TMP/tls.yaml" | grep -q 'tcpSocket' &&
+  grep -q 'scheme: https' "$TMP/tls.yaml" &&
+  grep -q 'serverName: floe-router-llama-3-1-8b.serving.svc$' "$TMP/tls.yaml" &&
+  grep -q 'keySecret: {name: floe-tls, key: tls.key}' "$TMP/tls.yaml" &&
+  ! grep -q 'scheme: https' "$TMP/gpu-tp8.yaml" &&
   ! grep -q -- '--tls' "$TMP/default.yaml" &&
   { echo "ok: tls on every service"; passed=$((passed + 1)); } ||
   { echo "FAIL: tls on every service"; failed=$((failed + 1)); }

@@ -2,9 +2,9 @@
 // time: `floe local` on the built-in tiny model applies --tls-* to every
 // service it starts (router, worker, suffix-cache: their own calls go over
 // TLS too), then real clients try it: `floe generate` over gRPC, Node's TLS
-// stack over HTTPS, and the official `openai` npm client. A plaintext client
-// is refused; under mTLS a client without a certificate, or with one signed
-// by another CA, is refused. Exits non-zero on the first failed check.
+// stack over HTTPS (the OpenAI API and every /metrics), and the official
+// `openai` npm client. A plaintext client is refused; under mTLS a client
+// without a certificate, or with one signed by another CA, is refused. Exits non-zero on the first failed check.
 import { spawn, execFileSync, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
@@ -76,7 +76,9 @@ function startLocal(extra) {
       out += d;
       const http = /^http listening on (\S+)$/m.exec(out);
       const grpc = /^router listening on (\S+)$/m.exec(out);
-      if (http && grpc) resolve({ http: http[1], grpc: grpc[1] });
+      // "metrics <service> <url>" lines come before the listening lines.
+      const metrics = Object.fromEntries([...out.matchAll(/^metrics (\S+) (\S+)$/gm)].map((m) => [m[1], m[2]]));
+      if (http && grpc) resolve({ http: http[1], grpc: grpc[1], metrics });
     });
     local.on('exit', (code) => reject(new Error(`floe local exited (${code}) before it was ready:\n${stderr}`)));
     setTimeout(() => reject(new Error(`floe local not ready in 300 s:\n${stderr}`)), 300000);
@@ -110,12 +112,24 @@ function httpsGet(address, pathname, tls) {
   });
 }
 
+// Every service's /metrics URL: each must be https:// (three services).
+function metricsAddresses(metrics) {
+  const services = Object.keys(metrics).sort();
+  assert.deepEqual(services, ['router', 'suffix-cache', 'worker-0']);
+  return services.map((name) => {
+    const url = new URL(metrics[name]);
+    assert.equal(url.protocol, 'https:', `${name} metrics at ${metrics[name]}`);
+    assert.equal(url.pathname, '/metrics');
+    return { name, address: url.host };
+  });
+}
+
 // Plain HTTP to a TLS port: the server must not answer it.
-function plainHttpGet(address) {
+function plainHttpGet(address, pathname = '/v1/models') {
   const [host, port] = address.split(':');
   return new Promise((resolve) => {
     import('node:http').then(({ default: http }) => {
-      const req = http.request({ host, port, path: '/v1/models', timeout: 10000 }, (res) => {
+      const req = http.request({ host, port, path: pathname, timeout: 10000 }, (res) => {
         res.resume();
         resolve({ status: res.statusCode });
       });
@@ -130,7 +144,7 @@ const ca = fs.readFileSync(file('ca.pem'));
 let tlsText;
 const tlsCluster = startLocal([]);
 try {
-  const { http, grpc } = await tlsCluster.ready;
+  const { http, grpc, metrics } = await tlsCluster.ready;
   await check('TLS: floe generate --tls-ca is served', async () => {
     const r = generate(grpc, ['--tls-ca', file('ca.pem')]);
     assert.equal(r.status, 0, r.stderr);
@@ -153,6 +167,15 @@ try {
     const r = await plainHttpGet(http);
     assert.ok(r.error, `answered ${JSON.stringify(r)}`);
   });
+  await check('TLS: every service serves /metrics over HTTPS only', async () => {
+    for (const { name, address } of metricsAddresses(metrics)) {
+      assert.deepEqual(await httpsGet(address, '/metrics', { ca }), { status: 200 }, name);
+      const plain = await plainHttpGet(address, '/metrics');
+      assert.ok(plain.error, `${name} answered plain HTTP: ${JSON.stringify(plain)}`);
+      const untrusted = await httpsGet(address, '/metrics', {});
+      assert.ok(untrusted.error, `${name}: a client that does not trust the CA was answered`);
+    }
+  });
   await check('TLS: the openai npm client over HTTPS', async () => {
     const r = spawnSync(process.execPath, [process.argv[1], '--openai-client', http], { encoding: 'utf8',
       env: { ...process.env, NODE_EXTRA_CA_CERTS: file('ca.pem') }, timeout: 120000 });
@@ -169,7 +192,7 @@ try {
 
 const mtlsCluster = startLocal(['--tls-client-ca', file('ca.pem')]);
 try {
-  const { http, grpc } = await mtlsCluster.ready;
+  const { http, grpc, metrics } = await mtlsCluster.ready;
   const client = ['--tls-ca', file('ca.pem'), '--tls-cert', file('client.pem'), '--tls-key', file('client.key')];
   await check('mTLS: a client with a certificate the CA signed is served, same text as under TLS', async () => {
     const r = generate(grpc, client);
@@ -210,6 +233,15 @@ try {
     const withCert = await httpsGet(http, '/v1/models', { ca, cert: fs.readFileSync(file('client.pem')),
       key: fs.readFileSync(file('client.key')) });
     assert.deepEqual(withCert, { status: 200 });
+  });
+  await check('mTLS: /metrics of every service needs the client certificate', async () => {
+    const cert = fs.readFileSync(file('client.pem'));
+    const key = fs.readFileSync(file('client.key'));
+    for (const { name, address } of metricsAddresses(metrics)) {
+      const without = await httpsGet(address, '/metrics', { ca });
+      assert.ok(without.error, `${name} answered a scraper without a certificate: ${JSON.stringify(without)}`);
+      assert.deepEqual(await httpsGet(address, '/metrics', { ca, cert, key }), { status: 200 }, name);
+    }
   });
 } catch (e) {
   failed = true;
