@@ -10,22 +10,24 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics/https_get.h"
 
 namespace floe {
 
-absl::StatusOr<std::string> HttpGet(const std::string& url) {
-  const std::string prefix = "http://";
-  if (url.rfind(prefix, 0) != 0) return absl::InvalidArgumentError("not an http:// URL: " + url);
-  std::string rest = url.substr(prefix.size());
+absl::StatusOr<std::string> HttpGet(const std::string& url, const HttpGetOptions& options) {
+  const bool tls = url.rfind("https://", 0) == 0;
+  if (!tls && url.rfind("http://", 0) != 0) return absl::InvalidArgumentError("not an http:// or https:// URL: " + url);
+  std::string rest = url.substr(url.find("//") + 2);
   size_t slash = rest.find('/');
   std::string host_port = rest.substr(0, slash), path = slash == std::string::npos ? "/" : rest.substr(slash);
   size_t colon = host_port.rfind(':');
   std::string host = host_port.substr(0, colon);
-  int port = 80;
+  int port = tls ? 443 : 80;
   if (colon != std::string::npos && !absl::SimpleAtoi(host_port.substr(colon + 1), &port))
     return absl::InvalidArgumentError("bad port in " + url);
+  if (tls) return internal::HttpsGet(host, port, path, options);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval timeout{10, 0};
+  timeval timeout{static_cast<time_t>(options.timeout.count()), 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

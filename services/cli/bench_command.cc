@@ -193,7 +193,8 @@ int RunBench(int argc, char** argv) {
   parser.AddString("tls-key", &f.tls.key_file, "private key (PEM) of --tls-cert");
   parser.AddBool("no-progress", &f.no_progress, "no live progress line");
   parser.AddString("metrics", &f.metrics, "comma-separated /metrics URLs (floe local prints them): before/after "
-                                          "snapshots give prefix hit rate and speculative acceptance for the run");
+                                          "snapshots give prefix hit rate and speculative acceptance for the run "
+                                          "(https:// ones scraped with the --tls-* files)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()), 2);
   if (parser.help_requested()) return std::printf("%s", parser.Help().c_str()), 0;
   if (!parser.positional().empty()) return Fail(absl::StrCat("unexpected argument \"", parser.positional()[0], "\""), 2);
@@ -283,6 +284,7 @@ int RunBench(int argc, char** argv) {
 
   std::vector<std::string> metrics_urls;
   for (absl::string_view url : absl::StrSplit(f.metrics, ',', absl::SkipEmpty())) metrics_urls.emplace_back(url);
+  const HttpGetOptions scrape{.ca_file = f.tls.ca_file, .cert_file = f.tls.cert_file, .key_file = f.tls.key_file};
   const std::vector<double> points = sweep->values.empty() ? std::vector<double>{0} : sweep->values;
   std::vector<bench::LabeledRun> runs, compared;
   bool aborted = false;
@@ -296,10 +298,10 @@ int RunBench(int argc, char** argv) {
     // prefix cache the earlier ones filled; compared servers get the same ones.
     auto jobs = BuildWorkload(f, info, f.seed + p);
     if (!jobs.ok()) return Fail(std::string(jobs.status().message()), 2);
-    const bench::MetricsSnapshot before = bench::ScrapeAll(metrics_urls);
+    const bench::MetricsSnapshot before = bench::ScrapeAll(metrics_urls, scrape);
     runs.push_back(Measure(label, points[p], *jobs, *backends[0], options, slo));
     if (!metrics_urls.empty()) {
-      nlohmann::json server = bench::ServerDelta(before, bench::ScrapeAll(metrics_urls));
+      nlohmann::json server = bench::ServerDelta(before, bench::ScrapeAll(metrics_urls, scrape));
       std::printf("[bench] server (%s): prefix hit rate %s, spec acceptance %s, mean accepted length %s, preemptions %g\n",
                   label.c_str(), server["prefix_hit_rate"].dump().c_str(), server["spec_acceptance_rate"].dump().c_str(),
                   server["spec_mean_accepted_length"].dump().c_str(), server["preemptions"].get<double>());

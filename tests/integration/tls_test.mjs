@@ -200,12 +200,16 @@ try {
     assert.equal(r.json.usage.completion_tokens, 8);
     assert.equal(r.json.text, tlsText);
   });
-  await check('mTLS: floe bench with the client certificate completes every request', async () => {
+  await check('mTLS: floe bench with the client certificate completes every request and scrapes /metrics', async () => {
     const r = spawnSync(floe, ['bench', '--addr', grpc, '--num-requests', '4', '--input-len', '16', '--output-len', '4',
-      '--ignore-eos', '--no-progress', '--timeout-s', '30', '--connect-timeout-s', '20', ...client],
+      '--ignore-eos', '--no-progress', '--timeout-s', '30', '--connect-timeout-s', '20', ...client,
+      '--metrics', Object.values(metrics).join(',')],
     { encoding: 'utf8', timeout: 120000 });
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stdout, /completed\s+4\.00\n/);
+    // Every https:// /metrics URL scraped with the client certificate.
+    assert.doesNotMatch(r.stderr, /cannot scrape/);
+    assert.match(r.stdout, /\[bench\] server \(/);
     const plain = spawnSync(floe, ['bench', '--addr', grpc, '--num-requests', '1', '--input-len', '16',
       '--output-len', '4', '--no-progress', '--connect-timeout-s', '3', '--timeout-s', '5'],
     { encoding: 'utf8', timeout: 60000 });

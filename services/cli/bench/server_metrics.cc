@@ -17,10 +17,10 @@ constexpr const char* kCounters[] = {
 
 }  // namespace
 
-MetricsSnapshot ScrapeAll(const std::vector<std::string>& urls) {
+MetricsSnapshot ScrapeAll(const std::vector<std::string>& urls, const HttpGetOptions& options) {
   MetricsSnapshot snapshot;
   for (const std::string& url : urls) {
-    auto body = HttpGet(url);
+    auto body = HttpGet(url, options);
     if (!body.ok()) {
       std::fprintf(stderr, "floe bench: warning: cannot scrape %s: %s\n", url.c_str(),
                    std::string(body.status().message()).c_str());

@@ -9,12 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/metrics/http_get.h"
+
 namespace floe::bench {
 
 using MetricsSnapshot = std::map<std::string, double>;  // summed over every URL
 
-// Scrapes every URL (errors are reported on stderr and that URL skipped).
-MetricsSnapshot ScrapeAll(const std::vector<std::string>& urls);
+// Scrapes every URL (errors are reported on stderr and that URL skipped);
+// https:// URLs with the bench's --tls-* files.
+MetricsSnapshot ScrapeAll(const std::vector<std::string>& urls, const HttpGetOptions& options);
 
 // The run's deltas and derived rates; rates are null when their denominator is 0.
 nlohmann::json ServerDelta(const MetricsSnapshot& before, const MetricsSnapshot& after);
