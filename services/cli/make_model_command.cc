@@ -13,9 +13,11 @@ int RunMakeModel(int argc, char** argv) {
   std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture;
   uint64_t seed = 0;
   int shards = 1;
-  ArgParser parser("floe make-model --preset tiny|llama-3.2-1b --dtype bf16|fp32 --tokenizer DIR_OR_FILE --out DIR",
+  ArgParser parser("floe make-model --preset tiny|llama-3.2-1b|tiny-swiftkv|llama-3.2-1b-swiftkv --dtype bf16|fp32 "
+                   "--tokenizer DIR_OR_FILE --out DIR",
                    "Writes config.json, generation_config.json, safetensors weights (seeded random) and the\n"
-                   "tokenizer files into DIR: a real Hugging Face checkpoint folder at the preset's shapes.");
+                   "tokenizer files into DIR: a real Hugging Face checkpoint folder at the preset's shapes.\n"
+                   "-swiftkv presets: LlamaSwiftKVForCausalLM with SwiftKV on over the second half of the layers.");
   parser.AddString("preset", &preset, absl::StrCat("shape preset: ", absl::StrJoin(CheckpointPresetNames(), "|")));
   parser.AddString("dtype", &dtype, "bf16|fp32|fp16");
   parser.AddString("tokenizer", &tokenizer, "tokenizer.json or a folder with it (and tokenizer_config.json)");

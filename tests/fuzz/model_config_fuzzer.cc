@@ -34,8 +34,8 @@ bool Same(const ModelConfig& a, const ModelConfig& b) {
          SameFloat(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor) &&
          a.rope_scaling.original_max_position_embeddings == b.rope_scaling.original_max_position_embeddings &&
          a.tie_word_embeddings == b.tie_word_embeddings && a.attention_bias == b.attention_bias &&
-         a.qk_norm == b.qk_norm && a.bos_token_id == b.bos_token_id && a.eos_token_ids == b.eos_token_ids &&
-         a.torch_dtype == b.torch_dtype;
+         a.qk_norm == b.qk_norm && a.swiftkv == b.swiftkv && a.num_key_value_layers == b.num_key_value_layers &&
+         a.bos_token_id == b.bos_token_id && a.eos_token_ids == b.eos_token_ids && a.torch_dtype == b.torch_dtype;
 }
 
 // The integer the file gave for `key` (absent, null or not an integer: no check).

@@ -26,12 +26,18 @@ struct LayerWeights {
   TensorView gate_proj;            // [intermediate, hidden]
   TensorView up_proj;              // [intermediate, hidden]
   TensorView down_proj;            // [hidden, intermediate]
+  // SwiftKV checkpoints, layers >= num_key_value_layers: the query and the
+  // KV projections used when the layer's KV come from norm_swiftkv's output.
+  TensorView q_proj_swiftkv;       // [heads*head_dim, hidden]
+  TensorView k_proj_swiftkv;       // [kv_heads*head_dim, hidden]
+  TensorView v_proj_swiftkv;       // [kv_heads*head_dim, hidden]
 };
 
 struct ModelWeights {
   TensorView embed_tokens;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   TensorView final_norm;    // [hidden]
+  TensorView norm_swiftkv;  // [hidden]; SwiftKV checkpoints only
   TensorView lm_head;       // [vocab, hidden]; aliases embed_tokens when tied
 };
 

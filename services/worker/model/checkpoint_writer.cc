@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/safetensors/safetensors_writer.h"
 #include "common/safetensors/sharded_safetensors.h"
 #include "common/status/status_macros.h"
@@ -111,10 +112,28 @@ const char* TorchDtype(DType dtype) {
 }  // namespace
 
 std::vector<std::string> CheckpointPresetNames() {
-  return {"tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-32b"};
+  return {"tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-32b", "tiny-swiftkv", "llama-3.2-1b-swiftkv"};
 }
 
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view preset, absl::string_view architecture) {
+  // X-swiftkv: preset X as a LlamaSwiftKVForCausalLM checkpoint with SwiftKV
+  // on over its second half (tiny-swiftkv has 4 layers, so 2 skipped).
+  if (absl::ConsumeSuffix(&preset, "-swiftkv")) {
+    if (preset != "tiny" && preset != "llama-3.2-1b") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", preset, "-swiftkv\" (supported: ",
+                                                     absl::StrJoin(CheckpointPresetNames(), ", "), ")"));
+    }
+    if (!architecture.empty()) {
+      return absl::InvalidArgumentError("a -swiftkv preset is LlamaSwiftKVForCausalLM: no architecture override");
+    }
+    FLOE_ASSIGN_OR_RETURN(ModelConfig c, PresetConfig(preset, ""));
+    if (preset == "tiny") c.num_layers = 4;
+    c.architecture = Architecture::kLlamaSwiftKV;
+    c.architecture_name = "LlamaSwiftKVForCausalLM";
+    c.swiftkv = true;
+    c.num_key_value_layers = c.num_layers / 2;
+    return c;
+  }
   ModelConfig c = Llama32Base();
   if (preset == "tiny") {
     c.num_layers = 2;
@@ -168,6 +187,7 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view preset, absl::string_
     c.attention_bias = c.architecture == Architecture::kQwen2;
     c.qk_norm = c.architecture == Architecture::kQwen3;
   }
+  c.num_key_value_layers = c.num_layers;  // as config.json parsing sets it
   return c;
 }
 

@@ -27,6 +27,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {Architecture::kMistral, "MistralForCausalLM", "mistral"},
     {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
     {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
+    {Architecture::kLlamaSwiftKV, "LlamaSwiftKVForCausalLM", "llama_swiftkv"},
 };
 
 absl::Status FieldError(absl::string_view field, absl::string_view why) {
@@ -188,6 +189,28 @@ absl::StatusOr<ModelConfig> Parse(const Json& root) {
   c.attention_bias = c.architecture == Architecture::kQwen2;
   c.qk_norm = c.architecture == Architecture::kQwen3;
 
+  // SwiftKV's fields (Arctic's LlamaSwiftKVConfig): swiftkv defaults to off,
+  // num_key_value_layers to every layer; key_value_group_size > 1 (later
+  // layers sharing one KV) is a variant no public checkpoint uses.
+  c.num_key_value_layers = c.num_layers;
+  if (c.architecture == Architecture::kLlamaSwiftKV) {
+    FLOE_ASSIGN_OR_RETURN(c.swiftkv, ReadBool(root, "swiftkv", false));
+    FLOE_ASSIGN_OR_RETURN(c.num_key_value_layers, ReadInt(root, "num_key_value_layers", c.num_layers));
+    if (c.num_key_value_layers > c.num_layers) {
+      return FieldError("num_key_value_layers", absl::StrCat(c.num_key_value_layers, " exceeds num_hidden_layers ",
+                                                             c.num_layers));
+    }
+    FLOE_ASSIGN_OR_RETURN(int group, ReadInt(root, "key_value_group_size", 1));
+    if (group != 1) return FieldError("key_value_group_size", absl::StrCat(group, " is not supported (only 1)"));
+  } else {
+    for (const char* field : {"swiftkv", "num_key_value_layers"}) {
+      if (Find(root, field) != nullptr) {
+        return FieldError(field, absl::StrCat("is a SwiftKV field; ", c.architecture_name,
+                                              " has none (LlamaSwiftKVForCausalLM does)"));
+      }
+    }
+  }
+
   FLOE_ASSIGN_OR_RETURN(std::vector<int> bos, ReadTokenIds(root, "bos_token_id"));
   if (bos.size() > 1) return FieldError("bos_token_id", "expected one token id");
   c.bos_token_id = bos.empty() ? -1 : bos[0];
@@ -279,6 +302,11 @@ std::string ModelConfig::ToJson() const {
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["hidden_act"] = "silu";
   if (architecture != Architecture::kQwen2) j["attention_bias"] = false;
+  if (architecture == Architecture::kLlamaSwiftKV) {
+    j["swiftkv"] = swiftkv;
+    j["num_key_value_layers"] = num_key_value_layers;
+    j["key_value_group_size"] = 1;
+  }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) {
     j["eos_token_id"] = eos_token_ids[0];

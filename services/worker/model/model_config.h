@@ -9,7 +9,9 @@
 
 namespace floe {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+// kLlamaSwiftKV: Snowflake's LlamaSwiftKVForCausalLM (model_type
+// llama_swiftkv), Llama's math plus the SwiftKV tensors (see ModelConfig::swiftkv).
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kLlamaSwiftKV };
 
 struct RopeScaling {
   // "" (none), "llama3" or "linear". Other types are rejected at parse time.
@@ -37,6 +39,16 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
   bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+  // SwiftKV (LlamaSwiftKVForCausalLM only): with `swiftkv` on, every token
+  // runs layers [0, num_key_value_layers); the K/V of the later layers come
+  // from one projection of that layer stack's output (norm_swiftkv, then each
+  // layer's k/v_proj_swiftkv), and only the tokens whose logits are wanted
+  // run the later layers (their queries from q_proj_swiftkv). With it off the
+  // checkpoint is a plain Llama (its dense q/k/v_proj in every layer).
+  bool swiftkv = false;
+  int num_key_value_layers = 0;  // num_layers unless a SwiftKV config says otherwise
+  // The layers every token runs: num_key_value_layers under SwiftKV, else all.
+  int dense_layers() const { return swiftkv ? num_key_value_layers : num_layers; }
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", "float32", ...

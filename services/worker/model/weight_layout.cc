@@ -37,6 +37,13 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     add("self_attn.q_proj.weight", {q_out, hidden}, WeightKind::kMatrix, &LayerWeights::q_proj);
     add("self_attn.k_proj.weight", {kv_out, hidden}, WeightKind::kMatrix, &LayerWeights::k_proj);
     add("self_attn.v_proj.weight", {kv_out, hidden}, WeightKind::kMatrix, &LayerWeights::v_proj);
+    // A SwiftKV checkpoint keeps the dense projections too (its swiftkv:
+    // false mode, and the teacher it was distilled from).
+    if (c.architecture == Architecture::kLlamaSwiftKV && layer >= c.num_key_value_layers) {
+      add("self_attn.q_proj_swiftkv.weight", {q_out, hidden}, WeightKind::kMatrix, &LayerWeights::q_proj_swiftkv);
+      add("self_attn.k_proj_swiftkv.weight", {kv_out, hidden}, WeightKind::kMatrix, &LayerWeights::k_proj_swiftkv);
+      add("self_attn.v_proj_swiftkv.weight", {kv_out, hidden}, WeightKind::kMatrix, &LayerWeights::v_proj_swiftkv);
+    }
     if (c.attention_bias) {
       add("self_attn.q_proj.bias", {q_out}, WeightKind::kBias, &LayerWeights::q_bias);
       add("self_attn.k_proj.bias", {kv_out}, WeightKind::kBias, &LayerWeights::k_bias);
@@ -54,6 +61,9 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     add("mlp.down_proj.weight", {hidden, inter}, WeightKind::kMatrix, &LayerWeights::down_proj);
   }
   model("model.norm.weight", {hidden}, WeightKind::kNorm, &ModelWeights::final_norm);
+  if (c.architecture == Architecture::kLlamaSwiftKV && c.num_key_value_layers < c.num_layers) {
+    model("model.norm_swiftkv.weight", {hidden}, WeightKind::kNorm, &ModelWeights::norm_swiftkv);
+  }
   if (!c.tie_word_embeddings) {
     model("lm_head.weight", {c.vocab_size, hidden}, WeightKind::kMatrix, &ModelWeights::lm_head);
   }

@@ -100,6 +100,9 @@ def model_config(tiny_path):
                'rms_norm_eps': 1e-05, 'sliding_window': None, 'bos_token_id': 1, 'eos_token_id': 2,
                'rope_scaling': {'rope_type': 'default'}}
     write('model_config', 'mistral.json', json.dumps(mistral))
+    swiftkv = dict(tiny, architectures=['LlamaSwiftKVForCausalLM'], model_type='llama_swiftkv', num_hidden_layers=4,
+                   swiftkv=True, num_key_value_layers=2, key_value_group_size=1)
+    write('model_config', 'swiftkv.json', json.dumps(swiftkv))
 
 
 def openai_bodies():

@@ -211,6 +211,45 @@ TEST_F(CheckpointTest, Qwen2AndQwen3VariantsLoadTheirExtraTensors) {
   EXPECT_THAT(LoadError(dir), HasSubstr("missing tensor model.layers.0.self_attn.q_proj.bias"));
 }
 
+// floe make-model --preset tiny-swiftkv: the public SwiftKV checkpoints'
+// format (config and tensor names as Arctic's LlamaSwiftKVForCausalLM reads
+// them), loaded back; the later layers keep their dense q/k/v too.
+TEST_F(CheckpointTest, SwiftKVCheckpointLoadsItsExtraTensors) {
+  CheckpointSpec spec;
+  spec.preset = "tiny-swiftkv";
+  spec.dtype = DType::kBF16;
+  const std::string dir = Path("swiftkv");
+  ASSERT_TRUE(WriteRandomCheckpoint(spec, dir).ok());
+  std::ifstream config_file(dir + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_file);
+  EXPECT_EQ(config["architectures"][0], "LlamaSwiftKVForCausalLM");
+  EXPECT_EQ(config["model_type"], "llama_swiftkv");
+  EXPECT_EQ(config["swiftkv"], true);
+  EXPECT_EQ(config["num_key_value_layers"], 2);
+  EXPECT_EQ(config["num_hidden_layers"], 4);
+  auto checkpoint = LoadOk(dir);
+  ASSERT_NE(checkpoint, nullptr);
+  EXPECT_TRUE(checkpoint->config().swiftkv);
+  EXPECT_EQ(checkpoint->config().dense_layers(), 2);
+  ExpectShapes(*checkpoint);
+  const ModelWeights& w = checkpoint->weights();
+  EXPECT_EQ(w.norm_swiftkv.shape, std::vector<int64_t>{64});
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(w.layers[i].q_proj_swiftkv.present(), i >= 2) << i;
+    EXPECT_EQ(w.layers[i].k_proj_swiftkv.present(), i >= 2) << i;
+    EXPECT_EQ(w.layers[i].v_proj_swiftkv.present(), i >= 2) << i;
+  }
+  EXPECT_EQ(w.layers[3].q_proj_swiftkv.shape, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(w.layers[3].k_proj_swiftkv.shape, (std::vector<int64_t>{32, 64}));
+
+  // A config that moves the SwiftKV boundary down to layer 1 finds layer 1's
+  // SwiftKV projections missing, and names the first.
+  nlohmann::json edited = config;
+  edited["num_key_value_layers"] = 1;
+  std::ofstream(dir + "/config.json") << edited.dump();
+  EXPECT_THAT(LoadError(dir), HasSubstr("missing tensor model.layers.1.self_attn.q_proj_swiftkv.weight"));
+}
+
 TEST_F(CheckpointTest, MissingTensorIsNamed) {
   std::string dir = WriteEdited("missing", [](const std::string& name, Tensor&) {
     return name != "model.layers.1.mlp.up_proj.weight";

@@ -192,6 +192,10 @@ TEST(ModelConfigTest, WrongTypesAreNamed) {
 TEST(ModelConfigTest, ToJsonRoundTripsPresets) {
   for (const std::string& preset : CheckpointPresetNames()) {
     for (const char* arch : {"", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+      if (preset.ends_with("-swiftkv") && *arch) {  // a SwiftKV preset is its own architecture
+        EXPECT_FALSE(PresetConfig(preset, arch).ok());
+        continue;
+      }
       auto config = PresetConfig(preset, arch);
       ASSERT_TRUE(config.ok()) << config.status();
       std::string text = config->ToJson();
@@ -205,11 +209,56 @@ TEST(ModelConfigTest, ToJsonRoundTripsPresets) {
       EXPECT_EQ(back->head_dim, config->head_dim);
       EXPECT_EQ(back->eos_token_ids, config->eos_token_ids);
       EXPECT_EQ(back->rope_scaling.original_max_position_embeddings, 8192);
+      EXPECT_EQ(back->swiftkv, config->swiftkv);
+      EXPECT_EQ(back->num_key_value_layers, config->num_key_value_layers);
+      EXPECT_EQ(back->swiftkv, preset.ends_with("-swiftkv"));
     }
   }
   EXPECT_THAT(std::string(PresetConfig("huge").status().message()), HasSubstr("huge"));
   EXPECT_THAT(std::string(PresetConfig("tiny", "BertModel").status().message()),
               HasSubstr("BertModel"));
+}
+
+// Arctic's LlamaSwiftKVConfig fields, as the public SwiftKV checkpoints write them.
+TEST(ModelConfigTest, ParsesLlamaSwiftKV) {
+  Json j = Minimal();
+  j["architectures"] = {"LlamaSwiftKVForCausalLM"};
+  j["model_type"] = "llama_swiftkv";
+  j["num_hidden_layers"] = 32;
+  j["swiftkv"] = true;
+  j["num_key_value_layers"] = 16;
+  j["key_value_group_size"] = 1;
+  auto c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kLlamaSwiftKV);
+  EXPECT_TRUE(c->swiftkv);
+  EXPECT_EQ(c->num_key_value_layers, 16);
+  EXPECT_EQ(c->dense_layers(), 16);
+  auto back = ModelConfig::FromJson(c->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), c->ToJson());
+  EXPECT_TRUE(back->swiftkv);
+
+  // swiftkv defaults to off (HF's default), num_key_value_layers to every layer.
+  j.erase("swiftkv");
+  j.erase("num_key_value_layers");
+  c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->swiftkv);
+  EXPECT_EQ(c->dense_layers(), 32);
+
+  j["num_key_value_layers"] = 33;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("num_key_value_layers: 33 exceeds num_hidden_layers 32"));
+  j["num_key_value_layers"] = 0;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("num_key_value_layers"));
+  j["num_key_value_layers"] = 16;
+  j["key_value_group_size"] = 2;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("key_value_group_size: 2 is not supported"));
+
+  // On another architecture the SwiftKV fields are an error, not ignored.
+  Json llama = Minimal();
+  llama["swiftkv"] = true;
+  EXPECT_THAT(ErrorOf(llama), HasSubstr("swiftkv: is a SwiftKV field"));
 }
 
 class ModelConfigFileTest : public TempDirTest {};
