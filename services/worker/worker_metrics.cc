@@ -246,6 +246,9 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
                static_cast<double>(c.prefix_hit_tokens)),
         Family("floe_num_preemptions_total", "Sequences preempted (recomputed later).", MetricType::Counter, model_,
                static_cast<double>(c.preemptions)),
+        Family("floe_swiftkv_skipped_tokens_total",
+               "Tokens that ran only the first num_key_value_layers of a SwiftKV model (0 for other models).",
+               MetricType::Counter, model_, static_cast<double>(c.swiftkv_skipped_tokens)),
         Family("floe_engine_steps_total", "Engine steps (forward passes).", MetricType::Counter, model_,
                static_cast<double>(c.steps)),
     };

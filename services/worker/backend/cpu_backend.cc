@@ -308,8 +308,36 @@ void CpuBackend::Embed(Activation x) {
   const int64_t h = config_.hidden_size, half = config_.head_dim / 2;
   float* out = Rows(x);
   ForRows(rows_, [&](int64_t r) { cpu::EmbeddingLookup(embed_tokens_, {&tokens_[row0_ + r], 1}, &out[r * h]); });
+  RopeAngles();
+}
+
+void CpuBackend::RopeAngles() {
+  const int64_t half = config_.head_dim / 2;
   // RoPE runs on the attention's view: every row, this rank's heads.
   ForRows(all_rows_, [&](int64_t r) { cpu::RopeCosSin(inv_freq_, positions_[r], &cos_[r * half], &sin_[r * half]); });
+}
+
+void CpuBackend::ProjectKv(int layer, Activation in, WeightId kv_matrix) {
+  // TP mode: this rank holds every row (LlamaForward runs SwiftKV steps in TP).
+  if (rows_ == 0) return;
+  const int64_t hd = config_.head_dim, half = hd / 2, width = 2 * kv_dim_;
+  if (static_cast<int64_t>(kv_rows_.size()) < rows_ * width) kv_rows_.resize(rows_ * width);
+  cpu::Matmul(Rows(in), rows_, matrices_[kv_matrix], kv_rows_.data(), pool_, Width(in), &matmul_scratch_);
+  ForRows(rows_, [&](int64_t r) {
+    cpu::ApplyRope(&kv_rows_[r * width], local_.num_kv_heads, hd, &cos_[r * half], &sin_[r * half]);
+  });
+  cpu::WriteKv(LayerKv(layer), seqs_, kv_rows_.data(), kv_rows_.data() + kv_dim_, width);
+}
+
+void CpuBackend::NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) {
+  // Kept rows move down in order (kept[i] >= i), so none is overwritten before it is read.
+  const int64_t h = Width(x);
+  float* xr = Rows(x);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] != static_cast<int64_t>(i)) std::memmove(&xr[i * h], &xr[kept[i] * h], h * sizeof(float));
+  }
+  BeginStep(rows);  // grows, never shrinks: x's rows stay
+  RopeAngles();
 }
 
 void CpuBackend::RmsNorm(Activation in, WeightId weight, Activation out) {

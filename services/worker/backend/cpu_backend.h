@@ -100,6 +100,10 @@ class CpuBackend final : public Backend, private ModelOps {
   void GatherRmsNorm(Activation in, WeightId weight, Activation out) override;
   void Logits(Activation in, WeightId matrix, float* logits) override;
   void AllReduce(Activation x) override;
+  void ProjectKv(int layer, Activation in, WeightId kv_matrix) override;
+  void NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) override;
+  // RoPE's cos and sin at every row's position (Embed, NarrowStep).
+  void RopeAngles();
   void SequenceToHeads(Activation qkv_rows, Activation qkv_heads) override;
   void HeadsToSequence(Activation attn_heads, Activation attn_rows) override;
   // SP mode: the rows SP-group rank j holds of the step's all_rows_
@@ -129,6 +133,7 @@ class CpuBackend final : public Backend, private ModelOps {
   std::vector<float> qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_, logits_slice_;
   std::vector<int64_t> send_counts_, recv_counts_;
   std::vector<int64_t> sp_logit_rows_;  // this rank's logits rows (local indices)
+  std::vector<float> kv_rows_;          // ProjectKv's [k | v] rows
 
   int num_blocks_ = 0, block_size_ = 0;
   std::vector<float> kv_cache_;  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]

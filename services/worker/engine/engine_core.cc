@@ -164,10 +164,15 @@ absl::Status EngineCore::Step() {
   std::span<const float> hidden = drafts_->wants_last_hidden() ? backend_->LastHiddenStates() : std::span<const float>();
   if (hidden.size() != logit_rows * hidden_size) hidden = {};
   int32_t row = 0;
+  const ModelConfig& config = backend_->config();
+  const bool swiftkv = config.dense_layers() < config.num_layers;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& seq = *plan[i].seq;
     if (seq.num_computed < seq.prompt_len) {
       counters_.prompt_tokens_computed += std::min(plan[i].num_tokens, seq.prompt_len - seq.num_computed);
+    }
+    if (swiftkv && batch[i].parents.empty()) {  // as LlamaForward narrows a step
+      counters_.swiftkv_skipped_tokens += static_cast<int64_t>(batch[i].tokens.size()) - batch[i].num_logits;
     }
     const int32_t num_rows = batch[i].num_logits;
     float* seq_logits = logits_.data() + static_cast<size_t>(row) * vocab;

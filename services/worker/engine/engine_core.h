@@ -69,6 +69,9 @@ struct SpeculationCounters {
 struct EngineCounters {
   int64_t steps = 0;
   int64_t prompt_tokens_computed = 0;  // prefill tokens actually run
+  // SwiftKV models: tokens run only through the first num_key_value_layers
+  // (every row of a step but its logits rows; tree rows run them all).
+  int64_t swiftkv_skipped_tokens = 0;
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0;

@@ -30,6 +30,12 @@ absl::Status CheckConfig(const ModelConfig& config) {
         "num_heads a multiple of num_kv_heads; got hidden ", h, ", head_dim ", hd, ", heads ",
         config.num_heads, "/", config.num_kv_heads));
   }
+  if (config.swiftkv && (config.architecture != Architecture::kLlamaSwiftKV || config.num_key_value_layers < 1 ||
+                         config.num_key_value_layers > config.num_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("config: swiftkv needs LlamaSwiftKVForCausalLM and 1 <= "
+                                                   "num_key_value_layers <= num_hidden_layers; got ",
+                                                   config.num_key_value_layers, " of ", config.num_layers));
+  }
   const std::string& rope = config.rope_scaling.type;
   if (!rope.empty() && rope != "default" && rope != "linear" && rope != "llama3") {
     return absl::InvalidArgumentError(absl::StrCat("config: rope_scaling type '", rope, "' is not supported"));
@@ -75,6 +81,22 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
       FLOE_RETURN_IF_ERROR(CheckTensor(l.q_norm, p + "self_attn.q_norm", {hd}, false));
       FLOE_RETURN_IF_ERROR(CheckTensor(l.k_norm, p + "self_attn.k_norm", {hd}, false));
     }
+    if (i >= config.dense_layers()) {
+      const std::pair<const TensorView*, std::pair<const char*, std::vector<int64_t>>> swiftkv[] = {
+          {&l.q_proj_swiftkv, {"self_attn.q_proj_swiftkv", {q_dim, h}}},
+          {&l.k_proj_swiftkv, {"self_attn.k_proj_swiftkv", {kv_dim, h}}},
+          {&l.v_proj_swiftkv, {"self_attn.v_proj_swiftkv", {kv_dim, h}}}};
+      for (const auto& [t, spec] : swiftkv) {
+        FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
+        if (t->dtype != matrix_dtype) {
+          return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ", DTypeName(t->dtype),
+                                                         ", lm_head is ", DTypeName(matrix_dtype)));
+        }
+      }
+    }
+  }
+  if (config.dense_layers() < config.num_layers) {
+    FLOE_RETURN_IF_ERROR(CheckTensor(weights.norm_swiftkv, "norm_swiftkv", {h}, false));
   }
   return absl::OkStatus();
 }
@@ -132,7 +154,15 @@ absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelCo
   const bool sliced = layout->sequence > 1;
   std::vector<char> o_storage, down_storage;
   std::vector<TensorView> parts;
-  for (const LayerWeights& l : weights.layers) {
+  for (int li = 0; li < config.num_layers; ++li) {
+    const LayerWeights& l = weights.layers[li];
+    // A SwiftKV layer's rows take their queries from q_proj_swiftkv; its k
+    // and v rows of the matrix are computed but never stored (the cache
+    // holds ProjectKv's), which keeps the [q | k | v] layout every op reads.
+    const bool swiftkv = li >= config.dense_layers();
+    const TensorView& q_proj = swiftkv ? l.q_proj_swiftkv : l.q_proj;
+    const TensorView& k_proj = swiftkv ? l.k_proj_swiftkv : l.k_proj;
+    const TensorView& v_proj = swiftkv ? l.v_proj_swiftkv : l.v_proj;
     Layer layer;
     layer.input_norm = ops.PrepareVector({&l.input_norm, 1});
     layer.post_norm = ops.PrepareVector({&l.post_attention_norm, 1});
@@ -151,11 +181,15 @@ absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelCo
     parts.clear();
     for (const ParallelLayout& g : group) {
       const int64_t k0 = g.kv_head_begin * hd, k1 = g.kv_head_end * hd;
-      parts.push_back(RowSlice(l.q_proj, g.q_head_begin * hd, g.q_head_end * hd));
-      parts.push_back(RowSlice(l.k_proj, k0, k1));
-      parts.push_back(RowSlice(l.v_proj, k0, k1));
+      parts.push_back(RowSlice(q_proj, g.q_head_begin * hd, g.q_head_end * hd));
+      parts.push_back(RowSlice(k_proj, k0, k1));
+      parts.push_back(RowSlice(v_proj, k0, k1));
     }
     layer.qkv.sp = ops.PrepareMatrix(parts);
+    if (swiftkv) {  // the TP mode's heads: SwiftKV steps run in TP
+      const TensorView kv[] = {RowSlice(k_proj, kv0, kv1), RowSlice(v_proj, kv0, kv1)};
+      layer.kv_swiftkv = ops.PrepareMatrix(kv);
+    }
     const TensorView o = ColumnSlice(l.o_proj, q_first, q_last, o_storage);
     layer.o.sp = ops.PrepareMatrix({&o, 1});
     parts.clear();
@@ -182,6 +216,7 @@ absl::StatusOr<std::unique_ptr<LlamaForward>> LlamaForward::Create(const ModelCo
     forward->layers_.push_back(layer);
   }
   forward->final_norm_ = ops.PrepareVector({&weights.final_norm, 1});
+  if (config.dense_layers() < config.num_layers) forward->norm_swiftkv_ = ops.PrepareVector({&weights.norm_swiftkv, 1});
   // Vocab-parallel: this rank's rows of the lm_head (all of them on one rank).
   const TensorView lm_head = RowSlice(weights.lm_head, layout->vocab_begin, layout->vocab_end);
   forward->lm_head_ = ops.PrepareMatrix({&lm_head, 1});
@@ -207,37 +242,83 @@ void LlamaForward::Run(std::span<const ForwardSequence> batch, float* logits, Pa
     max_context = std::max<int64_t>(max_context, seq.start_pos + n);
   }
   if (tokens_.empty()) return;
-  // With S = 1 the SP mode is the TP mode.
-  if (layout_.sequence == 1) mode = ParallelMode::kTensor;
-  const bool sp = mode == ParallelMode::kSequence;
-  // The ranks holding the same rows, whose partial sums add up.
-  const bool reduce = sp ? layout_.tensor > 1 : layout_.world() > 1;
-  const int groups = sp ? layout_.sequence : 1;  // [gate | up] groups of the step's gate_up
+  // With S = 1 the SP mode is the TP mode; SwiftKV steps run in TP.
+  const int dense = config_.dense_layers();
+  if (layout_.sequence == 1 || dense < config_.num_layers) mode = ParallelMode::kTensor;
   using A = Activation;
   ops_.BeginStep({batch, tokens_, positions_, logit_rows_, max_context, mode});
   ops_.Embed(A::kX);
-  for (int li = 0; li < config_.num_layers; ++li) {
-    const Layer& layer = layers_[li];
-    ops_.RmsNorm(A::kX, layer.input_norm, A::kXn);
-    ops_.Matmul(A::kXn, layer.qkv.For(mode), A::kQkv);
-    ops_.SequenceToHeads(A::kQkv, A::kQkvHeads);
-    ops_.PrepareQk(A::kQkvHeads, layer.qkv_bias, layer.q_norm, layer.k_norm);
-    ops_.WriteKv(li, A::kQkvHeads);
-    ops_.Attention(li, A::kQkvHeads, A::kAttnHeads);
-    ops_.HeadsToSequence(A::kAttnHeads, A::kAttn);
-    ops_.Matmul(A::kAttn, layer.o.For(mode), A::kXn);
-    if (reduce) ops_.AllReduce(A::kXn);  // the heads' partial sums
-    ops_.AddRmsNorm(A::kX, A::kXn, layer.post_norm, A::kXn);
-    ops_.Matmul(A::kXn, layer.gate_up.For(mode), A::kGateUp);
-    ops_.SiluMul(A::kGateUp, groups);
-    ops_.Matmul(A::kGateUp, layer.down.For(mode), A::kXn);
-    if (reduce) ops_.AllReduce(A::kXn);  // the MLP rows' partial sums
-    ops_.Add(A::kX, A::kXn);
+  for (int li = 0; li < dense; ++li) RunLayer(li, mode, /*write_kv=*/true);
+  if (dense < config_.num_layers) {
+    // SwiftKV: the later layers' KV for every row from one normed copy of
+    // the residual stream, then only the logits rows run those layers.
+    ops_.RmsNorm(A::kX, norm_swiftkv_, A::kXn);
+    for (int li = dense; li < config_.num_layers; ++li) ops_.ProjectKv(li, A::kXn, layers_[li].kv_swiftkv);
+    if (logit_rows_.empty()) return;
+    NarrowToLogitRows(batch, max_context);
+    for (int li = dense; li < config_.num_layers; ++li) RunLayer(li, mode, /*write_kv=*/false);
   }
   if (logit_rows_.empty()) return;
   ops_.GatherRmsNorm(A::kX, final_norm_, A::kFinal);
   // Every rank its vocabulary slice; rank 0 gathers them into `logits`.
   ops_.Logits(A::kFinal, lm_head_, logits);
+}
+
+void LlamaForward::RunLayer(int li, ParallelMode mode, bool write_kv) {
+  using A = Activation;
+  const bool sp = mode == ParallelMode::kSequence;
+  // The ranks holding the same rows, whose partial sums add up.
+  const bool reduce = sp ? layout_.tensor > 1 : layout_.world() > 1;
+  const int groups = sp ? layout_.sequence : 1;  // [gate | up] groups of the step's gate_up
+  const Layer& layer = layers_[li];
+  ops_.RmsNorm(A::kX, layer.input_norm, A::kXn);
+  ops_.Matmul(A::kXn, layer.qkv.For(mode), A::kQkv);
+  ops_.SequenceToHeads(A::kQkv, A::kQkvHeads);
+  ops_.PrepareQk(A::kQkvHeads, layer.qkv_bias, layer.q_norm, layer.k_norm);
+  if (write_kv) ops_.WriteKv(li, A::kQkvHeads);
+  ops_.Attention(li, A::kQkvHeads, A::kAttnHeads);
+  ops_.HeadsToSequence(A::kAttnHeads, A::kAttn);
+  ops_.Matmul(A::kAttn, layer.o.For(mode), A::kXn);
+  if (reduce) ops_.AllReduce(A::kXn);  // the heads' partial sums
+  ops_.AddRmsNorm(A::kX, A::kXn, layer.post_norm, A::kXn);
+  ops_.Matmul(A::kXn, layer.gate_up.For(mode), A::kGateUp);
+  ops_.SiluMul(A::kGateUp, groups);
+  ops_.Matmul(A::kGateUp, layer.down.For(mode), A::kXn);
+  if (reduce) ops_.AllReduce(A::kXn);  // the MLP rows' partial sums
+  ops_.Add(A::kX, A::kXn);
+}
+
+void LlamaForward::NarrowToLogitRows(std::span<const ForwardSequence> batch, int64_t max_context) {
+  // A sequence keeps its last num_logits tokens, which sit at the end of its
+  // rows and attend over the cache (their own KV included). A tree under
+  // verification keeps every token, so its parents stay valid.
+  tail_batch_.clear();
+  tail_tokens_.clear();
+  tail_positions_.clear();
+  tail_logit_rows_.clear();
+  kept_.clear();
+  int64_t first_row = 0;
+  for (const ForwardSequence& seq : batch) {
+    const int32_t n = static_cast<int32_t>(seq.tokens.size());
+    if (seq.num_logits > 0) {
+      const int32_t skip = seq.parents.empty() ? n - seq.num_logits : 0;
+      ForwardSequence tail = seq;
+      tail.tokens = seq.tokens.subspan(skip);
+      tail.start_pos = seq.start_pos + skip;
+      const int64_t tail_first = static_cast<int64_t>(kept_.size());
+      for (int32_t i = skip; i < n; ++i) {
+        kept_.push_back(first_row + i);
+        tail_tokens_.push_back(tokens_[first_row + i]);
+        tail_positions_.push_back(positions_[first_row + i]);
+      }
+      const int64_t tail_rows = n - skip;
+      for (int64_t i = tail_rows - seq.num_logits; i < tail_rows; ++i) tail_logit_rows_.push_back(tail_first + i);
+      tail_batch_.push_back(tail);
+    }
+    first_row += n;
+  }
+  ops_.NarrowStep({tail_batch_, tail_tokens_, tail_positions_, tail_logit_rows_, max_context, ParallelMode::kTensor},
+                  kept_, Activation::kX);
 }
 
 }  // namespace floe

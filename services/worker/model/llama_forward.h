@@ -4,6 +4,14 @@
 // fused gate|up, SiLU*up, down, residual) -> final RMSNorm -> lm_head. Every
 // backend runs this code; what differs per device is behind ModelOps.
 //
+// SwiftKV checkpoints (config.swiftkv): every row runs layers [0, L); then
+// norm_swiftkv and each later layer's KV projection write those layers' KV
+// for every row (ProjectKv), and the step narrows to the sequences' logits
+// rows (NarrowStep), which alone run layers [L, N) (queries from
+// q_proj_swiftkv, keys and values from the cache). A prompt chunk without
+// logits stops after the KV. Such steps run in the TP mode; Arctic runs
+// [0, L) in SP and the tail in TP, the seam for that is the mode argument.
+//
 // Create checks every weight against the config (errors name the tensor)
 // and prepares them on the ops. Run takes a batch the backend has checked
 // against its memory (block tables, tree shapes).
@@ -52,18 +60,28 @@ class LlamaForward {
   struct Layer {
     WeightId input_norm, post_norm, qkv_bias, q_norm, k_norm;
     Sharded qkv, o, gate_up, down;
+    WeightId kv_swiftkv = kNoWeight;  // SwiftKV layers: this rank's [k | v] heads
   };
   LlamaForward(const ModelConfig& config, ModelOps& ops, const RankLayout& layout)
       : config_(config), ops_(ops), layout_(layout) {}
+
+  // One layer over the step's rows; `write_kv` false: its KV is in the cache already.
+  void RunLayer(int li, ParallelMode mode, bool write_kv);
+  // Re-lays the step out over each sequence's logits rows (SwiftKV).
+  void NarrowToLogitRows(std::span<const ForwardSequence> batch, int64_t max_context);
 
   ModelConfig config_;
   ModelOps& ops_;
   RankLayout layout_;
   std::vector<Layer> layers_;
-  WeightId final_norm_ = kNoWeight, lm_head_ = kNoWeight;
+  WeightId final_norm_ = kNoWeight, lm_head_ = kNoWeight, norm_swiftkv_ = kNoWeight;
   // The step's rows, rebuilt by each Run (capacity reused).
   std::vector<int32_t> tokens_, positions_;
   std::vector<int64_t> logit_rows_;
+  // SwiftKV's narrowed step: its sequences, rows, and their old indices.
+  std::vector<ForwardSequence> tail_batch_;
+  std::vector<int32_t> tail_tokens_, tail_positions_;
+  std::vector<int64_t> tail_logit_rows_, kept_;
 };
 
 }  // namespace floe

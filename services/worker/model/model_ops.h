@@ -105,6 +105,16 @@ class ModelOps {
   // on rank 0 (null on the others). Over several ranks `matrix` is this
   // rank's vocabulary slice (vocab-parallel) and rank 0 gathers the slices.
   virtual void Logits(Activation in, WeightId matrix, float* logits) = 0;
+  // SwiftKV, TP mode only. ProjectKv: for every row, [k | v] = in W^T (W
+  // this rank's KV heads, all k rows then all v rows), RoPE on k at the
+  // row's position, stored in `layer`'s cache: the KV of a layer most rows
+  // never run.
+  virtual void ProjectKv(int layer, Activation in, WeightId kv_matrix) = 0;
+  // The step goes on over a subset of its rows, laid out by `rows` as
+  // BeginStep would (same max_context); kept[i] is the current index of new
+  // row i (ascending). Activation `x`'s kept rows carry over; the others'
+  // contents are undefined after this.
+  virtual void NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) = 0;
   // x = the sum of x over the ranks holding the same rows (the row-parallel
   // projections' partial sums): every rank in the TP mode, the TP group in
   // the SP mode. Called only where that is more than this rank.

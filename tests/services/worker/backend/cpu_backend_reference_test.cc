@@ -73,13 +73,36 @@ void ExpectRowsMatchReference(const std::vector<std::vector<float>>& rows, const
             << max_diff << " (max |value| " << max_abs << ")\n";
 }
 
-// Runs reference_llama.py on `dir` (config.txt and weights already there)
-// and checks the backend's prompt logits, final hidden states and greedy
-// continuation against it.
-void CompareWithReference(Backend& backend, const std::string& dir, int steps, DType weights) {
-  const char* src = std::getenv("FLOE_SOURCE_DIR");
-  ASSERT_NE(src, nullptr) << "FLOE_SOURCE_DIR unset (run through ctest)";
-  const int vocab = backend.config().vocab_size;
+// Top-2 margin of a logits row.
+double Margin(const std::vector<float>& v) {
+  std::vector<float> s = v;
+  std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+  return s[0] - s[1];
+}
+
+// The greedy continuation equals the reference's. With bf16 weights the
+// logits may differ by the tolerance above (one bf16 rounding apart), so a
+// token may flip where the backend's top two logits are within it of each
+// other (a near tie); past a flip the contexts differ and the comparison
+// stops. With f32 weights every token must match.
+void ExpectSameGreedy(const testing_model::Generation& gen, const std::vector<int32_t>& expected, DType weights) {
+  ASSERT_EQ(gen.tokens.size(), expected.size());
+  for (size_t t = 0; t < expected.size(); ++t) {
+    if (gen.tokens[t] == expected[t]) continue;
+    const std::vector<float>& logits = gen.step_logits[t];
+    double max_abs = 0;
+    for (float x : logits) max_abs = std::max<double>(max_abs, std::abs(x));
+    const double margin = Margin(logits);
+    std::cout << "greedy flip at step " << t << ": top-2 margin " << margin << " (max |logit| " << max_abs << ")\n";
+    EXPECT_EQ(weights, DType::kBF16) << "f32 greedy differs at step " << t;
+    EXPECT_LT(margin, 2 * 4e-3 * max_abs) << "a flip at step " << t << " away from a near tie";
+    return;
+  }
+}
+
+// Writes a 13-token prompt to `dir` and runs reference_llama.py there
+// (config.txt and weights already written); returns the prompt.
+std::vector<int32_t> RunReference(const std::string& dir, int vocab) {
   std::vector<int32_t> prompt(13);
   std::mt19937 rng(5);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % vocab);
@@ -87,9 +110,28 @@ void CompareWithReference(Backend& backend, const std::string& dir, int steps, D
     std::ofstream f(dir + "/prompt.bin", std::ios::binary);
     f.write(reinterpret_cast<const char*>(prompt.data()), prompt.size() * 4);
   }
-  const std::string cmd = std::string(kPython) + " " + src +
+  const char* src = std::getenv("FLOE_SOURCE_DIR");
+  EXPECT_NE(src, nullptr) << "FLOE_SOURCE_DIR unset (run through ctest)";
+  const std::string cmd = std::string(kPython) + " " + (src ? src : ".") +
                           "/tests/services/worker/backend/reference_llama.py " + dir;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return prompt;
+}
+
+std::vector<int32_t> ReferenceGreedy(const std::string& dir, int steps) {
+  std::vector<char> bytes = ReadFile(dir + "/greedy.bin");
+  EXPECT_EQ(bytes.size(), steps * sizeof(int32_t));
+  const int32_t* tokens = reinterpret_cast<const int32_t*>(bytes.data());
+  return std::vector<int32_t>(tokens, tokens + bytes.size() / sizeof(int32_t));
+}
+
+// Runs reference_llama.py on `dir` (config.txt and weights already there)
+// and checks the backend's prompt logits, final hidden states and greedy
+// continuation against it.
+void CompareWithReference(Backend& backend, const std::string& dir, int steps, DType weights) {
+  const int vocab = backend.config().vocab_size;
+  const std::vector<int32_t> prompt = RunReference(dir, vocab);
+  ASSERT_FALSE(::testing::Test::HasFailure());
 
   const int block_size = 4, max_blocks = (13 + steps + 3) / 4;
   ASSERT_TRUE(backend.AllocateKvCache(max_blocks + 3, block_size).ok());
@@ -101,11 +143,8 @@ void CompareWithReference(Backend& backend, const std::string& dir, int steps, D
   ExpectRowsMatchReference(gen.prompt_hidden, dir + "/prompt_hidden.bin", backend.config().hidden_size, weights,
                            "hidden states");
 
-  std::vector<char> ref_greedy = ReadFile(dir + "/greedy.bin");
-  ASSERT_EQ(ref_greedy.size(), steps * sizeof(int32_t));
-  const int32_t* ref_tokens = reinterpret_cast<const int32_t*>(ref_greedy.data());
-  std::vector<int32_t> expected(ref_tokens, ref_tokens + steps);
-  EXPECT_EQ(gen.tokens, expected);
+  const std::vector<int32_t> expected = ReferenceGreedy(dir, steps);
+  ExpectSameGreedy(gen, expected, weights);
   std::set<int32_t> distinct(expected.begin(), expected.end());
   EXPECT_GE(distinct.size(), 3u) << "degenerate continuation: the test would prove little";
 }
@@ -122,7 +161,10 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
   const auto [flavor, dtype] = GetParam();
   ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
   const std::string dir = TempDir(std::to_string(static_cast<int>(flavor)) + DTypeName(dtype).data());
-  TestModel model(flavor, dtype, /*seed=*/11 + static_cast<int>(flavor));
+  // SwiftKV: 4 layers, the last 2 skipped by prompt rows (here every prompt
+  // row wants logits, so every row runs them: the narrowing is checked below).
+  TestModel model(flavor, dtype, /*seed=*/11 + static_cast<int>(flavor), /*vocab=*/512,
+                  /*layers=*/flavor == Flavor::kSwiftKV ? 4 : 2);
   model.WriteReferenceFiles(dir, kSteps);
   auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
   ASSERT_TRUE(backend.ok()) << backend.status();
@@ -133,15 +175,18 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
 // A real checkpoint folder: the random-checkpoint writer's safetensors, loaded
 // by Checkpoint::Load, and read independently by the script. The "tiny" preset
 // has the full Llama 3 vocabulary (128256), so fewer steps.
+// The third parameter names the preset ("tiny-swiftkv": a SwiftKV
+// checkpoint in the public checkpoints' format, read by the script from the
+// safetensors names alone).
 class CheckpointReferenceTest
-    : public ::testing::TestWithParam<std::tuple<const char*, DType>> {};
+    : public ::testing::TestWithParam<std::tuple<const char*, DType, const char*>> {};
 
 TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
-  const auto [architecture, dtype] = GetParam();
+  const auto [architecture, dtype, preset] = GetParam();
   ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
-  const std::string dir = TempDir(std::string("ckpt") + architecture + DTypeName(dtype).data());
+  const std::string dir = TempDir(std::string("ckpt") + architecture + preset + DTypeName(dtype).data());
   CheckpointSpec spec;
-  spec.preset = "tiny";
+  spec.preset = preset;
   spec.architecture = architecture;
   spec.dtype = dtype;
   spec.seed = 7;
@@ -157,20 +202,145 @@ TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CheckpointReferenceTest,
-                         ::testing::Values(std::make_tuple("", DType::kBF16),
-                                           std::make_tuple("Qwen2ForCausalLM", DType::kF32)));
+                         ::testing::Values(std::make_tuple("", DType::kBF16, "tiny"),
+                                           std::make_tuple("Qwen2ForCausalLM", DType::kF32, "tiny"),
+                                           std::make_tuple("", DType::kBF16, "tiny-swiftkv")));
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<Flavor, DType>>& info) {
-  static const char* const kNames[] = {"Llama3", "Qwen2", "Qwen3"};
+  static const char* const kNames[] = {"Llama3", "Qwen2", "Qwen3", "SwiftKV"};
   return std::string(kNames[static_cast<int>(std::get<0>(info.param))]) +
          (std::get<1>(info.param) == DType::kF32 ? "F32" : "Bf16");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Flavors, ReferenceTest,
-    ::testing::Combine(::testing::Values(Flavor::kLlama3, Flavor::kQwen2, Flavor::kQwen3),
+    ::testing::Combine(::testing::Values(Flavor::kLlama3, Flavor::kQwen2, Flavor::kQwen3, Flavor::kSwiftKV),
                        ::testing::Values(DType::kF32, DType::kBF16)),
     CaseName);
+
+// SwiftKV as the engine runs it: prompt chunks that want no logits stop
+// after the later layers' KV projection, the final chunk runs those layers
+// for its last row only, and decode rows for themselves. The last prompt
+// row's logits match the reference's (same tolerances), and the 64-token
+// greedy continuation is the reference's.
+class SwiftKVTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SwiftKVTest, ChunkedPrefillWithoutLogitsMatchesPyTorch) {
+  const DType dtype = GetParam();
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
+  const std::string dir = TempDir(std::string("swiftkv_chunks") + DTypeName(dtype).data());
+  TestModel model(Flavor::kSwiftKV, dtype, /*seed=*/23, /*vocab=*/512, /*layers=*/4);
+  model.WriteReferenceFiles(dir, kSteps);
+  const int vocab = model.config().vocab_size;
+  const std::vector<int32_t> prompt = RunReference(dir, vocab);
+  ASSERT_FALSE(HasFailure());
+  auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int block_size = 4, max_blocks = (13 + kSteps + 3) / 4;
+  ASSERT_TRUE((*backend)->AllocateKvCache(max_blocks, block_size).ok());
+  std::vector<int32_t> table(max_blocks);
+  for (int i = 0; i < max_blocks; ++i) table[i] = max_blocks - 1 - i;
+  auto step = [&](std::span<const int32_t> tokens, int start, int num_logits, float* logits) {
+    ForwardSequence seq;
+    seq.tokens = tokens;
+    seq.start_pos = start;
+    seq.block_table = {table.data(), static_cast<size_t>((start + tokens.size() + block_size - 1) / block_size)};
+    seq.num_logits = num_logits;
+    const absl::Status s = (*backend)->Forward({&seq, 1}, logits);
+    EXPECT_TRUE(s.ok()) << s;
+  };
+  // Chunks of 5, 5 and 3: the first two want no logits (a prefix-cache hit
+  // looks the same: its blocks were written by an earlier step).
+  std::vector<float> last(vocab);
+  const std::span<const int32_t> all(prompt);
+  step(all.subspan(0, 5), 0, 0, nullptr);
+  step(all.subspan(5, 5), 5, 0, nullptr);
+  step(all.subspan(10, 3), 10, 1, last.data());
+  std::vector<std::vector<float>> last_row = {last};
+  std::vector<char> ref = ReadFile(dir + "/prompt_logits.bin");
+  ASSERT_EQ(ref.size(), 13u * vocab * sizeof(float));
+  {
+    std::ofstream f(dir + "/last_logits.bin", std::ios::binary);
+    f.write(ref.data() + 12 * vocab * sizeof(float), vocab * sizeof(float));
+  }
+  ExpectRowsMatchReference(last_row, dir + "/last_logits.bin", vocab, dtype, "last-row logits (chunked, SwiftKV)");
+  std::vector<int32_t> tokens;
+  for (int s = 0; s < kSteps; ++s) {
+    tokens.push_back(testing_model::Argmax(last));
+    if (s + 1 < kSteps) step({&tokens.back(), 1}, 13 + s, 1, last.data());
+  }
+  EXPECT_EQ(tokens, ReferenceGreedy(dir, kSteps));
+  std::set<int32_t> distinct(tokens.begin(), tokens.end());
+  EXPECT_GE(distinct.size(), 3u) << "degenerate continuation: the test would prove little";
+  std::filesystem::remove_all(dir);
+}
+
+// Two sequences in one step, each wanting only its last row's logits: the
+// narrowed step drops rows from the middle of the batch. Each sequence's
+// logits are bit-identical to its run alone (the kernels are batch-invariant).
+TEST_P(SwiftKVTest, NarrowedBatchEqualsEachSequenceAlone) {
+  const DType dtype = GetParam();
+  TestModel model(Flavor::kSwiftKV, dtype, /*seed=*/29, /*vocab=*/512, /*layers=*/4);
+  const int vocab = model.config().vocab_size, block_size = 4;
+  std::mt19937 rng(3);
+  std::vector<int32_t> a(11), b(7);
+  for (int32_t& t : a) t = static_cast<int32_t>(rng() % vocab);
+  for (int32_t& t : b) t = static_cast<int32_t>(rng() % vocab);
+  std::vector<int32_t> table_a = {0, 1, 2}, table_b = {3, 4};
+  auto make = [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& table, int num_logits) {
+    ForwardSequence seq;
+    seq.tokens = tokens;
+    seq.block_table = table;
+    seq.num_logits = num_logits;
+    return seq;
+  };
+  auto run = [&](std::vector<ForwardSequence> batch, int rows) {
+    auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    EXPECT_TRUE((*backend)->AllocateKvCache(5, block_size).ok());
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    const absl::Status s = (*backend)->Forward(batch, logits.data());
+    EXPECT_TRUE(s.ok()) << s;
+    return logits;
+  };
+  const std::vector<float> alone_a = run({make(a, table_a, 1)}, 1);
+  const std::vector<float> alone_b = run({make(b, table_b, 2)}, 2);
+  const std::vector<float> both = run({make(a, table_a, 1), make(b, table_b, 2)}, 3);
+  EXPECT_TRUE(std::equal(alone_a.begin(), alone_a.end(), both.begin()));
+  EXPECT_TRUE(std::equal(alone_b.begin(), alone_b.end(), both.begin() + vocab));
+}
+
+// With swiftkv off, a SwiftKV checkpoint is its dense Llama: the same
+// weights served as LlamaForCausalLM give bit-identical logits and tokens.
+TEST_P(SwiftKVTest, SwiftKVOffIsTheDenseModel) {
+  const DType dtype = GetParam();
+  TestModel model(Flavor::kSwiftKV, dtype, /*seed=*/31, /*vocab=*/512, /*layers=*/4);
+  ModelConfig off = model.config();
+  off.swiftkv = false;
+  ModelConfig dense = off;
+  dense.architecture = Architecture::kLlama;
+  dense.num_key_value_layers = dense.num_layers;
+  std::vector<int32_t> prompt(9);
+  std::mt19937 rng(8);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 512);
+  auto generate = [&](const ModelConfig& config) {
+    auto backend = CpuBackend::Create(config, model.weights(), {.num_threads = 2});
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    EXPECT_TRUE((*backend)->AllocateKvCache(12, 4).ok());
+    return testing_model::Generate(**backend, prompt, 24, /*chunk=*/4, 4, /*first_block=*/0, 12);
+  };
+  const auto a = generate(off), b = generate(dense);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.prompt_logits, b.prompt_logits);
+  // And SwiftKV on changes them (the test would be empty otherwise).
+  const auto on = generate(model.config());
+  EXPECT_NE(on.prompt_logits.back(), a.prompt_logits.back());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SwiftKVTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return info.param == DType::kF32 ? "F32" : "Bf16";
+                         });
 
 }  // namespace
 }  // namespace floe

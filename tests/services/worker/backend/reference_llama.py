@@ -8,7 +8,14 @@ hidden] f32: the final norm's output, the lm_head's input) and greedy.bin (int32
 greedy tokens, each from a full recompute over prompt + previous tokens).
 With "bf16_linear_inputs 1" every linear layer's input is rounded to bf16 (to
 nearest even) first, as HF bf16 inference and the backend's kernels do; the
-rest stays f32."""
+rest stays f32.
+
+SwiftKV ("swiftkv 1", "num_key_value_layers L"; Arctic's LlamaSwiftKVForCausalLM,
+SingleInputKV): layers >= L take their queries from q_proj_swiftkv of their own
+input norm, and their keys and values from k/v_proj_swiftkv of
+norm_swiftkv(the residual stream after layer L-1), for every token. Every
+position's output is computed, which equals computing only the positions
+whose logits are wanted: a later layer's row depends on no other row."""
 import json
 import math
 import os
@@ -30,6 +37,8 @@ def main(d):
     bias = cfg["attention_bias"] == "1"; qk_norm = cfg["qk_norm"] == "1"; steps = int(cfg["steps"])
     tied = cfg["tie_word_embeddings"] == "1"
     bf16_inputs = cfg.get("bf16_linear_inputs", "0") == "1"
+    swiftkv = cfg.get("swiftkv", "0") == "1"
+    kv_layers = int(cfg["num_key_value_layers"]) if swiftkv else layers
 
     def lin(x, weight):
         if bf16_inputs:
@@ -103,7 +112,12 @@ def main(d):
         if qk_norm:
             lw["qn"] = w(p + "self_attn.q_norm.weight", (hd,))
             lw["kn"] = w(p + "self_attn.k_norm.weight", (hd,))
+        if i >= kv_layers:
+            lw["q"] = w(p + "self_attn.q_proj_swiftkv.weight", (heads * hd, hidden))
+            lw["k_swiftkv"] = w(p + "self_attn.k_proj_swiftkv.weight", (kv_heads * hd, hidden))
+            lw["v_swiftkv"] = w(p + "self_attn.v_proj_swiftkv.weight", (kv_heads * hd, hidden))
         L.append(lw)
+    norm_swiftkv = w("model.norm_swiftkv.weight", (hidden,)) if kv_layers < layers else None
 
     def final_hidden(ids):
         T = len(ids)
@@ -113,9 +127,14 @@ def main(d):
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
         mask = torch.full((T, T), float("-inf")).triu(1)
-        for lw in L:
+        for i, lw in enumerate(L):
             h = rms(x, lw["in"])
-            q = lin(h, lw["q"]); k = lin(h, lw["k"]); v = lin(h, lw["v"])
+            if i < kv_layers:
+                q = lin(h, lw["q"]); k = lin(h, lw["k"]); v = lin(h, lw["v"])
+            else:
+                if i == kv_layers:
+                    swiftkv_in = rms(x, norm_swiftkv)
+                q = lin(h, lw["q"]); k = lin(swiftkv_in, lw["k_swiftkv"]); v = lin(swiftkv_in, lw["v_swiftkv"])
             if bias:
                 q = q + lw["qb"]; k = k + lw["kb"]; v = v + lw["vb"]
             q = q.view(T, heads, hd).transpose(0, 1)

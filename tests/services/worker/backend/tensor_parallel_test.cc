@@ -204,6 +204,35 @@ TEST(TensorParallelTest, LogitsWithinToleranceAndGreedyTokensEqualAtTheMargin) {
   }
 }
 
+// SwiftKV over ranks: the later layers' KV projection is sharded by KV
+// heads like the rest, and the step narrows to its logits rows on every
+// rank alike. Prompt chunks ask for the last row's logits only (the engine's
+// pattern), so chunks without logits stop after the KV projection. On a TP
+// grid, and on an SP grid (SwiftKV steps run in the TP mode there), within
+// the TP tolerance of one rank.
+TEST(TensorParallelTest, SwiftKVWithinToleranceOfOneRank) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    TestModel model(Flavor::kSwiftKV, dtype, 11, /*vocab=*/512, /*layers=*/4);
+    const std::vector<int32_t> prompt = Prompt(21, model.config().vocab_size);
+    auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
+    const Generation want = testing_model::Generate(**one, prompt, 24, 8, 4, 0, 64, /*last_logits_only=*/true);
+    ASSERT_EQ(want.prompt_logits.size(), 1u);
+    for (auto [tensor, sequence] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " grid " << tensor << " x " << sequence);
+      Generation got;
+      LeadGrid(model, tensor, sequence, [&](LeaderBackend& leader) {
+        ASSERT_TRUE(leader.AllocateKvCache(64, 4).ok());
+        Scheduled scheduled(leader, sequence > 1 ? AlwaysSp : AlwaysTp);
+        got = testing_model::Generate(scheduled, prompt, 24, 8, 4, 0, 64, /*last_logits_only=*/true);
+      });
+      const double worst = CompareAtTheMargin(want, got);
+      std::printf("SwiftKV %d x %d %s: max |dlogit| / max|logit| = %.3g\n", tensor, sequence, DTypeName(dtype), worst);
+    }
+  }
+}
+
 // Ulysses SP (T = 1): every linear runs on a rank's rows with the full
 // weights, attention on its heads over every row; every kernel is
 // batch-invariant, so the logits and hidden states equal one rank's bit for

@@ -21,9 +21,14 @@ TestModel::TestModel(Flavor flavor, DType dtype, uint64_t seed, int vocab, int l
   c.head_dim = 16;
   c.max_position_embeddings = 131072;
   c.rms_norm_eps = 1e-5f;
+  c.num_key_value_layers = layers;
   switch (flavor) {
+    case Flavor::kSwiftKV:
+      c.swiftkv = true;
+      c.num_key_value_layers = layers / 2;
+      [[fallthrough]];
     case Flavor::kLlama3:
-      c.architecture = Architecture::kLlama;
+      c.architecture = flavor == Flavor::kSwiftKV ? Architecture::kLlamaSwiftKV : Architecture::kLlama;
       c.rope_theta = 500000.0f;
       c.rope_scaling.type = "llama3";
       c.rope_scaling.factor = 32.0f;
@@ -68,9 +73,15 @@ TestModel::TestModel(Flavor flavor, DType dtype, uint64_t seed, int vocab, int l
       l.q_norm = Add(p + "self_attn.q_norm.weight", {hd}, 0.1f, 1.0f, false);
       l.k_norm = Add(p + "self_attn.k_norm.weight", {hd}, 0.1f, 1.0f, false);
     }
+    if (flavor == Flavor::kSwiftKV && i >= c.num_key_value_layers) {
+      l.q_proj_swiftkv = Add(p + "self_attn.q_proj_swiftkv.weight", {q, h}, 1.0f / std::sqrt(h), 0, true);
+      l.k_proj_swiftkv = Add(p + "self_attn.k_proj_swiftkv.weight", {kv, h}, 1.0f / std::sqrt(h), 0, true);
+      l.v_proj_swiftkv = Add(p + "self_attn.v_proj_swiftkv.weight", {kv, h}, 1.0f / std::sqrt(h), 0, true);
+    }
     weights_.layers.push_back(l);
   }
   weights_.final_norm = Add("model.norm.weight", {h}, 0.1f, 1.0f, false);
+  if (flavor == Flavor::kSwiftKV) weights_.norm_swiftkv = Add("model.norm_swiftkv.weight", {h}, 0.1f, 1.0f, false);
   weights_.lm_head = Add("lm_head.weight", {vocab, h}, 1.0f / std::sqrt(h), 0, true);
 }
 
@@ -117,6 +128,7 @@ void WriteReferenceConfig(const ModelConfig& c, DType weight_dtype, int steps,
         << "\noriginal_max_position_embeddings " << c.rope_scaling.original_max_position_embeddings
         << "\n";
   }
+  if (c.swiftkv) cfg << "swiftkv 1\nnum_key_value_layers " << c.num_key_value_layers << "\n";
   cfg << "bf16_linear_inputs " << (weight_dtype == DType::kBF16) << "\n";
   cfg << "steps " << steps << "\n";
 }
@@ -134,7 +146,7 @@ int32_t Argmax(const std::vector<float>& v) {
 }
 
 Generation Generate(Backend& backend, const std::vector<int32_t>& prompt, int steps, int chunk,
-                    int block_size, int first_block, int max_blocks) {
+                    int block_size, int first_block, int max_blocks, bool last_logits_only) {
   const int vocab = backend.config().vocab_size;
   std::vector<int32_t> table(max_blocks);
   for (int i = 0; i < max_blocks; ++i) table[i] = first_block + max_blocks - 1 - i;
@@ -147,16 +159,17 @@ Generation Generate(Backend& backend, const std::vector<int32_t>& prompt, int st
     seq.tokens = {prompt.data() + start, static_cast<size_t>(len)};
     seq.start_pos = start;
     seq.block_table = {table.data(), static_cast<size_t>((start + len + block_size - 1) / block_size)};
-    seq.num_logits = len;
-    std::vector<float> logits(static_cast<size_t>(len) * vocab);
+    const int rows = !last_logits_only ? len : start + len == n ? 1 : 0;
+    seq.num_logits = rows;
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
     absl::Status st = backend.Forward({&seq, 1}, logits.data());
     EXPECT_TRUE(st.ok()) << st;
     const std::span<const float> hidden = backend.LastHiddenStates();
     const size_t h = backend.config().hidden_size;
-    EXPECT_EQ(hidden.size(), len * h);
-    for (int i = 0; i < len; ++i) {
+    EXPECT_EQ(hidden.size(), rows * h);
+    for (int i = 0; i < rows; ++i) {
       g.prompt_logits.emplace_back(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-      if (hidden.size() == len * h) g.prompt_hidden.emplace_back(hidden.begin() + i * h, hidden.begin() + (i + 1) * h);
+      if (hidden.size() == rows * h) g.prompt_hidden.emplace_back(hidden.begin() + i * h, hidden.begin() + (i + 1) * h);
     }
   }
   std::vector<float> last = g.prompt_logits.back();

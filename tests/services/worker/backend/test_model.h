@@ -12,7 +12,9 @@
 
 namespace floe::testing_model {
 
-enum class Flavor { kLlama3, kQwen2, kQwen3 };
+// kSwiftKV: Llama 3 as LlamaSwiftKVForCausalLM, SwiftKV on over the second
+// half of its layers (plus their *_proj_swiftkv and norm_swiftkv).
+enum class Flavor { kLlama3, kQwen2, kQwen3, kSwiftKV };
 
 // Owns the weight buffers behind `weights`. Matrices are stored in `dtype`;
 // norms and biases in f32. Values are seeded: N(0, 1/sqrt(in)) for matrices.
@@ -41,7 +43,9 @@ class TestModel {
 };
 
 // Prefills `prompt` in chunks of `chunk` tokens (0: all at once), then decodes
-// `steps` greedy tokens one at a time. Blocks are assigned from `first_block`
+// `steps` greedy tokens one at a time. Every prompt row's logits are asked
+// for, or with `last_logits_only` only the last prompt row's (as the engine
+// asks: earlier chunks want none), which is then all prompt_logits holds. Blocks are assigned from `first_block`
 // upwards in reverse order, so logical and physical order differ.
 struct Generation {
   std::vector<std::vector<float>> prompt_logits;  // logits of each prompt position
@@ -50,7 +54,7 @@ struct Generation {
   std::vector<std::vector<float>> step_logits;  // logits that chose each token
 };
 Generation Generate(Backend& backend, const std::vector<int32_t>& prompt, int steps, int chunk,
-                    int block_size, int first_block, int max_blocks);
+                    int block_size, int first_block, int max_blocks, bool last_logits_only = false);
 
 int32_t Argmax(const std::vector<float>& v);
 

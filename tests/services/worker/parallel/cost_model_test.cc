@@ -61,6 +61,8 @@ class CountingOps final : public ModelOps {
     Add(work.all_to_all, (all_ - rows_) * layout_.heads.num_heads() * head_dim_, layout_.sequence);
   }
   void WriteKv(int, Activation) override {}
+  void ProjectKv(int, Activation in, WeightId m) override { Matmul(in, m, in); }
+  void NarrowStep(const StepRows& rows, std::span<const int64_t>, Activation) override { BeginStep(rows); }
   void Attention(int, Activation, Activation) override {}
   void AddRmsNorm(Activation, Activation, WeightId, Activation) override {}
   void SiluMul(Activation, int) override {}
