@@ -49,9 +49,15 @@ std::unique_ptr<DummyModel> BuildModel(const ModelConfig& config) {
     l.gate_proj = model->Make(p + "gate", {in, h}, false);
     l.up_proj = model->Make(p + "up", {in, h}, false);
     l.down_proj = model->Make(p + "down", {h, in}, false);
+    if (c.architecture == Architecture::kLlamaSwiftKV && i >= c.num_key_value_layers) {
+      l.q_proj_swiftkv = model->Make(p + "q_swiftkv", {q, h}, false);
+      l.k_proj_swiftkv = model->Make(p + "k_swiftkv", {kv, h}, false);
+      l.v_proj_swiftkv = model->Make(p + "v_swiftkv", {kv, h}, false);
+    }
     model->weights.layers.push_back(l);
   }
   model->weights.final_norm = model->Make("norm", {h}, true);
+  if (c.architecture == Architecture::kLlamaSwiftKV) model->weights.norm_swiftkv = model->Make("norm_swiftkv", {h}, true);
   model->weights.lm_head =
       c.tie_word_embeddings ? model->weights.embed_tokens : model->Make("lm_head", {c.vocab_size, h}, false);
   return model;

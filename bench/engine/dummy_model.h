@@ -19,8 +19,8 @@ struct DummyModel {
   TensorView Make(const std::string& name, std::vector<int64_t> shape, bool norm);
 };
 
-// A checkpoint_writer preset ("tiny", "llama-3.2-1b"); nullptr (and a message
-// on stderr) when unknown.
+// A checkpoint_writer preset ("tiny", "llama-3.2-1b", "llama-3.2-1b-swiftkv",
+// ...); nullptr (and a message on stderr) when unknown.
 std::unique_ptr<DummyModel> BuildModel(const std::string& preset);
 // Any Llama-shaped config.
 std::unique_ptr<DummyModel> BuildModel(const ModelConfig& config);
