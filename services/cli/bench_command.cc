@@ -298,10 +298,10 @@ int RunBench(int argc, char** argv) {
     // prefix cache the earlier ones filled; compared servers get the same ones.
     auto jobs = BuildWorkload(f, info, f.seed + p);
     if (!jobs.ok()) return Fail(std::string(jobs.status().message()), 2);
-    const bench::MetricsSnapshot before = bench::ScrapeAll(metrics_urls, scrape);
+    const bench::MetricsSnapshot before = bench::ScrapeSettled(metrics_urls, scrape);
     runs.push_back(Measure(label, points[p], *jobs, *backends[0], options, slo));
     if (!metrics_urls.empty()) {
-      nlohmann::json server = bench::ServerDelta(before, bench::ScrapeAll(metrics_urls, scrape));
+      nlohmann::json server = bench::ServerDelta(before, bench::ScrapeSettled(metrics_urls, scrape));
       std::printf("[bench] server (%s): prefix hit rate %s, spec acceptance %s, mean accepted length %s, preemptions %g\n",
                   label.c_str(), server["prefix_hit_rate"].dump().c_str(), server["spec_acceptance_rate"].dump().c_str(),
                   server["spec_mean_accepted_length"].dump().c_str(), server["preemptions"].get<double>());

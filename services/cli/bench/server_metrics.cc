@@ -1,6 +1,8 @@
 #include "services/cli/bench/server_metrics.h"
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "common/metrics/http_get.h"
 #include "common/metrics/prometheus_text.h"
@@ -30,6 +32,19 @@ MetricsSnapshot ScrapeAll(const std::vector<std::string>& urls, const HttpGetOpt
     for (const char* name : kCounters) snapshot[name] += SumByName(samples, name);
   }
   return snapshot;
+}
+
+MetricsSnapshot ScrapeSettled(const std::vector<std::string>& urls, const HttpGetOptions& options,
+                              int max_wait_ms) {
+  MetricsSnapshot last = ScrapeAll(urls, options);
+  if (urls.empty()) return last;
+  for (int waited = 0; waited < max_wait_ms; waited += 50) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    MetricsSnapshot next = ScrapeAll(urls, options);
+    if (next == last) break;
+    last = std::move(next);
+  }
+  return last;
 }
 
 nlohmann::json ServerDelta(const MetricsSnapshot& before, const MetricsSnapshot& after) {
