@@ -219,7 +219,8 @@ TEST(TensorParallelTest, SwiftKVWithinToleranceOfOneRank) {
     ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
     const Generation want = testing_model::Generate(**one, prompt, 24, 8, 4, 0, 64, /*last_logits_only=*/true);
     ASSERT_EQ(want.prompt_logits.size(), 1u);
-    for (auto [tensor, sequence] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}}) {
+    for (auto grid : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}}) {
+      const int tensor = grid.first, sequence = grid.second;  // named: lambdas capture them
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " grid " << tensor << " x " << sequence);
       Generation got;
       LeadGrid(model, tensor, sequence, [&](LeaderBackend& leader) {
