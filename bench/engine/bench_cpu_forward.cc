@@ -35,19 +35,11 @@
 #include "kernels/cpu/ops.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/model/checkpoint_writer.h"
+#include "bench/engine/bench_timing.h"
 #include "bench/engine/dummy_model.h"
 
 namespace floe {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
 
 // GB/s of `threads` threads summing disjoint halves of a 1 GiB buffer.
 double BandwidthCanary(int threads) {

@@ -16,21 +16,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/engine/bench_timing.h"
 #include "bench/engine/dummy_model.h"
 #include "common/cli/arg_parser.h"
 #include "services/worker/backend/cpu_backend.h"
 
 namespace floe {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
 
 // Tokens/s of one prefill of `prompt` (one Forward, last row's logits).
 double Prefill(Backend& backend, const std::vector<int32_t>& prompt, const std::vector<int32_t>& table) {
