@@ -13,6 +13,7 @@
 #include "common/http/http_server.h"
 #include "common/jinja/chat_template.h"
 #include "common/log/log.h"
+#include "common/log/startup_clock.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
@@ -152,11 +153,14 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "floe-router: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  StartupClock startup("router");
+  startup.Phase("init");
   auto tokenizer = Tokenizer::Load(f.tokenizer);
   if (!tokenizer.ok()) {
     LogEvent(LogLevel::kError, "router", "tokenizer_failed", {{"error", std::string(tokenizer.status().message())}});
     return 1;
   }
+  startup.Phase("tokenizer");
   WorkerPoolOptions pool_options;
   pool_options.poll_interval = std::chrono::milliseconds(f.health_interval_ms);
   pool_options.credentials = *MakeChannelCredentials(f.tls);  // validated above
@@ -245,6 +249,7 @@ int Run(int argc, char** argv) {
   }
   std::printf("router bound to %s\n", (*runner)->address().c_str());
   std::fflush(stdout);
+  startup.Phase("grpc_start");
 
   // Serve once some worker is healthy (its load poll answered) and has
   // described the model; keep asking until then. Serving before a worker is
@@ -252,18 +257,20 @@ int Run(int argc, char** argv) {
   floe::v1::ModelInfo info;
   for (;;) {
     if (pool.healthy_count() > 0 && pool.FetchModelInfo(&info, std::chrono::milliseconds(500))) break;
-    if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {
+    if (auto signal = termination.WaitFor(std::chrono::milliseconds(50))) {
       LogEvent(LogLevel::kInfo, "router", "stopped_before_ready");
       return 0;
     }
   }
+  startup.Phase("workers_ready");
   service.SetModelInfo(info);
   (*runner)->SetServing(true);
   LogEvent(LogLevel::kInfo, "router", "ready",
            {{"address", (*runner)->address()},
             {"workers", static_cast<int64_t>(addresses->size())},
             {"model", f.model_name.empty() ? info.name() : f.model_name},
-            {"policy", f.policy}});
+            {"policy", f.policy},
+            {"startup_ms", startup.SinceStartMs()}});
 
   int signal = termination.Wait();
   LogEvent(LogLevel::kInfo, "router", "draining", {{"signal", static_cast<int64_t>(signal)}});

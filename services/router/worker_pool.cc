@@ -70,7 +70,11 @@ void WorkerPool::PollOnce() {
 void WorkerPool::PollLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    stop_cv_.wait_for(lock, options_.poll_interval, [&] { return stopping_; });
+    // Until some worker answers, poll often: the router serves only then, so
+    // a start-up should not wait out a whole period after the workers are up.
+    const auto period = healthy_count() > 0 ? options_.poll_interval
+                                            : std::min(options_.poll_interval, std::chrono::milliseconds(50));
+    stop_cv_.wait_for(lock, period, [&] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
     PollOnce();

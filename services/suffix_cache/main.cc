@@ -12,6 +12,7 @@
 #include "common/auth/api_keys.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
+#include "common/log/startup_clock.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
 #include "common/rpc/tls.h"
@@ -28,6 +29,7 @@ using suffix_cache::StoreOptions;
 
 int Run(int argc, char** argv) {
   TerminationSignal termination;  // before any thread starts
+  StartupClock startup("suffix-cache");
   // A Step holds up to --max-batch request locks at once; absl's debug-mode
   // deadlock graph would dominate it. The lock order is fixed by design
   // (suffix_cache_store.h).
@@ -148,6 +150,7 @@ int Run(int argc, char** argv) {
     metrics_server = std::move(started).value();
     metrics = std::make_unique<suffix_cache::SuffixCacheMetrics>(*metrics_server, &store, &service);
   }
+  startup.Phase("init");
   ServerOptions server_options;
   server_options.address = absl::StrCat(host, ":", port);
   server_options.max_threads = max_threads;
@@ -161,10 +164,12 @@ int Run(int argc, char** argv) {
   std::printf("suffix-cache listening on %s\n", (*runner)->address().c_str());
   if (metrics_server) std::printf("metrics suffix-cache %s\n", metrics_server->url().c_str());
   std::fflush(stdout);
+  startup.Phase("grpc_start");
 
   // NOT_SERVING (and UNAVAILABLE) while restoring.
   const int64_t restored = service.RestoreSnapshot();
   store.TrimToBudget();
+  startup.Phase("restore_snapshot");
   // Expires requests idle past their lease, from now until the drain ends.
   std::unique_ptr<suffix_cache::LeaseReaper> reaper;
   if (store_options.request_lease > std::chrono::milliseconds::zero()) {
@@ -174,7 +179,9 @@ int Run(int argc, char** argv) {
   service.SetAccepting(true);
   (*runner)->SetServing(true);
   LogEvent(LogLevel::kInfo, "suffix-cache", "ready",
-           {{"address", (*runner)->address()}, {"restored_responses", restored}});
+           {{"address", (*runner)->address()},
+            {"restored_responses", restored},
+            {"startup_ms", startup.SinceStartMs()}});
 
   auto last_snapshot = std::chrono::steady_clock::now();
   std::optional<int> signal;
