@@ -161,6 +161,12 @@ SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
 }
 
+void SafetensorsFile::ReleasePages() const {
+  // A read-only private file mapping has no dirty pages: DONTNEED only unmaps
+  // them (they stay in the page cache), and the contents read back unchanged.
+  if (mapping_ != nullptr) ::madvise(mapping_, mapping_size_, MADV_DONTNEED);
+}
+
 const SafetensorsFile::Entry* SafetensorsFile::FindEntry(absl::string_view name) const {
   auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;

@@ -52,6 +52,10 @@ class SafetensorsFile {
 
   std::vector<std::string> names() const;  // sorted
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Drops the mapping's resident pages (the views stay valid: a later read
+  // faults its page back in from the file). For a caller that has copied
+  // what it needs, so the file no longer counts in its RSS.
+  void ReleasePages() const;
   const std::string& path() const { return path_; }
 
  private:

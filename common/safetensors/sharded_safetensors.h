@@ -39,6 +39,7 @@ class ShardedSafetensors {
   // Where the tensors came from, for messages: the index or the single file.
   const std::string& source() const { return source_; }
   size_t num_files() const { return files_.size(); }
+  const SafetensorsFile& file(size_t i) const { return *files_[i]; }
 
  private:
   std::string source_;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "common/tensor/dtype.h"
 #include "kernels/cpu/matmul.h"
@@ -187,7 +188,38 @@ void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPo
   HWY_DYNAMIC_DISPATCH(MatmulImpl)(x, ldx, m, w, y, pool);
 }
 
-PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
+namespace {
+
+int64_t PanelElems(DType dtype, int64_t k) { return kPanelWidth * (dtype == DType::kBF16 ? (k + 1) / 2 * 2 : k); }
+
+// Panels stored: the kernels read whole groups of kPanelGroup panels, and one
+// more group of zeros lets a slice that starts mid-group do so too.
+int64_t StoredPanels(int64_t n) {
+  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+  return (panels + kPanelGroup - 1) / kPanelGroup * kPanelGroup + kPanelGroup;
+}
+
+}  // namespace
+
+size_t PackedMatrix::PackedBytes(DType dtype, int64_t n, int64_t k) {
+  return std::max<size_t>(64, StoredPanels(n) * PanelElems(dtype, k) * DTypeSize(dtype));
+}
+
+PackedMatrix PackedMatrix::FromPackedBytes(DType dtype, int64_t n, int64_t k, const void* data,
+                                           std::shared_ptr<void> owner) {
+  PackedMatrix m;
+  m.dtype_ = dtype;
+  m.n_ = n;
+  m.k_ = k;
+  m.panel_elems_ = PanelElems(dtype, k);
+  m.bytes_ = PackedBytes(dtype, n, k);
+  m.storage_ = std::move(owner);
+  m.base_ = static_cast<const uint8_t*>(data);
+  return m;
+}
+
+PackedMatrix PackMatrixInto(std::span<const TensorView> parts, ThreadPool& pool, void* dest,
+                            std::shared_ptr<void> owner) {
   PackedMatrix packed;
   packed.dtype_ = parts.empty() ? DType::kF32 : parts[0].dtype;
   packed.k_ = parts.empty() ? 0 : parts[0].cols();
@@ -200,25 +232,22 @@ PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
     }
   }
   packed.n_ = static_cast<int64_t>(row_part.size());
-  packed.panel_elems_ = kPanelWidth * (packed.dtype_ == DType::kBF16 ? (packed.k_ + 1) / 2 * 2 : packed.k_);
-  // The kernels read whole groups of kPanelGroup panels; one more group of
-  // zeros lets a slice that starts mid-group do so too.
-  const int64_t panels = (packed.num_panels() + kPanelGroup - 1) / kPanelGroup * kPanelGroup + kPanelGroup;
+  packed.panel_elems_ = PanelElems(packed.dtype_, packed.k_);
   const size_t elem = DTypeSize(packed.dtype_);
   const int64_t panel_elems = packed.panel_elems();
-  const size_t bytes = std::max<size_t>(64, panels * panel_elems * elem);
+  const size_t bytes = PackedMatrix::PackedBytes(packed.dtype_, packed.n_, packed.k_);
   packed.bytes_ = bytes;
-  // 2 MiB-aligned and THP-advised: decode streams every weight once per step,
-  // and huge pages spare it a TLB miss per 4 KiB (and packing the page faults).
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t alloc = bytes >= kHuge ? (bytes + kHuge - 1) / kHuge * kHuge : (bytes + 63) / 64 * 64;
-  packed.storage_ = std::shared_ptr<void>(std::aligned_alloc(bytes >= kHuge ? kHuge : 64, alloc), &std::free);
-  if (bytes >= kHuge) madvise(packed.storage_.get(), alloc, MADV_HUGEPAGE);
-  uint8_t* out = static_cast<uint8_t*>(packed.storage_.get());
+  packed.storage_ = std::move(owner);
+  uint8_t* out = static_cast<uint8_t*>(dest);
   packed.base_ = out;
-  std::memset(out, 0, bytes);
   const int64_t n = packed.n_, k = packed.k_;
-  pool.ParallelFor(packed.num_panels(), [&](int64_t p, int) {
+  const int64_t panels = packed.num_panels();
+  const size_t panel_bytes = panel_elems * elem;
+  // Each task zeroes the panel it fills (padding rows and k), so the first
+  // touch of the new memory is spread over the threads too.
+  std::memset(out + panels * panel_bytes, 0, bytes - panels * panel_bytes);
+  pool.ParallelFor(panels, [&](int64_t p, int) {
+    std::memset(out + p * panel_bytes, 0, panel_bytes);
     for (int j = 0; j < kPanelWidth; ++j) {
       const int64_t row = p * kPanelWidth + j;
       if (row >= n) break;
@@ -236,6 +265,22 @@ PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
     }
   });
   return packed;
+}
+
+PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
+  int64_t n = 0;
+  for (const TensorView& part : parts) n += part.rows();
+  const DType dtype = parts.empty() ? DType::kF32 : parts[0].dtype;
+  const size_t bytes = PackedMatrix::PackedBytes(dtype, n, parts.empty() ? 0 : parts[0].cols());
+  // 2 MiB-aligned and THP-advised: decode streams every weight once per step,
+  // and huge pages spare it a TLB miss per 4 KiB (and packing the page faults).
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t alloc = bytes >= kHuge ? (bytes + kHuge - 1) / kHuge * kHuge : (bytes + 63) / 64 * 64;
+  std::shared_ptr<void> storage(std::aligned_alloc(bytes >= kHuge ? kHuge : 64, alloc), &std::free);
+  if (!storage) throw std::bad_alloc();
+  if (bytes >= kHuge) madvise(storage.get(), alloc, MADV_HUGEPAGE);
+  void* dest = storage.get();
+  return PackMatrixInto(parts, pool, dest, std::move(storage));
 }
 
 PackedMatrix PackedMatrix::Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const {

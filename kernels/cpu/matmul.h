@@ -62,8 +62,19 @@ class PackedMatrix {
   // Results are bit-identical to packing the same block on its own.
   PackedMatrix Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const;
 
+  // Bytes PackMatrix lays out for an [n, k] matrix of `dtype` (padding
+  // included): what bytes() of a non-slice is.
+  static size_t PackedBytes(DType dtype, int64_t n, int64_t k);
+  // A non-slice's packed bytes, to store them (a weight cache file).
+  const void* data() const { return base_; }
+  // The matrix whose packed bytes (PackedBytes(dtype, n, k) of them, as
+  // data() gave them) are at `data`, 64-byte aligned, kept alive by `owner`:
+  // a view of a mapped weight cache file, no copy.
+  static PackedMatrix FromPackedBytes(DType dtype, int64_t n, int64_t k, const void* data,
+                                      std::shared_ptr<void> owner);
+
  private:
-  friend PackedMatrix PackMatrix(std::span<const TensorView>, ThreadPool&);
+  friend PackedMatrix PackMatrixInto(std::span<const TensorView>, ThreadPool&, void*, std::shared_ptr<void>);
   DType dtype_ = DType::kF32;
   int64_t n_ = 0, k_ = 0, panel_elems_ = 0;
   size_t bytes_ = 0;
@@ -76,6 +87,10 @@ class PackedMatrix {
 // f32, all the same dtype; f16 is not accepted) into one matrix, so fused
 // projections (q|k|v, gate|up) run as one matmul. Callers validate shapes.
 PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool);
+// As PackMatrix, into PackedBytes(...) bytes at `dest` (64-byte aligned; a
+// mapped weight cache file) that `owner` keeps alive.
+PackedMatrix PackMatrixInto(std::span<const TensorView> parts, ThreadPool& pool, void* dest,
+                            std::shared_ptr<void> owner);
 
 // The activations' rounded copy for bf16 weights, kept by the caller (the
 // backend) so that repeated calls do not allocate.

@@ -126,6 +126,7 @@ bool RouterReady(const std::string& address, const std::shared_ptr<grpc::Channel
 int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
+  std::string weight_cache = "auto";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
   std::string chat_template, api_key_file;
   double rate_limit_rps = 0, rate_limit_tps = 0;
@@ -158,6 +159,8 @@ int RunLocal(int argc, char** argv) {
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
   parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
+  parser.AddString("weight-cache", &weight_cache,
+                   "workers' --weight-cache: repacked weights kept for the next start (auto: MODEL/.floe-cache | off | DIR)");
   parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
   parser.AddString("speculative", &speculative,
                    "off|ngram|suffix (lossless; suffix also starts a floe-suffix-cache for the global tree)");
@@ -260,7 +263,7 @@ int RunLocal(int argc, char** argv) {
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> argv = {(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
                                      "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
-                                     "--load-format", load_format};
+                                     "--load-format", load_format, "--weight-cache", weight_cache};
     argv.insert(argv.end(), speculation_args.begin(), speculation_args.end());
     argv.insert(argv.end(), common_args.begin(), common_args.end());
     argv.insert(argv.end(), admin_args.begin(), admin_args.end());

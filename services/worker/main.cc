@@ -24,6 +24,7 @@
 #include "common/auth/api_keys.h"
 #include "common/cli/arg_parser.h"
 #include "common/log/log.h"
+#include "common/log/startup_clock.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/server_runner.h"
 #include "common/rpc/termination_signal.h"
@@ -46,6 +47,7 @@ struct WorkerFlags {
   std::string model;
   std::string model_name;
   std::string load_format = "auto";
+  std::string weight_cache = "auto";  // auto: MODEL/.floe-cache; off: none
   std::string dummy_dtype = "bf16";
   std::string host = "127.0.0.1";
   int port = 0;
@@ -86,6 +88,27 @@ struct WorkerFlags {
   bool reflection = false;
 };
 
+// The weight cache folder --weight-cache names ("" for off).
+std::string WeightCacheDir(const WorkerFlags& f) {
+  if (f.weight_cache == "off") return "";
+  if (f.weight_cache == "auto") return (std::filesystem::path(f.model) / ".floe-cache").string();
+  return f.weight_cache;
+}
+
+// Logs what the weight cache did.
+void LogWeightCache(const CpuBackend& backend, int rank) {
+  const WeightCacheReport& r = backend.weight_cache();
+  static constexpr const char* kOutcome[] = {"off", "hit", "written", "failed"};
+  if (r.outcome != WeightCacheReport::Outcome::kOff) {
+    LogEvent(r.outcome == WeightCacheReport::Outcome::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "worker",
+             "weight_cache",
+             {{"rank", static_cast<int64_t>(rank)},
+              {"outcome", std::string(kOutcome[static_cast<int>(r.outcome)])},
+              {"path", r.path},
+              {"detail", r.detail}});
+  }
+}
+
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
 // them (exit 0) or the group fails (exit 1). They die with rank 0 (PDEATHSIG).
 int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
@@ -112,8 +135,12 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
                                      .communicator = grid->world.get(),
                                      .sequence_parallel_size = f.sequence_parallel_size,
                                      .sequence_group = grid->sequence.get(),
-                                     .tensor_group = grid->tensor.get()});
+                                     .tensor_group = grid->tensor.get(),
+                                     .weight_cache_dir = WeightCacheDir(f),
+                                     .weights_fingerprint = (*checkpoint)->fingerprint(),
+                                     .release_source_pages = [&] { (*checkpoint)->ReleasePages(); }});
   if (!backend.ok()) return failed("backend_failed", backend.status());
+  LogWeightCache(**backend, f.rank);
   LogEvent(LogLevel::kInfo, "worker", "rank_ready",
            {{"rank", static_cast<int64_t>(f.rank)}, {"weight_bytes", static_cast<int64_t>((*backend)->WeightBytes())}});
   const absl::Status status = RunFollower(**backend, *grid->world);
@@ -151,6 +178,7 @@ absl::StatusOr<std::vector<pid_t>> StartRanks(int argc, char** argv, const Worke
 
 int Run(int argc, char** argv) {
   TerminationSignal termination;  // before any thread starts
+  StartupClock startup("worker");
   WorkerFlags f;
   ArgParser parser("floe-worker --model DIR [options]",
                    "Serves a Hugging Face checkpoint folder over the floe.v1.Worker gRPC API on the CPU backend.\n"
@@ -160,6 +188,9 @@ int Run(int argc, char** argv) {
   parser.AddString("model-name", &f.model_name, "name clients use (default: the folder's name)");
   parser.AddString("load-format", &f.load_format, "auto|safetensors|dummy (dummy: seeded random weights from config.json)");
   parser.AddString("dummy-dtype", &f.dummy_dtype, "weight dtype of --load-format dummy: bf16|f32");
+  parser.AddString("weight-cache", &f.weight_cache,
+                   "folder for repacked weights, mapped instead of repacked on the next start: "
+                   "auto (MODEL/.floe-cache) | off | DIR");
   parser.AddString("host", &f.host, "address to bind");
   parser.AddInt("port", &f.port, "port to bind (0: any free port)");
   parser.AddInt("threads", &f.threads, "compute threads (0: all cores)");
@@ -333,6 +364,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const bool remote_ranks = ranks > 1 && f.rank_launch == "remote";
+  startup.Phase("init");
   RankStoreService rank_store;
   std::vector<grpc::Service*> services = {&service};
   if (remote_ranks) services.push_back(&rank_store);
@@ -347,6 +379,7 @@ int Run(int argc, char** argv) {
   }
   std::printf("worker listening on %s\n", (*runner)->address().c_str());
   std::fflush(stdout);
+  startup.Phase("grpc_start");
   LogEvent(LogLevel::kInfo, "worker", "loading", {{"model", f.model}, {"load_format", f.load_format}});
 
   // Tensor parallel: start the other ranks now, so they load while we do.
@@ -406,6 +439,7 @@ int Run(int argc, char** argv) {
     LogEvent(LogLevel::kError, "worker", "load_failed", {{"error", std::string(checkpoint.status().message())}});
     return 1;
   }
+  startup.Phase("read");
   const ModelConfig& config = (*checkpoint)->config();
   // Rank 0's communicators, each timed for the collective-time metric (the
   // LeaderBackend's plan broadcasts go around the timing).
@@ -431,18 +465,25 @@ int Run(int argc, char** argv) {
       return 1;
     }
     grid = std::move(connected).value();
+    startup.Phase("rank_connect");
   }
   auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
                                 {.num_threads = threads,
                                  .communicator = timing(grid.world.get()),
                                  .sequence_parallel_size = f.sequence_parallel_size,
                                  .sequence_group = timing(grid.sequence.get()),
-                                 .tensor_group = timing(grid.tensor.get())});
+                                 .tensor_group = timing(grid.tensor.get()),
+                                 .weight_cache_dir = WeightCacheDir(f),
+                                 .weights_fingerprint = (*checkpoint)->fingerprint(),
+                                 .release_source_pages = [&] { (*checkpoint)->ReleasePages(); }});
   if (!cpu.ok()) {
     LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
     return 1;
   }
+  startup.Phase((*cpu)->weight_cache().outcome == WeightCacheReport::Outcome::kHit ? "map_weights" : "repack");
+  LogWeightCache(**cpu, 0);
   const int64_t weight_bytes = static_cast<int64_t>((*cpu)->WeightBytes());
+  const int64_t kv_block_bytes = static_cast<int64_t>((*cpu)->KvBytesPerBlock(f.block_size));
   absl::StatusOr<std::unique_ptr<Backend>> backend = std::unique_ptr<Backend>(std::move(cpu).value());
   if (ranks > 1) {
     const Grid shape{f.tensor_parallel_size, f.sequence_parallel_size};
@@ -476,6 +517,7 @@ int Run(int argc, char** argv) {
     LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});
     return 1;
   }
+  startup.Phase("kv_allocation");
   if (metrics_server) {
     metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
     metrics->SetParallelLayout(ranks, ranks > 1 ? parallel_stats : nullptr);
@@ -497,7 +539,10 @@ int Run(int argc, char** argv) {
             {"model", f.model_name},
             {"kv_blocks", static_cast<int64_t>(load_report.total_blocks)},
             {"block_size", static_cast<int64_t>(load_report.block_size)},
-            {"max_model_len", static_cast<int64_t>((*engine)->max_model_len())}});
+            {"max_model_len", static_cast<int64_t>((*engine)->max_model_len())},
+            {"weight_bytes", weight_bytes},
+            {"kv_cache_bytes", kv_block_bytes * load_report.total_blocks},
+            {"startup_ms", startup.SinceStartMs()}});
 
   int signal = termination.Wait();
   LogEvent(LogLevel::kInfo, "worker", "draining", {{"signal", static_cast<int64_t>(signal)}});

@@ -318,6 +318,7 @@ def expected_worker_args(model, values):
         "--model": model["modelPath"],
         "--model-name": served,
         "--load-format": model["loadFormat"],
+        "--weight-cache": "/var/cache/floe" if model["weightCache"]["enabled"] else "off",
         "--port": str(spec["port"]),
         "--metrics-port": str(spec["metricsPort"]),
         "--threads": str(int(model["threads"])),

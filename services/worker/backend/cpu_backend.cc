@@ -1,8 +1,14 @@
 #include "services/worker/backend/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <new>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +20,11 @@ namespace floe {
 namespace {
 
 using cpu::PackedMatrix;
+
+// Part of every weight cache key: a change to the packed layout misses.
+std::string PackFormat() {
+  return absl::StrCat("cpu panels v1, width ", cpu::kPanelWidth, ", group ", cpu::kPanelGroup);
+}
 
 std::vector<float> ToF32(const TensorView& t) {
   std::vector<float> out(t.numel());
@@ -65,9 +76,40 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   backend->local_.intermediate_size = l.heads.intermediate();
   backend->q_dim_ = l.heads.num_heads() * config.head_dim;
   backend->kv_dim_ = l.heads.num_kv_heads() * config.head_dim;
+  backend->release_source_pages_ = options.release_source_pages;
+  backend->embedding_tied_ = weights.lm_head.data == weights.embed_tokens.data;
+  std::string cache_key;
+  WeightCacheReport& report = backend->cache_report_;
+  if (!options.weight_cache_dir.empty() && !options.weights_fingerprint.empty()) {
+    cache_key = absl::StrCat(PackFormat(), "\n", options.weights_fingerprint, "\nrank ", rank, " of ", l.tensor,
+                             " x ", l.sequence, "\n");
+    report.path = (std::filesystem::path(options.weight_cache_dir) / WeightCacheFile::FileName(cache_key)).string();
+    auto opened = WeightCacheFile::Open(report.path, cache_key);
+    if (!opened.ok()) {
+      report.detail = absl::IsNotFound(opened.status()) ? "absent" : std::string(opened.status().message());
+      absl::Status written = backend->WriteWeightCache(config, weights, report.path, cache_key);
+      if (written.ok()) opened = WeightCacheFile::Open(report.path, cache_key);
+      if (!written.ok() || !opened.ok()) {
+        report.outcome = WeightCacheReport::Outcome::kFailed;
+        report.detail = std::string((written.ok() ? opened.status() : written).message());
+      }
+    }
+    if (opened.ok()) backend->cache_ = std::move(opened).value();
+  }
   // The model checks the config and every weight, then prepares the shard
-  // this rank holds here.
+  // this rank holds here (PrepareMatrix maps what the cache file holds).
   FLOE_ASSIGN_OR_RETURN(backend->model_, LlamaForward::Create(config, weights, *backend, &l));
+  if (backend->release_source_pages_) backend->release_source_pages_();
+  if (backend->cache_) {
+    const bool whole = !backend->cache_mismatch_ && backend->cached_taken_ == backend->cache_->size();
+    if (!whole) {
+      report.outcome = WeightCacheReport::Outcome::kFailed;
+      report.detail = "its entries do not match the model's matrices; repacked those";
+    } else if (report.outcome == WeightCacheReport::Outcome::kOff) {
+      report.outcome = report.detail.empty() ? WeightCacheReport::Outcome::kHit : WeightCacheReport::Outcome::kWritten;
+    }
+    backend->cache_.reset();  // the views keep the mapping
+  }
   cpu::RopeParams rope_params;
   rope_params.head_dim = config.head_dim;
   rope_params.theta = config.rope_theta;
@@ -80,19 +122,88 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   return backend;
 }
 
+absl::Status CpuBackend::WriteWeightCache(const ModelConfig& config, const ModelWeights& weights,
+                                          const std::string& path, const std::string& key) {
+  // Each pass leaves placeholders (and copied vectors) behind: cleared after.
+  auto run = [&](PreparePass pass) {
+    pass_ = pass;
+    absl::Status status = LlamaForward::Create(config, weights, *this, &layout_).status();
+    pass_ = PreparePass::kUse;
+    matrices_.clear();
+    vectors_.clear();
+    return status;
+  };
+  shapes_.clear();
+  FLOE_RETURN_IF_ERROR(run(PreparePass::kMeasure));
+  FLOE_ASSIGN_OR_RETURN(cache_writer_, WeightCacheWriter::Create(path, key, shapes_));
+  cached_taken_ = 0;
+  write_status_ = absl::OkStatus();
+  absl::Status status = run(PreparePass::kWrite);
+  if (status.ok()) status = write_status_;
+  if (status.ok() && cached_taken_ != cache_writer_->size())
+    status = absl::InternalError("the model's matrices changed between two passes");
+  if (status.ok()) status = cache_writer_->Commit();
+  cache_writer_.reset();
+  write_scratch_.reset();
+  write_scratch_bytes_ = 0;
+  cached_taken_ = 0;
+  return status;
+}
+
 WeightId CpuBackend::PrepareMatrix(std::span<const TensorView> parts) {
-  matrices_.push_back(cpu::PackMatrix(parts, pool_));
+  const DType dtype = parts.empty() ? DType::kF32 : parts[0].dtype;
+  const int64_t k = parts.empty() ? 0 : parts[0].cols();
+  int64_t n = 0;
+  for (const TensorView& part : parts) n += part.rows();
+  std::optional<PackedMatrix> matrix;
+  if (pass_ == PreparePass::kMeasure) {
+    shapes_.push_back({dtype, n, k});
+    matrix = PackedMatrix();  // a placeholder: this pass only records
+  } else if (pass_ == PreparePass::kWrite) {
+    // Packed into one reused buffer (huge pages), then written: the weights'
+    // only lasting copy is the file's page cache.
+    const size_t bytes = PackedMatrix::PackedBytes(dtype, n, k);
+    if (bytes > write_scratch_bytes_) {
+      constexpr size_t kHuge = size_t{2} << 20;
+      const size_t alloc = (bytes + kHuge - 1) / kHuge * kHuge;
+      write_scratch_.reset(std::aligned_alloc(kHuge, alloc), &std::free);
+      if (!write_scratch_) throw std::bad_alloc();
+      madvise(write_scratch_.get(), alloc, MADV_HUGEPAGE);
+      write_scratch_bytes_ = alloc;
+    }
+    const PackedMatrix packed = cpu::PackMatrixInto(parts, pool_, write_scratch_.get(), nullptr);
+    if (absl::Status s = cache_writer_->Write(cached_taken_++, packed); !s.ok() && write_status_.ok())
+      write_status_ = s;
+    matrix = PackedMatrix();
+  } else if (cache_) {
+    matrix = cache_->Matrix(cached_taken_++, dtype, n, k);
+    if (!matrix) cache_mismatch_ = true;
+  }
+  if (!matrix) matrix = cpu::PackMatrix(parts, pool_);
+  if (pass_ == PreparePass::kWrite || (pass_ == PreparePass::kUse && !cache_))
+    packed_since_release_ += PackedMatrix::PackedBytes(dtype, n, k);
+  if (release_source_pages_ && packed_since_release_ >= (size_t{256} << 20)) {
+    release_source_pages_();
+    packed_since_release_ = 0;
+  }
+  matrices_.push_back(*std::move(matrix));
   return static_cast<WeightId>(matrices_.size() - 1);
 }
 
 WeightId CpuBackend::SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
                                  int64_t col_end) {
+  if (pass_ != PreparePass::kUse) {  // placeholders: nothing to slice
+    matrices_.emplace_back();
+    return static_cast<WeightId>(matrices_.size() - 1);
+  }
   matrices_.push_back(matrices_[matrix].Slice(row_begin, row_end, col_begin, col_end));
   return static_cast<WeightId>(matrices_.size() - 1);
 }
 
 size_t CpuBackend::WeightBytes() const {
-  size_t bytes = embed_tokens_.bytes();  // read in place, but resident all the same
+  // The embedding is read in place from the checkpoint: its rows count
+  // unless they are the lm_head's too (tied), already counted packed.
+  size_t bytes = embedding_tied_ ? 0 : embed_tokens_.bytes();
   for (const cpu::PackedMatrix& m : matrices_) {
     if (!m.is_slice()) bytes += m.bytes();
   }
@@ -122,7 +233,14 @@ absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
   }
   num_blocks_ = num_blocks;
   block_size_ = block_size;
-  kv_cache_.assign(KvBytesPerBlock(block_size) / sizeof(float) * num_blocks, 0.0f);
+  // calloc: a large block comes from mmap as untouched zero pages, so the
+  // allocation takes no time at start-up and RSS grows as blocks are used.
+  const size_t floats = KvBytesPerBlock(block_size) / sizeof(float) * num_blocks;
+  kv_cache_.reset(static_cast<float*>(std::calloc(floats, sizeof(float))));
+  if (!kv_cache_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the KV cache: ", num_blocks, " blocks of ", KvBytesPerBlock(block_size), " bytes"));
+  }
   return absl::OkStatus();
 }
 
@@ -173,7 +291,7 @@ absl::Status CpuBackend::ValidateBatch(std::span<const ForwardSequence> batch) c
 cpu::KvLayer CpuBackend::LayerKv(int layer) {
   const size_t layer_floats = KvBytesPerBlock(block_size_) / sizeof(float) * num_blocks_ / config_.num_layers;
   cpu::KvLayer kv;
-  kv.k = kv_cache_.data() + layer * layer_floats;
+  kv.k = kv_cache_.get() + layer * layer_floats;
   kv.v = kv.k + layer_floats / 2;
   kv.block_size = block_size_;
   kv.kv_heads = local_.num_kv_heads;

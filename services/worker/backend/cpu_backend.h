@@ -16,7 +16,10 @@
 // (the calling thread plus num_threads-1 workers owned by the backend).
 #pragma once
 
+#include <cstdlib>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +27,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "services/worker/backend/backend.h"
+#include "services/worker/backend/weight_cache.h"
 #include "services/worker/model/checkpoint.h"
 #include "services/worker/model/llama_forward.h"
 #include "services/worker/model/model_ops.h"
@@ -49,6 +53,25 @@ struct CpuBackendOptions {
   // null where it is the whole worker (T = 1, or S = 1).
   Communicator* sequence_group = nullptr;
   Communicator* tensor_group = nullptr;
+  // Weight cache (backend/weight_cache.h): with a folder and the weights'
+  // fingerprint (Checkpoint::fingerprint()), Create maps this rank's packed
+  // matrices from the folder's file for them, or packs and then writes that
+  // file. A cache that cannot be read or written costs a repack, never an
+  // error; CpuBackend::weight_cache() says what happened.
+  std::string weight_cache_dir;
+  std::string weights_fingerprint;
+  // Called after every 256 MiB packed (and once at the end) to say the
+  // source weights' pages may be dropped (Checkpoint::ReleasePages): the
+  // peak RSS of a repack is then the packed weights plus one such span, not
+  // both copies. Null: not called.
+  std::function<void()> release_source_pages;
+};
+
+struct WeightCacheReport {
+  enum class Outcome { kOff, kHit, kWritten, kFailed };
+  Outcome outcome = Outcome::kOff;
+  std::string path;
+  std::string detail;  // why a miss missed, or why writing failed
 };
 
 class CpuBackend final : public Backend, private ModelOps {
@@ -71,6 +94,7 @@ class CpuBackend final : public Backend, private ModelOps {
   // Bytes of packed weights this rank holds (its SP group's shard, held once
   // for both modes).
   size_t WeightBytes() const;
+  const WeightCacheReport& weight_cache() const { return cache_report_; }
 
  private:
   CpuBackend(const ModelConfig& config, int num_threads);
@@ -80,6 +104,10 @@ class CpuBackend final : public Backend, private ModelOps {
   void ForRows(int64_t rows, const Fn& fn);
   float* Rows(Activation a);
   int64_t Width(Activation a) const;
+
+  // Packs this rank's matrices into a new weight cache file at `path`.
+  absl::Status WriteWeightCache(const ModelConfig& config, const ModelWeights& weights, const std::string& path,
+                                const std::string& key);
 
   // ModelOps over kernels/cpu.
   WeightId PrepareMatrix(std::span<const TensorView> parts) override;
@@ -126,7 +154,25 @@ class CpuBackend final : public Backend, private ModelOps {
   cpu::ThreadPool pool_;
   std::unique_ptr<LlamaForward> model_;
   TensorView embed_tokens_;
+  bool embedding_tied_ = false;  // embed_tokens_ is the lm_head's source
   std::vector<cpu::PackedMatrix> matrices_;  // by WeightId
+  // Create's weight cache. On a miss Create runs the model's preparation
+  // three times: kMeasure records the matrices' shapes (the file's layout),
+  // kWrite packs each into a scratch buffer and writes it, and the last pass
+  // maps them from the committed file as a hit does.
+  enum class PreparePass { kUse, kMeasure, kWrite };
+  PreparePass pass_ = PreparePass::kUse;
+  std::vector<WeightCacheWriter::Shape> shapes_;  // kMeasure's record
+  std::unique_ptr<WeightCacheWriter> cache_writer_;
+  std::shared_ptr<void> write_scratch_;  // kWrite's packing buffer, reused
+  size_t write_scratch_bytes_ = 0;
+  absl::Status write_status_;            // kWrite's first failure
+  std::unique_ptr<WeightCacheFile> cache_;  // kUse maps from it when set
+  int cached_taken_ = 0;          // matrices taken from cache_ or written so far
+  bool cache_mismatch_ = false;   // one of them had another shape
+  std::function<void()> release_source_pages_;
+  size_t packed_since_release_ = 0;
+  WeightCacheReport cache_report_;
   std::vector<std::vector<float>> vectors_;  // by WeightId
   std::vector<float> inv_freq_;
   int q_dim_ = 0, kv_dim_ = 0;  // this rank's heads (attention, KV cache)
@@ -136,7 +182,11 @@ class CpuBackend final : public Backend, private ModelOps {
   std::vector<float> kv_rows_;          // ProjectKv's [k | v] rows
 
   int num_blocks_ = 0, block_size_ = 0;
-  std::vector<float> kv_cache_;  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]
+  std::unique_ptr<float, FreeDeleter> kv_cache_;
 
   // The step (BeginStep) and its activations, grown on demand and reused.
   std::span<const int32_t> tokens_, positions_;

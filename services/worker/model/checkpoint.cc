@@ -1,12 +1,15 @@
 #include "services/worker/model/checkpoint.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -47,6 +50,11 @@ class OwningCheckpoint : public Checkpoint {
   void set_config(ModelConfig config) {
     config_ = std::move(config);
     weights_.layers.assign(config_.num_layers, LayerWeights());
+  }
+  void set_fingerprint(std::string fingerprint) { fingerprint_ = std::move(fingerprint); }
+  void ReleasePages() const override {
+    if (!files_) return;
+    for (size_t i = 0; i < files_->num_files(); ++i) files_->file(i).ReleasePages();
   }
 
  private:
@@ -97,6 +105,13 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
   }
   if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed_tokens;
   weight_dtype_ = weights_.embed_tokens.dtype;
+  for (size_t i = 0; i < files_->num_files(); ++i) {
+    const std::string& path = files_->file(i).path();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("cannot stat ", path));
+    absl::StrAppend(&fingerprint_, "\nfile ", std::filesystem::path(path).filename().string(), " size ", st.st_size,
+                    " mtime ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+  }
   return absl::OkStatus();
 }
 
@@ -135,6 +150,7 @@ void OwningCheckpoint::LoadDummy(const LoadOptions& options) {
   }
   if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed_tokens;
   weight_dtype_ = weights_.embed_tokens.dtype;
+  absl::StrAppend(&fingerprint_, "\ndummy seed ", options.dummy_seed, " dtype ", DTypeName(options.dummy_dtype));
 }
 
 }  // namespace
@@ -142,9 +158,12 @@ void OwningCheckpoint::LoadDummy(const LoadOptions& options) {
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Load(const std::string& dir,
                                                              const LoadOptions& options) {
   auto checkpoint = std::make_unique<OwningCheckpoint>();
-  FLOE_ASSIGN_OR_RETURN(ModelConfig config,
-                        ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  FLOE_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(config_path));
   checkpoint->set_config(std::move(config));
+  std::ostringstream config_bytes;
+  config_bytes << std::ifstream(config_path).rdbuf();
+  checkpoint->set_fingerprint("config.json " + config_bytes.str());
   if (options.format == LoadFormat::kDummy) {
     checkpoint->LoadDummy(options);
   } else {

@@ -70,8 +70,18 @@ class Checkpoint {
   const ModelWeights& weights() const { return weights_; }
   // Dtype of the matrices (norms may be f32 regardless).
   DType weight_dtype() const { return weight_dtype_; }
+  // Identifies these weights for a cache of what is derived from them (a
+  // backend's repacked matrices): config.json's bytes plus each weight file's
+  // path, size and modification time, or a dummy load's seed and dtype. A file
+  // rewritten in place at the same size and mtime goes unnoticed, as in make.
+  const std::string& fingerprint() const { return fingerprint_; }
+  // Drops the resident pages of mapped weight files; the views stay valid (a
+  // read faults its page back in). For once a backend holds its own copies,
+  // so the files stop counting in the process's RSS.
+  virtual void ReleasePages() const {}
 
  protected:
+  std::string fingerprint_;
   ModelConfig config_;
   ModelWeights weights_;
   DType weight_dtype_ = DType::kF32;

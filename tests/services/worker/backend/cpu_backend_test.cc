@@ -1,7 +1,10 @@
 // Backend-level batch invariance and input validation. Invariance is exact
 // (bit-identical logits): every kernel computes a token's row the same way
 // whatever else is in the batch or how its prompt was chunked.
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 
 #include "gtest/gtest.h"
 #include "services/worker/backend/cpu_backend.h"
@@ -110,6 +113,56 @@ TEST(CpuBackendTest, ThreadCountDoesNotChangeLogits) {
     EXPECT_EQ(gens[g].prompt_logits, gens[0].prompt_logits);
     EXPECT_EQ(gens[g].step_logits, gens[0].step_logits);
   }
+}
+
+// A backend that maps its matrices from the weight cache, or packs them into
+// it, computes bit for bit what one that packs in memory does; the file is
+// written once and hit after, and a change of weights or layout misses.
+TEST(CpuBackendTest, WeightCacheWrittenThenHitGivesIdenticalLogits) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("floe-backend-cache-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  TestModel model(Flavor::kSwiftKV, DType::kBF16, 5, 512, 4);
+  const std::vector<int32_t> prompt = Prompt(21, 5, model.config().vocab_size);
+  auto run = [&](const std::string& cache_dir, const std::string& fingerprint, WeightCacheReport* report,
+                 int* releases) {
+    CpuBackendOptions options{.num_threads = 2, .weight_cache_dir = cache_dir, .weights_fingerprint = fingerprint};
+    options.release_source_pages = [releases] { ++*releases; };
+    auto backend = CpuBackend::Create(model.config(), model.weights(), options);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    *report = (*backend)->weight_cache();
+    EXPECT_TRUE((*backend)->AllocateKvCache(16, 4).ok());
+    return Generate(**backend, prompt, 4, 5, 4, 0, 8);
+  };
+  using Outcome = WeightCacheReport::Outcome;
+  WeightCacheReport off, written, hit, other;
+  int releases = 0;
+  const auto plain = run("", "", &off, &releases);
+  EXPECT_EQ(off.outcome, Outcome::kOff);
+  EXPECT_GE(releases, 1);
+  const auto first = run(dir, "weights A", &written, &releases);
+  EXPECT_EQ(written.outcome, Outcome::kWritten) << written.detail;
+  EXPECT_EQ(written.detail, "absent");
+  EXPECT_TRUE(std::filesystem::exists(written.path));
+  const auto second = run(dir, "weights A", &hit, &releases);
+  EXPECT_EQ(hit.outcome, Outcome::kHit) << hit.detail;
+  EXPECT_EQ(hit.path, written.path);
+  run(dir, "weights B", &other, &releases);
+  EXPECT_EQ(other.outcome, Outcome::kWritten);
+  EXPECT_NE(other.path, written.path);
+  for (const auto* g : {&first, &second}) {
+    EXPECT_EQ(g->prompt_logits, plain.prompt_logits);
+    EXPECT_EQ(g->prompt_hidden, plain.prompt_hidden);
+    EXPECT_EQ(g->step_logits, plain.step_logits);
+    EXPECT_EQ(g->tokens, plain.tokens);
+  }
+  // A cache folder that cannot be created costs a repack, not the backend.
+  WeightCacheReport unwritable;
+  const auto fallback = run("/proc/floe-no-such-folder", "weights A", &unwritable, &releases);
+  EXPECT_EQ(unwritable.outcome, Outcome::kFailed);
+  EXPECT_FALSE(unwritable.detail.empty());
+  EXPECT_EQ(fallback.step_logits, plain.step_logits);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CpuBackendTest, RejectsBadInputs) {

@@ -450,6 +450,49 @@ TEST_F(CheckpointTest, DummyIsDeterministicInTheSeed) {
             static_cast<const uint16_t*>(y.data)[5]);
 }
 
+// The fingerprint keys the weight cache: it must change with config.json,
+// with a weight file's size or mtime, and with a dummy load's seed, and stay
+// put when nothing changed.
+TEST_F(CheckpointTest, FingerprintFollowsConfigFilesAndSeed) {
+  const std::string dir = WriteTiny("fp", DType::kBF16);
+  auto a = LoadOk(dir), b = LoadOk(dir);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->fingerprint(), b->fingerprint());
+  EXPECT_NE(a->fingerprint().find("model.safetensors"), std::string::npos);
+  const auto file = std::filesystem::path(dir) / "model.safetensors";
+  std::filesystem::last_write_time(file, std::filesystem::last_write_time(file) + std::chrono::seconds(1));
+  auto touched = LoadOk(dir);
+  EXPECT_NE(touched->fingerprint(), a->fingerprint());
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  config["rms_norm_eps"] = 1e-6;
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto edited = LoadOk(dir);
+  EXPECT_NE(edited->fingerprint(), touched->fingerprint());
+  LoadOptions dummy;
+  dummy.format = LoadFormat::kDummy;
+  dummy.dummy_seed = 1;
+  auto d1 = LoadOk(dir, dummy);
+  dummy.dummy_seed = 2;
+  auto d2 = LoadOk(dir, dummy);
+  EXPECT_NE(d1->fingerprint(), d2->fingerprint());
+  EXPECT_NE(d1->fingerprint(), edited->fingerprint());
+}
+
+// Dropping the mapped files' pages keeps every view readable and unchanged.
+TEST_F(CheckpointTest, ReleasePagesKeepsViewsValid) {
+  const std::string dir = WriteTiny("release", DType::kBF16);
+  auto released = LoadOk(dir), kept = LoadOk(dir);
+  ASSERT_TRUE(released && kept);
+  ExpectSameWeights(*released, *kept);
+  released->ReleasePages();
+  ExpectSameWeights(*released, *kept);
+  LoadOptions dummy;
+  dummy.format = LoadFormat::kDummy;
+  auto generated = LoadOk(dir, dummy), again = LoadOk(dir, dummy);
+  generated->ReleasePages();  // owned buffers: nothing to drop, nothing lost
+  ExpectSameWeights(*generated, *again);
+}
+
 TEST_F(CheckpointTest, DummyLlama32_1bShapesAndFillTime) {
   std::filesystem::create_directories(Path("1b"));
   std::ofstream(Path("1b/config.json")) << PresetConfig("llama-3.2-1b")->ToJson();
