@@ -95,15 +95,19 @@ std::string WeightCacheDir(const WorkerFlags& f) {
   return f.weight_cache;
 }
 
+const char* OutcomeName(WeightCacheReport::Outcome outcome) {
+  static constexpr const char* kNames[] = {"off", "hit", "written", "failed"};
+  return kNames[static_cast<int>(outcome)];
+}
+
 // Logs what the weight cache did.
 void LogWeightCache(const CpuBackend& backend, int rank) {
   const WeightCacheReport& r = backend.weight_cache();
-  static constexpr const char* kOutcome[] = {"off", "hit", "written", "failed"};
   if (r.outcome != WeightCacheReport::Outcome::kOff) {
     LogEvent(r.outcome == WeightCacheReport::Outcome::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "worker",
              "weight_cache",
              {{"rank", static_cast<int64_t>(rank)},
-              {"outcome", std::string(kOutcome[static_cast<int>(r.outcome)])},
+              {"outcome", std::string(OutcomeName(r.outcome))},
               {"path", r.path},
               {"detail", r.detail}});
   }
@@ -480,7 +484,8 @@ int Run(int argc, char** argv) {
     LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
     return 1;
   }
-  startup.Phase((*cpu)->weight_cache().outcome == WeightCacheReport::Outcome::kHit ? "map_weights" : "repack");
+  const WeightCacheReport::Outcome cache_outcome = (*cpu)->weight_cache().outcome;
+  startup.Phase(cache_outcome == WeightCacheReport::Outcome::kHit ? "map_weights" : "repack");
   LogWeightCache(**cpu, 0);
   const int64_t weight_bytes = static_cast<int64_t>((*cpu)->WeightBytes());
   const int64_t kv_block_bytes = static_cast<int64_t>((*cpu)->KvBytesPerBlock(f.block_size));
@@ -532,6 +537,7 @@ int Run(int argc, char** argv) {
                         .max_tokens_limit = f.max_tokens_limit};
   description.default_namespace = f.speculative_default_namespace;
   service.AttachEngine(engine->get(), std::move(description));
+  if (metrics) metrics->SetStartup(startup.phases(), startup.SinceStartMs(), OutcomeName(cache_outcome));
   (*runner)->SetServing(true);
   EngineLoad load_report = (*engine)->Load();
   LogEvent(LogLevel::kInfo, "worker", "ready",

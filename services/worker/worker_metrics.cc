@@ -1,5 +1,7 @@
 #include "services/worker/worker_metrics.h"
 
+#include <prometheus/gauge.h>
+
 #include <prometheus/client_metric.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
@@ -278,7 +280,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
 };
 
 WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, int max_model_len)
-    : collector_(std::make_shared<EngineCollector>(model)), model_(model) {
+    : collector_(std::make_shared<EngineCollector>(model)), registry_(server.registry()), model_(model) {
   prometheus::Registry& registry = server.registry();
   const prometheus::Labels labels = {{"model_name", model}};
   auto histogram = [&](const std::string& name, const std::string& help, const std::vector<double>& buckets) {
@@ -308,6 +310,22 @@ WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, in
 }
 
 void WorkerMetrics::AttachEngine(const Engine* engine) { collector_->Attach(engine); }
+
+void WorkerMetrics::SetStartup(const std::vector<std::pair<std::string, int64_t>>& phases_ms, int64_t total_ms,
+                               const std::string& weight_cache_outcome) {
+  auto& phases = prometheus::BuildGauge()
+                     .Name("floe_startup_phase_seconds")
+                     .Help("Start-up phases of this worker (phase=\"total\": process start to ready).")
+                     .Register(registry_);
+  for (const auto& [phase, ms] : phases_ms) phases.Add({{"model_name", model_}, {"phase", phase}}).Set(ms / 1000.0);
+  phases.Add({{"model_name", model_}, {"phase", "total"}}).Set(total_ms / 1000.0);
+  prometheus::BuildGauge()
+      .Name("floe_weight_cache")
+      .Help("What the weight cache did at start-up (1 on the outcome: off, hit, written, failed).")
+      .Register(registry_)
+      .Add({{"model_name", model_}, {"outcome", weight_cache_outcome}})
+      .Set(1);
+}
 
 void WorkerMetrics::SetParallelLayout(int ranks, std::shared_ptr<const ParallelStats> stats) {
   collector_->SetParallelLayout(ranks, std::move(stats));

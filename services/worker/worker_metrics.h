@@ -12,6 +12,8 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -39,6 +41,13 @@ class WorkerMetrics {
   // worker uses one. Call before serving.
   void AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats);
 
+  // The start-up as the log told it: floe_startup_phase_seconds{phase} for
+  // each phase and phase="total" (process start to ready), and
+  // floe_weight_cache{outcome} = 1 (off, hit, written or failed). Once,
+  // before serving.
+  void SetStartup(const std::vector<std::pair<std::string, int64_t>>& phases_ms, int64_t total_ms,
+                  const std::string& weight_cache_outcome);
+
   void ObserveFirstToken(double ttft_s);
   // `tokens` arrived together `gap_s` after the previous ones: counted as that
   // many inter-token gaps of equal share, as vLLM counts per token.
@@ -60,6 +69,7 @@ class WorkerMetrics {
   prometheus::Histogram* prompt_tokens_;
   prometheus::Histogram* generation_tokens_;
   prometheus::Family<prometheus::Counter>* finished_;
+  prometheus::Registry& registry_;
   std::string model_;
 };
 
