@@ -4,6 +4,8 @@
 # worker (speculation off, KV budget 0.5 GiB), in three cases per round:
 #   off   --weight-cache off: the weights are repacked in memory at every start
 #   cold  an empty weight cache: repacked into the cache file (the first start)
+#   disk  the cache file, evicted from the page cache first (dd iflag=nocache):
+#         a restart after the machine dropped it, read from disk
 #   warm  the cache file from the cold start, mapped (every later start)
 # For each start: seconds from launching `floe local` to "router listening",
 # the worker's start-up phases (its startup_phase log events), its VmRSS and
@@ -16,7 +18,7 @@
 #   bench/serving/startup.sh [PRESET=llama-3.2-1b] [ROUNDS=3] [OUT=/tmp/floe-startup.json]
 #
 # Needs a built tree (scripts/build.sh) and scripts/bootstrap.sh's tokenizer.
-# About 4 minutes on the 2-core dev machine at the 1B preset.
+# About 5 minutes on the 2-core dev machine at the 1B preset.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PRESET=${1:-llama-3.2-1b}
@@ -37,6 +39,9 @@ start() {
   local case=$1 round=$2 load=$3 cache=auto log="$work/$1-$2.log"
   [[ $case == off ]] && cache=off
   [[ $case == cold ]] && rm -rf "$work/model/.floe-cache"
+  if [[ $case == disk ]]; then
+    for f in "$work"/model/.floe-cache/*.bin; do dd if="$f" iflag=nocache count=0 status=none; done
+  fi
   local t0 t1
   t0=$(date +%s%N)
   build/bin/floe local --model "$work/model" --workers 1 --speculative off --kv-cache-gb 0.5 \
@@ -102,6 +107,7 @@ PY
 for round in $(seq "$ROUNDS"); do
   start off "$round" 1
   start cold "$round" 0
+  start disk "$round" 0
   start warm "$round" 1
 done
 
@@ -111,7 +117,7 @@ out, preset, runs_file = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_file)]
 med = lambda xs: statistics.median(xs) if xs else None
 res = {"preset": preset, "rounds": max(r["round"] for r in runs), "kv_cache_gb": 0.5, "cases": {}}
-for case in ("off", "cold", "warm"):
+for case in ("off", "cold", "disk", "warm"):
     rs = [r for r in runs if r["case"] == case]
     budget = 1.1 * (rs[0]["weight_bytes"] + rs[0]["kv_cache_bytes"] + 200e6)
     c = {k: med([r[k] for r in rs if r[k] is not None])
