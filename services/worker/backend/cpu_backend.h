@@ -16,10 +16,12 @@
 // (the calling thread plus num_threads-1 workers owned by the backend).
 #pragma once
 
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -187,6 +189,10 @@ class CpuBackend final : public Backend, private ModelOps {
   };
   // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]
   std::unique_ptr<float, FreeDeleter> kv_cache_;
+  // Faults kv_cache_'s pages in after AllocateKvCache returns.
+  std::thread kv_prefault_;
+  std::atomic<bool> kv_prefault_stop_{false};
+  void StopKvPrefault();
 
   // The step (BeginStep) and its activations, grown on demand and reused.
   std::span<const int32_t> tokens_, positions_;
