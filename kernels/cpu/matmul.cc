@@ -283,6 +283,17 @@ PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool) {
   return PackMatrixInto(parts, pool, dest, std::move(storage));
 }
 
+void PackedMatrix::ReadRow(int64_t row, float* out) const {
+  const int64_t j = row % kPanelWidth;
+  if (dtype_ == DType::kBF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(panel(row / kPanelWidth));
+    for (int64_t c = 0; c < k_; ++c) out[c] = Bf16ToF32(p[(c / 2 * kPanelWidth + j) * 2 + (c & 1)]);
+  } else {
+    const float* p = static_cast<const float*>(panel(row / kPanelWidth));
+    for (int64_t c = 0; c < k_; ++c) out[c] = p[c * kPanelWidth + j];
+  }
+}
+
 PackedMatrix PackedMatrix::Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const {
   if (row_begin < 0 || row_begin > row_end || row_end > n_ || row_begin % kPanelWidth != 0 ||
       (row_end % kPanelWidth != 0 && row_end != n_) || k_begin < 0 || k_begin > k_end || k_end > k_ ||

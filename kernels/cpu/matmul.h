@@ -72,6 +72,10 @@ class PackedMatrix {
   // a view of a mapped weight cache file, no copy.
   static PackedMatrix FromPackedBytes(DType dtype, int64_t n, int64_t k, const void* data,
                                       std::shared_ptr<void> owner);
+  // Row `row` of the matrix, widened to f32 (exact: bf16 and f32 only): an
+  // embedding lookup in a tied lm_head's packing, so the table is not held
+  // a second time.
+  void ReadRow(int64_t row, float* out) const;
 
  private:
   friend PackedMatrix PackMatrixInto(std::span<const TensorView>, ThreadPool&, void*, std::shared_ptr<void>);

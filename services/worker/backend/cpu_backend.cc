@@ -84,7 +84,6 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   backend->q_dim_ = l.heads.num_heads() * config.head_dim;
   backend->kv_dim_ = l.heads.num_kv_heads() * config.head_dim;
   backend->release_source_pages_ = options.release_source_pages;
-  backend->embedding_tied_ = weights.lm_head.data == weights.embed_tokens.data;
   std::string cache_key;
   WeightCacheReport& report = backend->cache_report_;
   if (!options.weight_cache_dir.empty() && !options.weights_fingerprint.empty()) {
@@ -107,6 +106,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   // this rank holds here (PrepareMatrix maps what the cache file holds).
   FLOE_ASSIGN_OR_RETURN(backend->model_, LlamaForward::Create(config, weights, *backend, &l));
   if (backend->release_source_pages_) backend->release_source_pages_();
+  backend->whole_sources_.clear();
+  backend->whole_sources_.shrink_to_fit();
   if (backend->cache_) {
     const bool whole = !backend->cache_mismatch_ && backend->cached_taken_ == backend->cache_->size();
     if (!whole) {
@@ -194,7 +195,19 @@ WeightId CpuBackend::PrepareMatrix(std::span<const TensorView> parts) {
     packed_since_release_ = 0;
   }
   matrices_.push_back(*std::move(matrix));
+  if (pass_ == PreparePass::kUse && parts.size() == 1) whole_sources_.emplace_back(parts[0].data, matrices_.size() - 1);
   return static_cast<WeightId>(matrices_.size() - 1);
+}
+
+void CpuBackend::PrepareEmbedding(const TensorView& table) {
+  embed_tokens_ = table;
+  embed_packed_ = kNoWeight;
+  if (pass_ != PreparePass::kUse || (table.dtype != DType::kBF16 && table.dtype != DType::kF32)) return;
+  for (const auto& [source, id] : whole_sources_) {
+    const PackedMatrix& m = matrices_[id];
+    if (source == table.data && m.n() == table.rows() && m.k() == table.cols() && m.dtype() == table.dtype)
+      embed_packed_ = id;
+  }
 }
 
 WeightId CpuBackend::SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
@@ -208,9 +221,9 @@ WeightId CpuBackend::SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row
 }
 
 size_t CpuBackend::WeightBytes() const {
-  // The embedding is read in place from the checkpoint: its rows count
-  // unless they are the lm_head's too (tied), already counted packed.
-  size_t bytes = embedding_tied_ ? 0 : embed_tokens_.bytes();
+  // The embedding counts unless it is read from the packed lm_head (tied):
+  // otherwise its rows are read in place from the checkpoint.
+  size_t bytes = embed_packed_ != kNoWeight ? 0 : embed_tokens_.bytes();
   for (const cpu::PackedMatrix& m : matrices_) {
     if (!m.is_slice()) bytes += m.bytes();
   }
@@ -448,7 +461,12 @@ void CpuBackend::BeginStep(const StepRows& rows) {
 void CpuBackend::Embed(Activation x) {
   const int64_t h = config_.hidden_size, half = config_.head_dim / 2;
   float* out = Rows(x);
-  ForRows(rows_, [&](int64_t r) { cpu::EmbeddingLookup(embed_tokens_, {&tokens_[row0_ + r], 1}, &out[r * h]); });
+  if (embed_packed_ != kNoWeight) {
+    const PackedMatrix& table = matrices_[embed_packed_];
+    ForRows(rows_, [&](int64_t r) { table.ReadRow(tokens_[row0_ + r], &out[r * h]); });
+  } else {
+    ForRows(rows_, [&](int64_t r) { cpu::EmbeddingLookup(embed_tokens_, {&tokens_[row0_ + r], 1}, &out[r * h]); });
+  }
   RopeAngles();
 }
 

@@ -114,7 +114,7 @@ class CpuBackend final : public Backend, private ModelOps {
   // ModelOps over kernels/cpu.
   WeightId PrepareMatrix(std::span<const TensorView> parts) override;
   WeightId PrepareVector(std::span<const TensorView> parts) override;
-  void PrepareEmbedding(const TensorView& table) override { embed_tokens_ = table; }
+  void PrepareEmbedding(const TensorView& table) override;
   WeightId SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
                        int64_t col_end) override;
   void BeginStep(const StepRows& rows) override;
@@ -156,7 +156,10 @@ class CpuBackend final : public Backend, private ModelOps {
   cpu::ThreadPool pool_;
   std::unique_ptr<LlamaForward> model_;
   TensorView embed_tokens_;
-  bool embedding_tied_ = false;  // embed_tokens_ is the lm_head's source
+  // A tied embedding is read from the packed lm_head (when this rank holds
+  // all of it), not from the checkpoint file: the table is held once.
+  WeightId embed_packed_ = kNoWeight;
+  std::vector<std::pair<const void*, WeightId>> whole_sources_;  // during Create
   std::vector<cpu::PackedMatrix> matrices_;  // by WeightId
   // Create's weight cache. On a miss Create runs the model's preparation
   // three times: kMeasure records the matrices' shapes (the file's layout),

@@ -165,6 +165,35 @@ TEST(CpuBackendTest, WeightCacheWrittenThenHitGivesIdenticalLogits) {
   std::filesystem::remove_all(dir);
 }
 
+// A tied model reads its embedding from the packed lm_head instead of the
+// checkpoint's table: the same rows bit for bit, and the table is not held
+// a second time.
+TEST(CpuBackendTest, TiedEmbeddingReadFromThePackedLmHead) {
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    TestModel model(Flavor::kLlama3, dtype, 6);
+    ModelConfig config = model.config();
+    config.tie_word_embeddings = true;
+    ModelWeights tied = model.weights();
+    tied.lm_head = tied.embed_tokens;
+    // The same values in another buffer: not recognisably tied, read from the table.
+    ModelWeights copied = tied;
+    std::vector<uint8_t> copy(static_cast<const uint8_t*>(tied.embed_tokens.data),
+                              static_cast<const uint8_t*>(tied.embed_tokens.data) + tied.embed_tokens.bytes());
+    copied.lm_head.data = copy.data();
+    const std::vector<int32_t> prompt = Prompt(17, 6, config.vocab_size);
+    auto a = CpuBackend::Create(config, tied, {.num_threads = 2});
+    auto b = CpuBackend::Create(config, copied, {.num_threads = 2});
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE((*a)->AllocateKvCache(16, 4).ok());
+    ASSERT_TRUE((*b)->AllocateKvCache(16, 4).ok());
+    const auto ga = Generate(**a, prompt, 5, 4, 4, 0, 8), gb = Generate(**b, prompt, 5, 4, 4, 0, 8);
+    EXPECT_EQ(ga.prompt_logits, gb.prompt_logits) << DTypeName(dtype);
+    EXPECT_EQ(ga.step_logits, gb.step_logits) << DTypeName(dtype);
+    EXPECT_EQ(ga.tokens, gb.tokens);
+    EXPECT_EQ((*b)->WeightBytes() - (*a)->WeightBytes(), tied.embed_tokens.bytes());
+  }
+}
+
 TEST(CpuBackendTest, RejectsBadInputs) {
   TestModel model(Flavor::kLlama3, DType::kF32, 5);
   auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
