@@ -4,14 +4,17 @@
 // is written once over those ops.
 //
 // Weights: matrices are repacked once at construction into panel form (see
-// kernels/cpu/matmul.h), with q|k|v and gate|up fused; norms and biases are
-// copied to f32. The embedding table is read in place, so `weights` (and the
-// memory behind its views) must outlive the backend.
+// kernels/cpu/matmul.h), with q|k|v and gate|up fused, or mapped from the
+// weight cache file an earlier start packed them into (weight_cache.h);
+// norms and biases are copied to f32. A tied embedding is read from the
+// packed lm_head; an untied one in place, so `weights` (and the memory
+// behind its views) must outlive the backend.
 // Numerics: f32 activations and accumulation; a token's results do not
 // depend on the batch around it or on how its prompt was chunked (every
 // per-row kernel is batch-invariant by construction, see matmul.h).
 // KV cache: per layer, K and V arrays of [num_blocks][kv_heads][block_size][head_dim]
-// f32 (kernels/cpu/attention.h).
+// f32 (kernels/cpu/attention.h), faulted in by a background thread after
+// AllocateKvCache.
 // Threading: as Backend; Forward spreads its work over num_threads threads
 // (the calling thread plus num_threads-1 workers owned by the backend).
 #pragma once
