@@ -1,5 +1,7 @@
 #include "services/worker/backend/cpu_backend.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -265,13 +267,18 @@ absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
   // Then a background thread faults the pages in (MADV_POPULATE_WRITE: the
   // kernel maps zero pages writable and leaves any contents alone, so the
   // engine may write blocks meanwhile), so that requests do not pay the
-  // first touch of each block. 64 MiB at a time, stopped by the destructor.
+  // first touch of each block. The thread runs at SCHED_IDLE: on a machine
+  // with few cores, faulting a gigabyte in must not take CPU time from the
+  // engine and gRPC threads that are already serving. 16 MiB at a time, so
+  // the destructor's stop is seen soon.
 #ifdef MADV_POPULATE_WRITE
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(kv_cache_.get()) / page * page;
   const uintptr_t end = reinterpret_cast<uintptr_t>(kv_cache_.get() + floats);
   kv_prefault_ = std::thread([this, begin, end] {
-    constexpr uintptr_t kChunk = uintptr_t{64} << 20;
+    sched_param idle{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);  // best effort
+    constexpr uintptr_t kChunk = uintptr_t{16} << 20;
     for (uintptr_t at = begin; at < end && !kv_prefault_stop_; at += kChunk) {
       if (madvise(reinterpret_cast<void*>(at), std::min(kChunk, end - at), MADV_POPULATE_WRITE) != 0) break;
     }
