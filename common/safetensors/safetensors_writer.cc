@@ -33,6 +33,8 @@ absl::string_view SafetensorsDTypeName(DType dtype) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kI8: return "I8";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }

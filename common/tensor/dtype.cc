@@ -1,5 +1,7 @@
 #include "common/tensor/dtype.h"
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,8 @@ absl::string_view DTypeName(DType dtype) {
     case DType::kF32: return "f32";
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
+    case DType::kI8: return "i8";
+    case DType::kF8E4M3: return "f8_e4m3";
   }
   return "?";
 }
@@ -19,8 +23,10 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
+  if (name == "I8") return DType::kI8;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   return absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype \"", name, "\" (supported: F32, F16, BF16)"));
+      absl::StrCat("unsupported dtype \"", name, "\" (supported: F32, F16, BF16, I8, F8_E4M3)"));
 }
 
 absl::StatusOr<DType> ParseDTypeName(absl::string_view name) {
@@ -82,6 +88,49 @@ uint16_t F32ToF16(float value) {
   uint32_t remainder = mantissa & 0x1fffu;
   if (remainder > 0x1000u || (remainder == 0x1000u && (half & 1u))) ++half;
   return static_cast<uint16_t>(half);
+}
+
+namespace {
+
+struct F8Table {
+  float value[256];
+  F8Table() {
+    for (int bits = 0; bits < 256; ++bits) {
+      const int exponent = (bits >> 3) & 0xf, mantissa = bits & 7;
+      float v = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                              : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+      if ((bits & 0x7f) == 0x7f) v = std::numeric_limits<float>::quiet_NaN();
+      value[bits] = (bits & 0x80) ? -v : v;
+    }
+  }
+};
+
+const F8Table& F8Values() {
+  static const F8Table table;
+  return table;
+}
+
+}  // namespace
+
+float F8E4M3ToF32(uint8_t bits) { return F8Values().value[bits]; }
+
+uint8_t F32ToF8E4M3(float value) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  if (std::isnan(value)) return sign | 0x7f;
+  const float a = std::fabs(value);
+  if (a >= 448.0f) return sign | 0x7e;
+  // nearbyint rounds ties to even under the default rounding mode, and every
+  // scaling below is by a power of two, so exact.
+  if (a < 0x1p-6f) return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));  // subnormals; 8 is 2^-6
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int q = static_cast<int>(std::nearbyint((m * 2.0f - 1.0f) * 8.0f));
+  int exponent = e - 1 + 7;
+  if (q == 8) {  // rounded up to the next power of two
+    q = 0;
+    ++exponent;
+  }
+  return sign | static_cast<uint8_t>(std::min(0x7e, exponent << 3 | q));
 }
 
 }  // namespace floe

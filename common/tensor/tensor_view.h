@@ -13,6 +13,9 @@ struct TensorView {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;  // null: tensor absent (optional weights such as biases)
+  // Quantized dtypes (kI8, kF8E4M3) only: one scale per row, the matrix's
+  // value being data[r][c] * row_scale[r]; owned by whoever owns data.
+  const float* row_scale = nullptr;
 
   bool present() const { return data != nullptr; }
   int64_t numel() const {

@@ -48,7 +48,21 @@ static_assert(kPanelGroup % PanelsFor(1) == 0 && kPanelGroup % PanelsFor(kMaxRow
 static_assert(kMaxRows * PanelsFor(kMaxRows) <= 12 * kPanelGroup);  // RunTiles' tile buffer
 
 // C[MR, NP*16] = X[MR, k] . panels^T. Each output: fma over k in order, from 0.
-template <int MR, int NP, bool kBF16>
+// Weight storage of a micro-kernel: f32, bf16 or one of the 8-bit types
+// (widened through a scalar decode here: this is the path for CPUs without
+// AVX512_BF16, kept simple rather than fast).
+enum class WeightKind { kF32, kBf16, kI8, kF8E4M3 };
+
+template <WeightKind kKind>
+inline float Decode8(uint8_t bits) {
+  if constexpr (kKind == WeightKind::kI8) {
+    return static_cast<float>(static_cast<int8_t>(bits));
+  } else {
+    return F8E4M3ToF32(bits);
+  }
+}
+
+template <int MR, int NP, WeightKind kKind>
 HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT x, int64_t ldx, int64_t k,
                               const uint8_t* HWY_RESTRICT panels, int64_t panel_bytes,
                               float* HWY_RESTRICT c, int64_t ldc) {
@@ -62,7 +76,32 @@ HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT x, int64_t ldx, int64_t 
     for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(df);
   }
   const int64_t pairs = k / 2;
-  if constexpr (kBF16) {
+  if constexpr (kKind == WeightKind::kI8 || kKind == WeightKind::kF8E4M3) {
+    // Even k for every row, then odd k, as the bf16 case below.
+    const int64_t all_pairs = (k + 1) / 2;
+    for (int64_t kp = 0; kp < all_pairs; ++kp) {
+      HWY_ALIGN float wd[2][NP * kPanelWidth];
+#pragma GCC unroll 4
+      for (int p = 0; p < NP; ++p) {
+        const uint8_t* src = panels + p * panel_bytes;
+        for (int j = 0; j < kPanelWidth; ++j) {
+          wd[0][p * kPanelWidth + j] = Decode8<kKind>(src[internal::Byte8Offset(2 * kp, j)]);
+          wd[1][p * kPanelWidth + j] = Decode8<kKind>(src[internal::Byte8Offset(2 * kp + 1, j)]);
+        }
+      }
+      for (int half = 0; half < (2 * kp + 1 < k ? 2 : 1); ++half) {
+        hn::Vec<DF> wv[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) wv[v] = hn::Load(df, wd[half] + v * kLanes);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const auto xv = hn::Set(df, x[r * ldx + 2 * kp + half]);
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(xv, wv[v], acc[r][v]);
+        }
+      }
+    }
+  } else if constexpr (kKind == WeightKind::kBf16) {
     const auto hi_mask = hn::Set(du, 0xFFFF0000u);
     const uint32_t* w[NP];
 #pragma GCC unroll 16
@@ -132,10 +171,10 @@ HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT x, int64_t ldx, int64_t 
   }
 }
 
-template <bool kBF16, int... kRows>
+template <WeightKind kKind, int... kRows>
 constexpr auto MakeKernelTable(std::integer_sequence<int, kRows...>) {
   return std::array<internal::MicroKernelFn<float>, sizeof...(kRows)>{
-      &MicroKernel<kRows + 1, PanelsFor(kRows + 1), kBF16>...};
+      &MicroKernel<kRows + 1, PanelsFor(kRows + 1), kKind>...};
 }
 
 int PanelsForRows(int rows) { return PanelsFor(rows); }
@@ -143,13 +182,20 @@ int PanelsForRows(int rows) { return PanelsFor(rows); }
 void MatmulImpl(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
                 ThreadPool& pool) {
   static constexpr auto kBf16Kernels =
-      MakeKernelTable<true>(std::make_integer_sequence<int, kMaxRows>());
+      MakeKernelTable<WeightKind::kBf16>(std::make_integer_sequence<int, kMaxRows>());
   static constexpr auto kF32Kernels =
-      MakeKernelTable<false>(std::make_integer_sequence<int, kMaxRows>());
-  const internal::KernelSet<float> set{
-      w.dtype() == DType::kBF16 ? kBf16Kernels.data() : kF32Kernels.data(), kMaxRows,
-      &PanelsForRows};
-  internal::RunTiles(set, x, ldx, m, w, y, pool);
+      MakeKernelTable<WeightKind::kF32>(std::make_integer_sequence<int, kMaxRows>());
+  static constexpr auto kI8Kernels =
+      MakeKernelTable<WeightKind::kI8>(std::make_integer_sequence<int, kMaxRows>());
+  static constexpr auto kF8Kernels =
+      MakeKernelTable<WeightKind::kF8E4M3>(std::make_integer_sequence<int, kMaxRows>());
+  const DType dtype = w.dtype();
+  const internal::KernelSet<float> set{dtype == DType::kBF16 ? kBf16Kernels.data()
+                                       : dtype == DType::kI8 ? kI8Kernels.data()
+                                       : dtype == DType::kF8E4M3 ? kF8Kernels.data()
+                                                                 : kF32Kernels.data(),
+                                       kMaxRows, &PanelsForRows};
+  internal::RunTiles(set, x, ldx, m, w, y, pool, w.scales());
 }
 
 }  // namespace HWY_NAMESPACE
@@ -172,8 +218,8 @@ void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPo
   if (ldx < 0) ldx = k;
   MatmulScratch local_scratch;
   MatmulScratch& s = scratch != nullptr ? *scratch : local_scratch;
-  if (w.dtype() == DType::kBF16) {
-    if (Bf16DotProductKernels()) {
+  if (w.dtype() == DType::kBF16 || IsQuantized(w.dtype())) {
+    if (Bf16DotProductKernels() && (!IsQuantized(w.dtype()) || internal::CpuHasByteLookups())) {
       internal::MatmulBf16Dot(x, ldx, m, w, y, pool, s);
       return;
     }
@@ -190,8 +236,6 @@ void Matmul(const float* x, int64_t m, const PackedMatrix& w, float* y, ThreadPo
 
 namespace {
 
-int64_t PanelElems(DType dtype, int64_t k) { return kPanelWidth * (dtype == DType::kBF16 ? (k + 1) / 2 * 2 : k); }
-
 // Panels stored: the kernels read whole groups of kPanelGroup panels, and one
 // more group of zeros lets a slice that starts mid-group do so too.
 int64_t StoredPanels(int64_t n) {
@@ -199,10 +243,21 @@ int64_t StoredPanels(int64_t n) {
   return (panels + kPanelGroup - 1) / kPanelGroup * kPanelGroup + kPanelGroup;
 }
 
+int64_t PanelElems(DType dtype, int64_t k) {
+  if (IsQuantized(dtype)) return kPanelWidth * ((k + 3) / 4 * 4);  // 64-byte panels
+  return kPanelWidth * (dtype == DType::kBF16 ? (k + 1) / 2 * 2 : k);
+}
+
+// Bytes of the panels; 8-bit matrices keep their row scales after them.
+size_t PanelBytes(DType dtype, int64_t n, int64_t k) {
+  return static_cast<size_t>(StoredPanels(n) * PanelElems(dtype, k)) * DTypeSize(dtype);
+}
+
 }  // namespace
 
 size_t PackedMatrix::PackedBytes(DType dtype, int64_t n, int64_t k) {
-  return std::max<size_t>(64, StoredPanels(n) * PanelElems(dtype, k) * DTypeSize(dtype));
+  const size_t scales = IsQuantized(dtype) ? StoredPanels(n) * kPanelWidth * sizeof(float) : 0;
+  return std::max<size_t>(64, PanelBytes(dtype, n, k) + scales);
 }
 
 PackedMatrix PackedMatrix::FromPackedBytes(DType dtype, int64_t n, int64_t k, const void* data,
@@ -215,6 +270,7 @@ PackedMatrix PackedMatrix::FromPackedBytes(DType dtype, int64_t n, int64_t k, co
   m.bytes_ = PackedBytes(dtype, n, k);
   m.storage_ = std::move(owner);
   m.base_ = static_cast<const uint8_t*>(data);
+  if (IsQuantized(dtype)) m.scales_ = reinterpret_cast<const float*>(m.base_ + PanelBytes(dtype, n, k));
   return m;
 }
 
@@ -246,6 +302,11 @@ PackedMatrix PackMatrixInto(std::span<const TensorView> parts, ThreadPool& pool,
   // Each task zeroes the panel it fills (padding rows and k), so the first
   // touch of the new memory is spread over the threads too.
   std::memset(out + panels * panel_bytes, 0, bytes - panels * panel_bytes);
+  if (IsQuantized(packed.dtype_)) {
+    float* scales = reinterpret_cast<float*>(out + PanelBytes(packed.dtype_, n, k));
+    for (int64_t row = 0; row < n; ++row) scales[row] = row_part[row]->row_scale[row_in_part[row]];
+    packed.scales_ = scales;
+  }
   pool.ParallelFor(panels, [&](int64_t p, int) {
     std::memset(out + p * panel_bytes, 0, panel_bytes);
     for (int j = 0; j < kPanelWidth; ++j) {
@@ -257,6 +318,9 @@ PackedMatrix PackMatrixInto(std::span<const TensorView> parts, ThreadPool& pool,
         const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
         uint16_t* d = reinterpret_cast<uint16_t*>(out) + p * panel_elems;
         for (int64_t kk = 0; kk < k; ++kk) d[(kk / 2 * kPanelWidth + j) * 2 + (kk & 1)] = s[kk];
+      } else if (elem == 1) {
+        uint8_t* d = out + p * panel_elems;
+        for (int64_t kk = 0; kk < k; ++kk) d[internal::Byte8Offset(kk, j)] = src[kk];
       } else {
         const float* s = reinterpret_cast<const float*>(src);
         float* d = reinterpret_cast<float*>(out) + p * panel_elems;
@@ -288,6 +352,13 @@ void PackedMatrix::ReadRow(int64_t row, float* out) const {
   if (dtype_ == DType::kBF16) {
     const uint16_t* p = static_cast<const uint16_t*>(panel(row / kPanelWidth));
     for (int64_t c = 0; c < k_; ++c) out[c] = Bf16ToF32(p[(c / 2 * kPanelWidth + j) * 2 + (c & 1)]);
+  } else if (IsQuantized(dtype_)) {
+    const uint8_t* p = static_cast<const uint8_t*>(panel(row / kPanelWidth));
+    const float scale = scales_[row];
+    for (int64_t c = 0; c < k_; ++c) {
+      const uint8_t bits = p[internal::Byte8Offset(c, static_cast<int>(j))];
+      out[c] = (dtype_ == DType::kI8 ? static_cast<float>(static_cast<int8_t>(bits)) : F8E4M3ToF32(bits)) * scale;
+    }
   } else {
     const float* p = static_cast<const float*>(panel(row / kPanelWidth));
     for (int64_t c = 0; c < k_; ++c) out[c] = p[c * kPanelWidth + j];
@@ -297,7 +368,7 @@ void PackedMatrix::ReadRow(int64_t row, float* out) const {
 PackedMatrix PackedMatrix::Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const {
   if (row_begin < 0 || row_begin > row_end || row_end > n_ || row_begin % kPanelWidth != 0 ||
       (row_end % kPanelWidth != 0 && row_end != n_) || k_begin < 0 || k_begin > k_end || k_end > k_ ||
-      k_begin % 2 != 0) {
+      k_begin % (IsQuantized(dtype_) ? 4 : 2) != 0) {
     std::fprintf(stderr, "PackedMatrix::Slice: rows [%lld, %lld) of %lld, k [%lld, %lld) of %lld\n",
                  static_cast<long long>(row_begin), static_cast<long long>(row_end), static_cast<long long>(n_),
                  static_cast<long long>(k_begin), static_cast<long long>(k_end), static_cast<long long>(k_));
@@ -307,9 +378,11 @@ PackedMatrix PackedMatrix::Slice(int64_t row_begin, int64_t row_end, int64_t k_b
   view.slice_ = true;
   view.n_ = row_end - row_begin;
   view.k_ = k_end - k_begin;
-  // Both layouts hold input k of a panel at element offset k * kPanelWidth
-  // ([k/2][16][2] for bf16 with k even, [k][16] for f32).
+  // Every layout holds input k of a panel at element offset k * kPanelWidth
+  // ([k/2][16][2] for bf16 with k even, [k][16] for f32, chunks of 4 k for
+  // 8-bit with k a multiple of 4).
   view.base_ = static_cast<const uint8_t*>(panel(row_begin / kPanelWidth)) + k_begin * kPanelWidth * DTypeSize(dtype_);
+  if (scales_) view.scales_ = scales_ + row_begin;
   return view;
 }
 

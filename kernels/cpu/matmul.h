@@ -1,12 +1,17 @@
-// Y[m, n] = X[m, k] . W[n, k]^T with X and Y f32 and W bf16 or f32 (HF layout,
-// row-major [out, in]).
+// Y[m, n] = X[m, k] . W[n, k]^T with X and Y f32 and W bf16, f32 or 8-bit
+// quantized (i8 or f8_e4m3 with a scale per output row) (HF layout, row-major
+// [out, in]).
 //
 // W is repacked once (at backend construction) into panels of kPanelWidth
 // output rows: panel p holds rows [16p, 16p+16) as
 //   bf16: [ceil(k/2)][16][2]  (pairs of consecutive k per output row: one
 //         512-bit load is one vdpbf16ps operand, or widens to two f32 vectors)
 //   f32:  [k][16]
-// zero-padded to a multiple of 16 rows and an even k.
+//   i8, f8_e4m3: [ceil(k/4)] chunks of 64 bytes, each two pairs of k as
+//         [16][2] bytes interleaved in runs of 8 (internal::Byte8Offset), so
+//         that a table lookup and two byte-unpacks widen a chunk to two
+//         vdpbf16ps operands; after the last panel, the row scales as f32
+// zero-padded to a multiple of 16 rows and an even k (8-bit: a multiple of 4).
 // A slice (PackedMatrix::Slice) is a view of whole panels and a range of k
 // of a packed matrix: the same memory, read with the parent's panel stride,
 // so one packing serves two shardings (Shift Parallelism's TP mode reads its
@@ -18,7 +23,10 @@
 // is exact in f32, so a result depends only on its summation order. On CPUs
 // with AVX512_BF16 one vdpbf16ps sums a pair of k per instruction (twice the
 // f32 FMA rate: prefill and verification are compute-bound on CPU);
-// elsewhere the rounded activations go through f32 FMAs.
+// elsewhere the rounded activations go through f32 FMAs. 8-bit weights: the
+// same, on the weights widened exactly to bf16 inside the micro-kernel (no
+// bf16 copy of the matrix exists), and each output multiplied by its row's
+// scale at the end: Y = scale[n] * sum_k bf16(x) * q.
 //
 // Batch invariance by construction: every kernel (decode GEMV for small m,
 // register-blocked GEMM for larger m) computes each output as the same
@@ -52,13 +60,17 @@ class PackedMatrix {
   // Elements (bf16 or f32) from one panel to the next.
   int64_t panel_elems() const { return panel_elems_; }
   const void* panel(int64_t p) const { return base_ + p * panel_elems_ * DTypeSize(dtype_); }
+  // 8-bit dtypes: the scale of each output row (a slice's first row at [0]);
+  // null otherwise.
+  const float* scales() const { return scales_; }
   // Bytes of the packing this matrix owns or views (a slice: its parent's).
   size_t bytes() const { return bytes_; }
   bool is_slice() const { return slice_; }
 
   // Output rows [row_begin, row_end) over inputs [k_begin, k_end): a view
   // sharing this matrix's memory (kept alive by the view). row_begin is a
-  // multiple of kPanelWidth, row_end one too or n(); k_begin is even.
+  // multiple of kPanelWidth, row_end one too or n(); k_begin is even (8-bit:
+  // a multiple of 4).
   // Results are bit-identical to packing the same block on its own.
   PackedMatrix Slice(int64_t row_begin, int64_t row_end, int64_t k_begin, int64_t k_end) const;
 
@@ -72,7 +84,8 @@ class PackedMatrix {
   // a view of a mapped weight cache file, no copy.
   static PackedMatrix FromPackedBytes(DType dtype, int64_t n, int64_t k, const void* data,
                                       std::shared_ptr<void> owner);
-  // Row `row` of the matrix, widened to f32 (exact: bf16 and f32 only): an
+  // Row `row` of the matrix, widened to f32 (exact for bf16 and f32; 8-bit:
+  // each weight times the row's scale, rounded once): an
   // embedding lookup in a tied lm_head's packing, so the table is not held
   // a second time.
   void ReadRow(int64_t row, float* out) const;
@@ -85,11 +98,13 @@ class PackedMatrix {
   bool slice_ = false;
   std::shared_ptr<void> storage_;
   const uint8_t* base_ = nullptr;
+  const float* scales_ = nullptr;
 };
 
-// Packs the row-wise concatenation of `parts` (each [n_i, k], same k; bf16 or
-// f32, all the same dtype; f16 is not accepted) into one matrix, so fused
-// projections (q|k|v, gate|up) run as one matmul. Callers validate shapes.
+// Packs the row-wise concatenation of `parts` (each [n_i, k], same k; bf16,
+// f32 or 8-bit with row_scale set, all the same dtype; f16 is not accepted)
+// into one matrix, so fused projections (q|k|v, gate|up) run as one matmul.
+// Callers validate shapes.
 PackedMatrix PackMatrix(std::span<const TensorView> parts, ThreadPool& pool);
 // As PackMatrix, into PackedBytes(...) bytes at `dest` (64-byte aligned; a
 // mapped weight cache file) that `owner` keeps alive.

@@ -14,9 +14,12 @@ namespace floe::cpu::internal {
 
 // The CPU executes AVX512F and AVX512_BF16.
 bool CpuHasBf16Dot();
+// The CPU executes AVX512_VBMI too, which the 8-bit kernels also need.
+bool CpuHasByteLookups();
 
-// Y = X . W^T for bf16 w: rounds X to bf16 (nearest even) into scratch, then
-// runs the dot-product micro-kernels under RunTiles.
+// Y = X . W^T for bf16 or (with CpuHasByteLookups) 8-bit w: rounds X to
+// bf16 (nearest even) into scratch, then runs the dot-product micro-kernels
+// under RunTiles.
 void MatmulBf16Dot(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
                    ThreadPool& pool, MatmulScratch& scratch);
 

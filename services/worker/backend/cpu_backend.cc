@@ -37,6 +37,7 @@ std::vector<float> ToF32(const TensorView& t) {
       case DType::kF32: out[i] = static_cast<const float*>(t.data)[i]; break;
       case DType::kBF16: out[i] = Bf16ToF32(bits[i]); break;
       case DType::kF16: out[i] = F16ToF32(bits[i]); break;
+      default: break;  // vectors are never quantized (LlamaForward checks)
     }
   }
   return out;

@@ -105,8 +105,8 @@ const char* TorchDtype(DType dtype) {
     case DType::kF32: return "float32";
     case DType::kF16: return "float16";
     case DType::kBF16: return "bfloat16";
+    default: return "";
   }
-  return "";
 }
 
 }  // namespace

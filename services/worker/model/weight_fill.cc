@@ -149,6 +149,7 @@ void FillNormal(DType dtype, uint64_t seed, absl::string_view name, float stddev
       FillNormalWith(key, stddev, numel, [dst](size_t i, float v) { dst[i] = F32ToF16(v); });
       break;
     }
+    default: break;  // generated weights are dense (quantize.h quantizes them)
   }
 }
 

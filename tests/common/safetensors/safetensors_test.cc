@@ -106,14 +106,19 @@ TEST_F(SafetensorsTest, WriterRejectsWrongByteCountAndDuplicates) {
 
 TEST_F(SafetensorsTest, UnsupportedDTypeNamesTensorAndDType) {
   SafetensorsWriter writer;
-  ASSERT_TRUE(writer.Add("layer.qweight", "I8", {4}, std::vector<uint8_t>(4)).ok());
-  ASSERT_TRUE(writer.Write(Path("i8.safetensors")).ok());
-  auto file = SafetensorsFile::Open(Path("i8.safetensors"));
-  ASSERT_TRUE(file.ok()) << file.status();  // I8 is valid safetensors...
+  ASSERT_TRUE(writer.Add("layer.qweight", "F8_E5M2", {4}, std::vector<uint8_t>(4)).ok());
+  ASSERT_TRUE(writer.Add("layer.i8", "I8", {4}, std::vector<uint8_t>(4)).ok());
+  ASSERT_TRUE(writer.Write(Path("f8.safetensors")).ok());
+  auto file = SafetensorsFile::Open(Path("f8.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();  // F8_E5M2 is valid safetensors...
   auto view = (*file)->Get("layer.qweight");  // ...but not a dtype Floe computes in
   ASSERT_FALSE(view.ok());
   EXPECT_THAT(view.status().message(), HasSubstr("layer.qweight"));
-  EXPECT_THAT(view.status().message(), HasSubstr("I8"));
+  EXPECT_THAT(view.status().message(), HasSubstr("F8_E5M2"));
+  // I8 is one (compressed-tensors int8 weights).
+  auto i8 = (*file)->Get("layer.i8");
+  ASSERT_TRUE(i8.ok()) << i8.status();
+  EXPECT_EQ(i8->dtype, DType::kI8);
 }
 
 TEST_F(SafetensorsTest, UnknownDTypeFailsAtOpen) {

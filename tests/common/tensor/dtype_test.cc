@@ -32,9 +32,33 @@ TEST(DTypeTest, F16RoundTripsEveryFiniteValue) {
 
 TEST(DTypeTest, ParsesNames) {
   EXPECT_EQ(*ParseSafetensorsDType("BF16"), DType::kBF16);
-  EXPECT_FALSE(ParseSafetensorsDType("I8").ok());
+  EXPECT_EQ(*ParseSafetensorsDType("I8"), DType::kI8);
+  EXPECT_EQ(*ParseSafetensorsDType("F8_E4M3"), DType::kF8E4M3);
+  EXPECT_FALSE(ParseSafetensorsDType("F8_E5M2").ok());
   EXPECT_EQ(*ParseDTypeName("fp32"), DType::kF32);
   EXPECT_FALSE(ParseDTypeName("int4").ok());
+}
+
+// e4m3fn by its definition: the named codes, and every finite code encodes
+// back to itself (the NumPy oracle in reference_quantized.py checks the
+// rounding between codes).
+TEST(DTypeTest, F8E4M3Codes) {
+  EXPECT_EQ(F8E4M3ToF32(0x00), 0.0f);
+  EXPECT_EQ(F8E4M3ToF32(0x01), 0x1p-9f);  // smallest subnormal
+  EXPECT_EQ(F8E4M3ToF32(0x08), 0x1p-6f);  // smallest normal
+  EXPECT_EQ(F8E4M3ToF32(0x38), 1.0f);
+  EXPECT_EQ(F8E4M3ToF32(0xb8), -1.0f);
+  EXPECT_EQ(F8E4M3ToF32(0x7e), 448.0f);
+  EXPECT_TRUE(std::isnan(F8E4M3ToF32(0x7f)));
+  EXPECT_TRUE(std::isnan(F8E4M3ToF32(0xff)));
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;
+    EXPECT_EQ(F32ToF8E4M3(F8E4M3ToF32(static_cast<uint8_t>(c))), c) << c;
+  }
+  EXPECT_EQ(F32ToF8E4M3(1e9f), 0x7e);  // saturates
+  EXPECT_EQ(F32ToF8E4M3(-1e9f), 0xfe);
+  EXPECT_EQ(F32ToF8E4M3(0x1p-11f), 0x00);  // below half the smallest subnormal
+  EXPECT_EQ(F32ToF8E4M3(0x1.8p-10f), 0x01);  // above half of it
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Each CPU kernel against a naive double-precision reference, at odd sizes,
-// with bf16 and f32 weights and several thread counts; bf16 matmuls on both
-// of their code paths (AVX512_BF16 dot products where the CPU has them, and
-// f32 FMAs, forced by restricting Highway to AVX2).
+// with f32, bf16, i8 and f8_e4m3 weights and several thread counts; bf16 and
+// 8-bit matmuls on both of their code paths (AVX512_BF16 dot products where
+// the CPU has them, and f32 FMAs, forced by restricting Highway to AVX2).
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -44,8 +44,74 @@ TEST(ThreadPoolTest, RunsEveryTaskOnce) {
   }
 }
 
-struct MatmulCase {
-  int64_t m, n, k;
+// An [n, k] weight matrix in `dtype` from normal random values: the stored
+// bytes, the row scales of 8-bit types (absmax quantization, as quantizers
+// write them), and the exact value each element stands for.
+struct TestWeights {
+  DType dtype;
+  int64_t n, k;
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  std::vector<double> value;
+
+  TestWeights(DType d, int64_t rows, int64_t cols, uint32_t seed) : dtype(d), n(rows), k(cols) {
+    const std::vector<float> wf = Random(n * k, seed);
+    bytes.resize(n * k * DTypeSize(dtype));
+    value.resize(n * k);
+    scales.assign(n, 1.0f);
+    for (int64_t r = 0; r < n; ++r) {
+      float absmax = 0;
+      for (int64_t c = 0; c < k; ++c) absmax = std::max(absmax, std::abs(wf[r * k + c]));
+      if (IsQuantized(dtype)) scales[r] = absmax > 0 ? absmax / (dtype == DType::kI8 ? 127.0f : 448.0f) : 1.0f;
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t i = r * k + c;
+        const float w = wf[i];
+        switch (dtype) {
+          case DType::kF32: std::memcpy(&bytes[i * 4], &w, 4); value[i] = w; break;
+          case DType::kBF16: {
+            const uint16_t b = F32ToBf16(w);
+            std::memcpy(&bytes[i * 2], &b, 2);
+            value[i] = Bf16ToF32(b);
+            break;
+          }
+          case DType::kI8: {
+            const int8_t q = static_cast<int8_t>(std::clamp(std::nearbyint(w / scales[r]), -128.0f, 127.0f));
+            bytes[i] = static_cast<uint8_t>(q);
+            value[i] = static_cast<double>(q) * scales[r];
+            break;
+          }
+          case DType::kF8E4M3: {
+            // Every eighth weight tiny, so subnormal codes occur.
+            const float v = c % 8 == 3 ? w * 1e-4f : w;
+            bytes[i] = F32ToF8E4M3(v / scales[r]);
+            value[i] = static_cast<double>(F8E4M3ToF32(bytes[i])) * scales[r];
+            break;
+          }
+          default: ADD_FAILURE() << "dtype";
+        }
+      }
+    }
+  }
+  TensorView View() const {
+    TensorView v{dtype, {n, k}, bytes.data()};
+    if (IsQuantized(dtype)) v.row_scale = scales.data();
+    return v;
+  }
+  // Rows [r0, r1) and columns [c0, c1) as a matrix of their own.
+  TestWeights Block(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
+    TestWeights b = *this;
+    const size_t elem = DTypeSize(dtype);
+    b.n = r1 - r0;
+    b.k = c1 - c0;
+    b.bytes.assign(b.n * b.k * elem, 0);
+    b.value.assign(b.n * b.k, 0);
+    b.scales.assign(scales.begin() + r0, scales.begin() + r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      std::memcpy(&b.bytes[(r - r0) * b.k * elem], &bytes[(r * k + c0) * elem], b.k * elem);
+      for (int64_t c = c0; c < c1; ++c) b.value[(r - r0) * b.k + c - c0] = value[r * k + c];
+    }
+    return b;
+  }
 };
 
 // Restricts Highway (and so the bf16 path) to AVX2 for the test's lifetime.
@@ -71,28 +137,29 @@ TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
   MatmulScratch scratch;
   for (int64_t k : {1, 2, 3, 17, 64, 257}) {
     for (int64_t n : {1, 3, 17, 64, 257}) {
-      std::vector<float> wf = Random(n * k, 7 + n * 31 + k);
-      std::vector<uint16_t> wb(n * k);
-      for (int64_t i = 0; i < n * k; ++i) {
-        wb[i] = F32ToBf16(wf[i]);
-        if (dtype == DType::kBF16) wf[i] = Bf16ToF32(wb[i]);
-      }
-      TensorView view{dtype, {n, k}, dtype == DType::kBF16 ? static_cast<const void*>(wb.data())
-                                                            : static_cast<const void*>(wf.data())};
+      const TestWeights weights(dtype, n, k, 7 + n * 31 + k);
+      const TensorView view = weights.View();
       // Two parts, to exercise the fused (concatenated) packing.
       const int64_t n0 = n / 2;
       TensorView parts[2] = {view, view};
       parts[0].shape = {n0, k};
       parts[1].shape = {n - n0, k};
       parts[1].data = static_cast<const char*>(view.data) + n0 * k * DTypeSize(dtype);
+      if (view.row_scale) parts[1].row_scale = view.row_scale + n0;
       PackedMatrix packed = n0 > 0 ? PackMatrix(parts, pool) : PackMatrix({&view, 1}, pool);
       ASSERT_EQ(packed.n(), n);
+      // A row read back (an embedding lookup in a tied lm_head) is the value, rounded once.
+      std::vector<float> row(k);
+      for (int64_t j = 0; j < n; ++j) {
+        packed.ReadRow(j, row.data());
+        for (int64_t kk = 0; kk < k; ++kk) ASSERT_EQ(row[kk], static_cast<float>(weights.value[j * k + kk]));
+      }
       for (int64_t m : {1, 2, 3, 4, 5, 13, 17, 64}) {
         const int64_t ldx = k + 3;
         std::vector<float> x = Random(m * ldx, 100 + m);
-        // The contract: with bf16 weights the activations enter rounded to bf16.
+        // The contract: with bf16 and 8-bit weights the activations enter rounded to bf16.
         std::vector<float> x_in = x;
-        if (dtype == DType::kBF16) {
+        if (dtype != DType::kF32) {
           for (float& v : x_in) v = Bf16ToF32(F32ToBf16(v));
         }
         std::vector<float> y(m * n, -1.0f);
@@ -101,8 +168,8 @@ TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
           for (int64_t j = 0; j < n; ++j) {
             double ref = 0, mag = 0;
             for (int64_t kk = 0; kk < k; ++kk) {
-              ref += static_cast<double>(x_in[i * ldx + kk]) * wf[j * k + kk];
-              mag += std::abs(static_cast<double>(x_in[i * ldx + kk]) * wf[j * k + kk]);
+              ref += static_cast<double>(x_in[i * ldx + kk]) * weights.value[j * k + kk];
+              mag += std::abs(static_cast<double>(x_in[i * ldx + kk]) * weights.value[j * k + kk]);
             }
             ASSERT_NEAR(y[i * n + j], ref, 1e-6 * mag + 1e-30)
                 << "m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
@@ -119,7 +186,8 @@ TEST_P(MatmulTest, MatchesNaiveAndIsRowInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypesAndThreads, MatmulTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kI8,
+                                                              DType::kF8E4M3),
                                             ::testing::Values(1, 2, 3),
                                             ::testing::Values(Path::kBest, Path::kAvx2)));
 
@@ -135,27 +203,18 @@ TEST_P(MatmulTest, SliceEqualsTheBlockPackedAlone) {
   }
   ThreadPool pool(threads);
   const int64_t n = 200, k = 130;
-  std::vector<float> wf = Random(n * k, 3);
-  std::vector<uint16_t> wb(n * k);
-  for (int64_t i = 0; i < n * k; ++i) wb[i] = F32ToBf16(wf[i]);
-  const void* data = dtype == DType::kBF16 ? static_cast<const void*>(wb.data()) : wf.data();
-  const TensorView whole{dtype, {n, k}, data};
+  const TestWeights weights(dtype, n, k, 3);
+  const TensorView whole = weights.View();
   const PackedMatrix packed = PackMatrix({&whole, 1}, pool);
   // Panel-aligned row ranges (one ending at n), even k ranges, from the start, middle and end.
   const std::pair<int64_t, int64_t> row_ranges[] = {{0, 16}, {16, 80}, {48, 64}, {192, 200}, {0, 200}, {112, 200}};
-  const std::pair<int64_t, int64_t> k_ranges[] = {{0, 130}, {0, 64}, {64, 130}, {2, 7}, {128, 130}};
+  // 8-bit slices start at a multiple of 4 in k (the panels' 64-byte chunks).
+  const int64_t odd_start = IsQuantized(dtype) ? 4 : 2;
+  const std::pair<int64_t, int64_t> k_ranges[] = {{0, 130}, {0, 64}, {64, 130}, {odd_start, 7}, {128, 130}};
   for (const auto& [r0, r1] : row_ranges) {
     for (const auto& [k0, k1] : k_ranges) {
-      std::vector<float> block_f32((r1 - r0) * (k1 - k0));
-      std::vector<uint16_t> block_bf16(block_f32.size());
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = k0; c < k1; ++c) {
-          block_f32[(r - r0) * (k1 - k0) + c - k0] = wf[r * k + c];
-          block_bf16[(r - r0) * (k1 - k0) + c - k0] = wb[r * k + c];
-        }
-      }
-      const TensorView block{dtype, {r1 - r0, k1 - k0},
-                             dtype == DType::kBF16 ? static_cast<const void*>(block_bf16.data()) : block_f32.data()};
+      const TestWeights block_weights = weights.Block(r0, r1, k0, k1);
+      const TensorView block = block_weights.View();
       const PackedMatrix alone = PackMatrix({&block, 1}, pool);
       const PackedMatrix slice = packed.Slice(r0, r1, k0, k1);
       ASSERT_EQ(slice.n(), r1 - r0);

@@ -22,6 +22,8 @@ namespace fs = std::filesystem;
 struct Source {
   std::vector<uint16_t> bf16;
   std::vector<float> f32;
+  std::vector<uint8_t> bytes;   // 8-bit types
+  std::vector<float> scales;    // their row scales
   TensorView view;
 };
 
@@ -32,6 +34,13 @@ Source RandomMatrix(DType dtype, int64_t n, int64_t k, uint32_t seed) {
     s.bf16.resize(n * k);
     for (uint16_t& x : s.bf16) x = static_cast<uint16_t>(rng());
     s.view.data = s.bf16.data();
+  } else if (IsQuantized(dtype)) {
+    s.bytes.resize(n * k);
+    for (uint8_t& x : s.bytes) x = static_cast<uint8_t>(rng() & 0xBF);  // no NaN codes
+    s.scales.resize(n);
+    for (float& x : s.scales) x = std::uniform_real_distribution<float>(0.001f, 1)(rng);
+    s.view.data = s.bytes.data();
+    s.view.row_scale = s.scales.data();
   } else {
     s.f32.resize(n * k);
     for (float& x : s.f32) x = std::uniform_real_distribution<float>(-1, 1)(rng);
@@ -48,7 +57,9 @@ class WeightCacheTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("floe-weight-cache-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     // Odd shapes: padding rows, an odd k, one matrix smaller than a panel.
-    shapes_ = {{DType::kBF16, 37, 21}, {DType::kBF16, 64, 64}, {DType::kF32, 5, 3}, {DType::kF32, 130, 17}};
+    // 8-bit matrices carry their row scales inside the packing.
+    shapes_ = {{DType::kBF16, 37, 21}, {DType::kBF16, 64, 64}, {DType::kF32, 5, 3}, {DType::kF32, 130, 17},
+               {DType::kI8, 40, 22}, {DType::kF8E4M3, 17, 9}};
     for (size_t i = 0; i < shapes_.size(); ++i)
       sources_.push_back(RandomMatrix(shapes_[i].dtype, shapes_[i].n, shapes_[i].k, 7 + i));
   }
@@ -97,6 +108,10 @@ TEST_F(WeightCacheTest, MappedMatricesAreWhatPackMatrixGives) {
     ASSERT_EQ(mapped->bytes(), expected.bytes()) << i;
     EXPECT_EQ(0, std::memcmp(mapped->data(), expected.data(), expected.bytes())) << i;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(mapped->data()) % 64, 0u) << i;
+    if (IsQuantized(shapes_[i].dtype)) {
+      ASSERT_NE(mapped->scales(), nullptr);
+      for (int64_t r = 0; r < shapes_[i].n; ++r) EXPECT_EQ(mapped->scales()[r], sources_[i].scales[r]) << i;
+    }
   }
   // The views outlive the file object (they hold the mapping).
   auto view = (*cache)->Matrix(0, shapes_[0].dtype, shapes_[0].n, shapes_[0].k);
