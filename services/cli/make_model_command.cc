@@ -1,23 +1,29 @@
-// floe make-model: a Hugging Face checkpoint folder with seeded random weights.
+// floe make-model: a Hugging Face checkpoint folder with seeded random
+// weights, or (--quantize) a compressed-tensors 8-bit one.
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/cli/arg_parser.h"
 #include "services/cli/commands.h"
 #include "services/worker/model/checkpoint_writer.h"
+#include "services/worker/model/quantize.h"
 
 namespace floe {
 
 int RunMakeModel(int argc, char** argv) {
-  std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture;
+  std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture, quantize, from;
   uint64_t seed = 0;
   int shards = 1;
   ArgParser parser("floe make-model --preset tiny|llama-3.2-1b|tiny-swiftkv|llama-3.2-1b-swiftkv --dtype bf16|fp32 "
                    "--tokenizer DIR_OR_FILE --out DIR",
                    "Writes config.json, generation_config.json, safetensors weights (seeded random) and the\n"
                    "tokenizer files into DIR: a real Hugging Face checkpoint folder at the preset's shapes.\n"
-                   "-swiftkv presets: LlamaSwiftKVForCausalLM with SwiftKV on over the second half of the layers.");
+                   "-swiftkv presets: LlamaSwiftKVForCausalLM with SwiftKV on over the second half of the layers.\n"
+                   "--quantize fp8|int8: the checkpoint in vLLM's compressed-tensors format (8-bit Linear weights\n"
+                   "with a scale per output channel; lm_head stays dense), from --from DIR (any dense checkpoint)\n"
+                   "or from the preset's random weights.");
   parser.AddString("preset", &preset, absl::StrCat("shape preset: ", absl::StrJoin(CheckpointPresetNames(), "|")));
   parser.AddString("dtype", &dtype, "bf16|fp32|fp16");
   parser.AddString("tokenizer", &tokenizer, "tokenizer.json or a folder with it (and tokenizer_config.json)");
@@ -25,10 +31,34 @@ int RunMakeModel(int argc, char** argv) {
   parser.AddString("architecture", &architecture, "override: MistralForCausalLM|Qwen2ForCausalLM|Qwen3ForCausalLM");
   parser.AddUint64("seed", &seed, "weight seed");
   parser.AddInt("shards", &shards, "number of safetensors shards (>1 writes an index)");
+  parser.AddString("quantize", &quantize, "fp8|int8: write a compressed-tensors checkpoint (float8_e4m3fn or int8 weights)");
+  parser.AddString("from", &from, "with --quantize: the dense checkpoint folder to quantize (default: the preset's)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe make-model")) return *exit_code;
   if (out.empty()) {
     std::fprintf(stderr, "floe make-model: --out is required\n");
     return 2;
+  }
+  DType target = DType::kBF16;
+  if (quantize == "fp8") {
+    target = DType::kF8E4M3;
+  } else if (quantize == "int8") {
+    target = DType::kI8;
+  } else if (!quantize.empty()) {
+    std::fprintf(stderr, "floe make-model: --quantize takes fp8 or int8, got \"%s\"\n", quantize.c_str());
+    return 2;
+  }
+  if (!from.empty() && quantize.empty()) {
+    std::fprintf(stderr, "floe make-model: --from needs --quantize\n");
+    return 2;
+  }
+  if (!from.empty()) {
+    std::fprintf(stderr, "quantizing %s to %s in %s ...\n", from.c_str(), quantize.c_str(), out.c_str());
+    if (absl::Status s = QuantizeCheckpoint(from, out, target); !s.ok()) {
+      std::fprintf(stderr, "floe make-model: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "done\n");
+    return 0;
   }
   auto parsed_dtype = ParseDTypeName(dtype);
   if (!parsed_dtype.ok()) {
@@ -42,8 +72,17 @@ int RunMakeModel(int argc, char** argv) {
   spec.seed = seed;
   spec.num_shards = shards;
   spec.tokenizer_source = tokenizer;
-  std::fprintf(stderr, "writing %s checkpoint (%s) to %s ...\n", preset.c_str(), dtype.c_str(), out.c_str());
-  if (absl::Status s = WriteRandomCheckpoint(spec, out); !s.ok()) {
+  // --quantize: the dense checkpoint goes to a folder beside OUT first.
+  const std::string dense_dir = quantize.empty() ? out : out + ".dense-tmp";
+  std::fprintf(stderr, "writing %s checkpoint (%s) to %s ...\n", preset.c_str(), dtype.c_str(), dense_dir.c_str());
+  absl::Status s = WriteRandomCheckpoint(spec, dense_dir);
+  if (s.ok() && !quantize.empty()) {
+    std::fprintf(stderr, "quantizing to %s in %s ...\n", quantize.c_str(), out.c_str());
+    s = QuantizeCheckpoint(dense_dir, out, target);
+    std::error_code ec;
+    std::filesystem::remove_all(dense_dir, ec);
+  }
+  if (!s.ok()) {
     std::fprintf(stderr, "floe make-model: %s\n", std::string(s.message()).c_str());
     return 1;
   }

@@ -530,7 +530,11 @@ int Run(int argc, char** argv) {
     if (speculation.suffix_cache_stats) metrics->AttachSuffixCacheStats(speculation.suffix_cache_stats);
     service.SetMetrics(metrics.get());
   }
-  WorkerServiceOptions description{f.model_name, std::string(DTypeName((*checkpoint)->weight_dtype())),
+  // A compressed-tensors checkpoint is named by its Linear weights' type.
+  const std::string weight_dtype(config.quantization.enabled
+                                     ? DTypeName(config.quantization.is_float ? DType::kF8E4M3 : DType::kI8)
+                                     : DTypeName((*checkpoint)->weight_dtype()));
+  WorkerServiceOptions description{f.model_name, weight_dtype,
                                    config.bos_token_id, engine_options.eos_token_ids, f.benchmark_forced_decoding};
   description.limits = {.vocab_size = config.vocab_size,
                         .max_context = (*engine)->max_model_len(),
@@ -543,6 +547,7 @@ int Run(int argc, char** argv) {
   LogEvent(LogLevel::kInfo, "worker", "ready",
            {{"address", (*runner)->address()},
             {"model", f.model_name},
+            {"weight_dtype", weight_dtype},
             {"kv_blocks", static_cast<int64_t>(load_report.total_blocks)},
             {"block_size", static_cast<int64_t>(load_report.block_size)},
             {"max_model_len", static_cast<int64_t>((*engine)->max_model_len())},

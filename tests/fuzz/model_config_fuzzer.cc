@@ -35,7 +35,11 @@ bool Same(const ModelConfig& a, const ModelConfig& b) {
          a.rope_scaling.original_max_position_embeddings == b.rope_scaling.original_max_position_embeddings &&
          a.tie_word_embeddings == b.tie_word_embeddings && a.attention_bias == b.attention_bias &&
          a.qk_norm == b.qk_norm && a.swiftkv == b.swiftkv && a.num_key_value_layers == b.num_key_value_layers &&
-         a.bos_token_id == b.bos_token_id && a.eos_token_ids == b.eos_token_ids && a.torch_dtype == b.torch_dtype;
+         a.bos_token_id == b.bos_token_id && a.eos_token_ids == b.eos_token_ids && a.torch_dtype == b.torch_dtype &&
+         a.quantization.enabled == b.quantization.enabled && a.quantization.is_float == b.quantization.is_float &&
+         a.quantization.per_channel == b.quantization.per_channel && a.quantization.format == b.quantization.format &&
+         a.quantization.ignore == b.quantization.ignore &&
+         a.quantization.input_activations_json == b.quantization.input_activations_json;
 }
 
 // The integer the file gave for `key` (absent, null or not an integer: no check).

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <new>
 #include <filesystem>
@@ -68,10 +69,47 @@ class OwningCheckpoint : public Checkpoint {
   std::vector<AlignedBuffer> buffers_;
 };
 
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ReadRowScales(const TensorView& scale, const std::string& name, int64_t rows,
+                                                  bool per_channel) {
+  const int64_t n = scale.numel();
+  const bool shape_ok = per_channel ? (n == rows && (scale.shape == std::vector<int64_t>{rows, 1} ||
+                                                     scale.shape == std::vector<int64_t>{rows}))
+                                    : n == 1 && scale.shape.size() <= 1;
+  if (!shape_ok) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape ", ShapeToString(scale.shape),
+                                                   ", expected ", per_channel ? absl::StrCat("[", rows, ", 1]") : "[1]",
+                                                   " for strategy ", per_channel ? "channel" : "tensor"));
+  }
+  if (IsQuantized(scale.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is ", DTypeName(scale.dtype),
+                                                   "; scales must be f32, bf16 or f16"));
+  }
+  std::vector<float> out(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = per_channel ? r : 0;
+    const void* d = scale.data;
+    const float v = scale.dtype == DType::kF32    ? static_cast<const float*>(d)[i]
+                    : scale.dtype == DType::kBF16 ? Bf16ToF32(static_cast<const uint16_t*>(d)[i])
+                                                  : F16ToF32(static_cast<const uint16_t*>(d)[i]);
+    if (!std::isfinite(v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, "[", i, "] is ", v,
+                                                     "; scales must be finite and not negative"));
+    }
+    out[r] = v;
+  }
+  return out;
+}
+
+namespace {
+
 absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
   FLOE_ASSIGN_OR_RETURN(files_, ShardedSafetensors::OpenDirectory(dir));
   FLOE_RETURN_IF_ERROR(CheckNoExtraLayers());
   const std::string& source = files_->source();
+  const WeightQuantization& quantization = config_.quantization;
+  const DType quantized_dtype = quantization.is_float ? DType::kF8E4M3 : DType::kI8;
   std::string first_matrix;
   DType matrix_dtype = DType::kF32;
   for (const WeightSpec& spec : ExpectedWeights(config_)) {
@@ -84,7 +122,27 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
           absl::StrCat("tensor ", spec.name, " has shape ", ShapeToString(view.shape),
                        ", expected ", ShapeToString(spec.shape), " from config.json (", source, ")"));
     }
-    if (spec.kind == WeightKind::kMatrix) {
+    const std::string module = QuantizedLinear(quantization, spec);
+    if (!module.empty()) {
+      if (view.dtype != quantized_dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", spec.name, " is ", DTypeName(view.dtype),
+                                                       " but quantization_config says ", DTypeName(quantized_dtype),
+                                                       " (", source, ")"));
+      }
+      const std::string scale_name = module + ".weight_scale";
+      if (!files_->Contains(scale_name)) {
+        return absl::NotFoundError(absl::StrCat("missing tensor ", scale_name, " in ", source));
+      }
+      FLOE_ASSIGN_OR_RETURN(TensorView scale, files_->Get(scale_name));
+      FLOE_ASSIGN_OR_RETURN(std::vector<float> scales,
+                            ReadRowScales(scale, scale_name, view.rows(), quantization.per_channel));
+      float* owned = static_cast<float*>(Own(scales.size() * sizeof(float)));
+      std::copy(scales.begin(), scales.end(), owned);
+      view.row_scale = owned;
+    } else if (IsQuantized(view.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", spec.name, " is ", DTypeName(view.dtype),
+                                                     " but quantization_config does not quantize it (", source, ")"));
+    } else if (spec.kind == WeightKind::kMatrix) {
       if (first_matrix.empty()) {
         first_matrix = spec.name;
         matrix_dtype = view.dtype;

@@ -87,4 +87,11 @@ class Checkpoint {
   DType weight_dtype_ = DType::kF32;
 };
 
+// A compressed-tensors weight_scale tensor ([rows, 1] or [rows] per channel,
+// [1] or [] per tensor; f32, bf16 or f16) as one f32 scale per row;
+// INVALID_ARGUMENT naming `name` for a wrong shape, dtype or a negative or
+// non-finite value.
+absl::StatusOr<std::vector<float>> ReadRowScales(const TensorView& scale, const std::string& name, int64_t rows,
+                                                  bool per_channel);
+
 }  // namespace floe

@@ -18,6 +18,13 @@ absl::Status CheckTensor(const TensorView& t, absl::string_view name, std::vecto
   if (matrix && t.dtype == DType::kF16) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is f16; matrices must be bf16 or f32"));
   }
+  if (!matrix && IsQuantized(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is ", DTypeName(t.dtype),
+                                                   "; only linear layers may be quantized"));
+  }
+  if (IsQuantized(t.dtype) && t.row_scale == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is ", DTypeName(t.dtype), " without a scale"));
+  }
   return absl::OkStatus();
 }
 
@@ -54,7 +61,11 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
   FLOE_RETURN_IF_ERROR(CheckTensor(weights.embed_tokens, "embed_tokens", {vocab, h}, false));
   FLOE_RETURN_IF_ERROR(CheckTensor(weights.final_norm, "norm", {h}, false));
   FLOE_RETURN_IF_ERROR(CheckTensor(weights.lm_head, "lm_head", {vocab, h}, true));
-  const DType matrix_dtype = weights.lm_head.dtype;
+  // The layers' linear weights share one dtype; lm_head may differ (a
+  // quantized checkpoint usually keeps it in bf16).
+  const DType matrix_dtype = config.num_layers > 0 && weights.layers[0].q_proj.present()
+                                 ? weights.layers[0].q_proj.dtype
+                                 : weights.lm_head.dtype;
   for (int i = 0; i < config.num_layers; ++i) {
     const LayerWeights& l = weights.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
@@ -69,7 +80,7 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
       FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
       if (t->dtype != matrix_dtype) {
         return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ", DTypeName(t->dtype),
-                                                       ", lm_head is ", DTypeName(matrix_dtype)));
+                                                       ", layers.0.self_attn.q_proj is ", DTypeName(matrix_dtype)));
       }
     }
     if (config.attention_bias) {
@@ -90,7 +101,7 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
         FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
         if (t->dtype != matrix_dtype) {
           return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ", DTypeName(t->dtype),
-                                                         ", lm_head is ", DTypeName(matrix_dtype)));
+                                                         ", layers.0.self_attn.q_proj is ", DTypeName(matrix_dtype)));
         }
       }
     }
@@ -107,6 +118,7 @@ TensorView RowSlice(const TensorView& t, int64_t begin, int64_t end) {
   TensorView v = t;
   v.shape[0] = end - begin;
   v.data = static_cast<const char*>(t.data) + begin * t.cols() * DTypeSize(t.dtype);
+  if (t.row_scale) v.row_scale = t.row_scale + begin;
   return v;
 }
 

@@ -137,6 +137,8 @@ absl::StatusOr<std::vector<int>> ReadTokenIds(const Json& root, const char* fiel
   return out;
 }
 
+absl::Status ReadQuantization(const Json& root, WeightQuantization& q);
+
 absl::StatusOr<ModelConfig> Parse(const Json& root) {
   if (!root.is_object()) return absl::InvalidArgumentError("config.json is not a JSON object");
   ModelConfig c;
@@ -219,7 +221,100 @@ absl::StatusOr<ModelConfig> Parse(const Json& root) {
     if (!dtype->is_string()) return FieldError("torch_dtype", "expected a string");
     c.torch_dtype = dtype->get<std::string>();
   }
+  FLOE_RETURN_IF_ERROR(ReadQuantization(root, c.quantization));
   return c;
+}
+
+// quantization_config, validated field by field (errors name the field).
+absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
+  const Json* config = Find(root, "quantization_config");
+  if (config == nullptr) return absl::OkStatus();
+  const std::string f = "quantization_config";
+  if (!config->is_object()) return FieldError(f, "expected an object");
+  const Json* method = Find(*config, "quant_method");
+  if (method == nullptr || !method->is_string() || method->get<std::string>() != "compressed-tensors") {
+    return FieldError(f + ".quant_method", absl::StrCat("expected \"compressed-tensors\", got ",
+                                                        method ? method->dump() : "nothing"));
+  }
+  const Json* format = Find(*config, "format");
+  if (format == nullptr || !format->is_string()) return FieldError(f + ".format", "expected a string");
+  q.format = format->get<std::string>();
+  if (q.format != "float-quantized" && q.format != "int-quantized" && q.format != "naive-quantized") {
+    return FieldError(f + ".format", absl::StrCat("\"", q.format,
+                                                  "\" is not supported (float-quantized, int-quantized, "
+                                                  "naive-quantized)"));
+  }
+  if (const Json* kv = Find(*config, "kv_cache_scheme")) {
+    return FieldError(f + ".kv_cache_scheme", absl::StrCat("KV cache quantization is not supported, got ", kv->dump()));
+  }
+  const Json* groups = Find(*config, "config_groups");
+  if (groups == nullptr || !groups->is_object() || groups->size() != 1) {
+    return FieldError(f + ".config_groups", "expected an object with exactly one group");
+  }
+  const std::string g = absl::StrCat(f, ".config_groups.", groups->begin().key());
+  const Json& group = groups->begin().value();
+  if (!group.is_object()) return FieldError(g, "expected an object");
+  const Json* targets = Find(group, "targets");
+  if (targets == nullptr || *targets != Json::array({"Linear"})) {
+    return FieldError(g + ".targets", absl::StrCat("expected [\"Linear\"], got ", targets ? targets->dump() : "nothing"));
+  }
+  const Json* weights = Find(group, "weights");
+  if (weights == nullptr || !weights->is_object()) return FieldError(g + ".weights", "expected an object");
+  const Json* bits = Find(*weights, "num_bits");
+  if (bits == nullptr || *bits != 8) {
+    return FieldError(g + ".weights.num_bits", absl::StrCat("expected 8, got ", bits ? bits->dump() : "nothing"));
+  }
+  const Json* type = Find(*weights, "type");
+  if (type == nullptr || (*type != "float" && *type != "int")) {
+    return FieldError(g + ".weights.type", absl::StrCat("expected \"float\" or \"int\", got ",
+                                                        type ? type->dump() : "nothing"));
+  }
+  q.is_float = *type == "float";
+  const Json* strategy = Find(*weights, "strategy");
+  if (strategy == nullptr || (*strategy != "channel" && *strategy != "tensor")) {
+    return FieldError(g + ".weights.strategy", absl::StrCat("expected \"channel\" or \"tensor\", got ",
+                                                            strategy ? strategy->dump() : "nothing"));
+  }
+  q.per_channel = *strategy == "channel";
+  const Json* symmetric = Find(*weights, "symmetric");
+  if (symmetric != nullptr && *symmetric != true) {
+    return FieldError(g + ".weights.symmetric", "only symmetric weight quantization is supported");
+  }
+  const Json* dynamic = Find(*weights, "dynamic");
+  if (dynamic != nullptr && *dynamic != false) {
+    return FieldError(g + ".weights.dynamic", "weights must have static scales (dynamic: false)");
+  }
+  if (const Json* group_size = Find(*weights, "group_size")) {
+    return FieldError(g + ".weights.group_size", absl::StrCat("group quantization is not supported, got ",
+                                                              group_size->dump()));
+  }
+  const Json* inputs = Find(group, "input_activations");
+  if (inputs != nullptr) {
+    const Json* input_bits = inputs->is_object() ? Find(*inputs, "num_bits") : nullptr;
+    if (input_bits == nullptr || *input_bits != 8) {
+      return FieldError(g + ".input_activations", "expected null or an 8-bit scheme");
+    }
+    q.input_activations_json = inputs->dump();
+  }
+  if (const Json* outputs = Find(group, "output_activations")) {
+    return FieldError(g + ".output_activations", absl::StrCat("not supported, got ", outputs->dump()));
+  }
+  if (const Json* ignore = Find(*config, "ignore")) {
+    if (!ignore->is_array() || ignore->size() > 4096) {
+      return FieldError(f + ".ignore", "expected a list of at most 4096 module names");
+    }
+    for (const Json& name : *ignore) {
+      if (!name.is_string() || name.get<std::string>().empty() || name.get<std::string>().size() > 256) {
+        return FieldError(f + ".ignore", absl::StrCat("expected module names of 1 to 256 characters, got ", name.dump()));
+      }
+      if (name.get<std::string>().rfind("re:", 0) == 0) {
+        return FieldError(f + ".ignore", absl::StrCat("regular expressions are not supported, got ", name.dump()));
+      }
+      q.ignore.push_back(name.get<std::string>());
+    }
+  }
+  q.enabled = true;
+  return absl::OkStatus();
 }
 
 // The shortest decimal that reads back as `value` (1e-05, not 9.99999974e-06),
@@ -314,6 +409,28 @@ std::string ModelConfig::ToJson() const {
     j["eos_token_id"] = eos_token_ids;
   }
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (quantization.enabled) {
+    const WeightQuantization& q = quantization;
+    nlohmann::ordered_json weights;
+    weights["num_bits"] = 8;
+    weights["type"] = q.is_float ? "float" : "int";
+    weights["symmetric"] = true;
+    weights["strategy"] = q.per_channel ? "channel" : "tensor";
+    weights["dynamic"] = false;
+    nlohmann::ordered_json group;
+    group["targets"] = {"Linear"};
+    group["weights"] = weights;
+    group["input_activations"] = q.input_activations_json.empty()
+                                     ? nlohmann::ordered_json(nullptr)
+                                     : nlohmann::ordered_json::parse(q.input_activations_json);
+    nlohmann::ordered_json config;
+    config["quant_method"] = "compressed-tensors";
+    config["format"] = q.format;
+    config["config_groups"] = {{"group_0", group}};
+    config["ignore"] = q.ignore;
+    config["quantization_status"] = "compressed";
+    j["quantization_config"] = config;
+  }
   return j.dump(2) + "\n";
 }
 

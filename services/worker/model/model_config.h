@@ -22,6 +22,22 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+// compressed-tensors weight quantization (quantization_config with
+// quant_method "compressed-tensors", as vLLM loads it): 8-bit weights of the
+// Linear layers with a symmetric scale per output channel or per tensor.
+// Activation schemes (dynamic or static) are accepted and ignored: the CPU
+// computes with bf16 activations.
+struct WeightQuantization {
+  bool enabled = false;
+  bool is_float = true;     // weights.type: "float" (f8_e4m3) or "int" (i8)
+  bool per_channel = true;  // weights.strategy: "channel" or "tensor"
+  std::string format;       // "float-quantized", "int-quantized" or "naive-quantized"
+  // Linear modules left dense, by name ("lm_head", "model.layers.0.mlp.down_proj").
+  std::vector<std::string> ignore;
+  // input_activations as written (null when absent), kept for ToJson.
+  std::string input_activations_json;
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   std::string architecture_name;  // as written in config.json, e.g. "LlamaForCausalLM"
@@ -52,6 +68,7 @@ struct ModelConfig {
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", "float32", ...
+  WeightQuantization quantization;
 
   // Parses and validates; errors name the offending field. Absent optional
   // fields take Hugging Face's defaults: num_key_value_heads = heads, head_dim =

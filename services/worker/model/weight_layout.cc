@@ -1,5 +1,7 @@
 #include "services/worker/model/weight_layout.h"
 
+#include "absl/strings/strip.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace floe {
@@ -73,6 +75,16 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
 TensorView& WeightSlot(ModelWeights& weights, const WeightSpec& spec) {
   if (spec.layer < 0) return weights.*(spec.model_field);
   return weights.layers[spec.layer].*(spec.layer_field);
+}
+
+std::string QuantizedLinear(const WeightQuantization& q, const WeightSpec& spec) {
+  if (!q.enabled || spec.kind != WeightKind::kMatrix || spec.name == "model.embed_tokens.weight") return "";
+  absl::string_view module = spec.name;
+  if (!absl::ConsumeSuffix(&module, ".weight")) return "";
+  for (const std::string& ignored : q.ignore) {
+    if (module == ignored) return "";
+  }
+  return std::string(module);
 }
 
 }  // namespace floe

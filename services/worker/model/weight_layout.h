@@ -35,4 +35,10 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 // The slot `spec` fills; `weights.layers` must already hold num_layers entries.
 TensorView& WeightSlot(ModelWeights& weights, const WeightSpec& spec);
 
+// The Linear module (spec's name without ".weight") whose weight a
+// compressed-tensors quantization_config quantizes, or "" when it keeps its
+// dense dtype (no quantization, not a Linear layer, or in `ignore`). The
+// embeddings are not a Linear layer.
+std::string QuantizedLinear(const WeightQuantization& q, const WeightSpec& spec);
+
 }  // namespace floe

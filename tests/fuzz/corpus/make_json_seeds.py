@@ -103,6 +103,15 @@ def model_config(tiny_path):
     swiftkv = dict(tiny, architectures=['LlamaSwiftKVForCausalLM'], model_type='llama_swiftkv', num_hidden_layers=4,
                    swiftkv=True, num_key_value_layers=2, key_value_group_size=1)
     write('model_config', 'swiftkv.json', json.dumps(swiftkv))
+    # A compressed-tensors FP8 checkpoint's config (docs/quantization.md).
+    weights = {'dynamic': False, 'num_bits': 8, 'strategy': 'channel', 'symmetric': True, 'type': 'float'}
+    inputs = {'dynamic': True, 'num_bits': 8, 'strategy': 'token', 'symmetric': True, 'type': 'float'}
+    fp8 = dict(tiny, quantization_config={
+        'config_groups': {'group_0': {'input_activations': inputs, 'output_activations': None,
+                                      'targets': ['Linear'], 'weights': weights}},
+        'format': 'float-quantized', 'ignore': ['lm_head'], 'kv_cache_scheme': None,
+        'quant_method': 'compressed-tensors', 'quantization_status': 'compressed'})
+    write('model_config', 'fp8.json', json.dumps(fp8))
 
 
 def openai_bodies():

@@ -10,6 +10,11 @@ With "bf16_linear_inputs 1" every linear layer's input is rounded to bf16 (to
 nearest even) first, as HF bf16 inference and the backend's kernels do; the
 rest stays f32.
 
+compressed-tensors checkpoints: I8 and F8_E4M3 weights are decoded here from
+their bits with NumPy (e4m3fn: sign, 4 exponent bits of bias 7, 3 mantissa
+bits, subnormals at exponent 0; Debian's PyTorch has no float8) and multiplied
+by their <module>.weight_scale ([rows, 1] per channel or [1] per tensor).
+
 SwiftKV ("swiftkv 1", "num_key_value_layers L"; Arctic's LlamaSwiftKVForCausalLM,
 SingleInputKV): layers >= L take their queries from q_proj_swiftkv of their own
 input norm, and their keys and values from k/v_proj_swiftkv of
@@ -23,6 +28,18 @@ import sys
 
 import numpy as np
 import torch
+
+
+def decode_e4m3(bits):
+    """float8_e4m3fn bytes to float64, from the format's definition."""
+    bits = bits.astype(np.int64)
+    sign = np.where(bits & 0x80, -1.0, 1.0)
+    exponent = (bits >> 3) & 0xF
+    mantissa = (bits & 0x7).astype(np.float64)
+    normal = (1.0 + mantissa / 8.0) * np.exp2(exponent.astype(np.float64) - 7.0)
+    subnormal = (mantissa / 8.0) * 2.0 ** -6
+    value = sign * np.where(exponent == 0, subnormal, normal)
+    return np.where((bits & 0x7F) == 0x7F, np.nan, value)
 
 
 def main(d):
@@ -63,8 +80,19 @@ def main(d):
             arr = np.frombuffer(buf, dtype="<f4")
         elif meta["dtype"] == "BF16":
             arr = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif meta["dtype"] in ("I8", "F8_E4M3"):
+            if meta["dtype"] == "I8":
+                q = np.frombuffer(buf, dtype="i1").astype(np.float64)
+            else:
+                q = decode_e4m3(np.frombuffer(buf, dtype="u1"))
+            scale = w(name[:-len(".weight")] + ".weight_scale", None).numpy().astype(np.float64)
+            rows = shape[0]
+            scale = scale.reshape(rows, 1) if scale.size == rows else scale.reshape(1, 1)
+            arr = (q.reshape(shape) * scale).astype(np.float32)
         else:
             raise ValueError(meta["dtype"])
+        if shape is None:  # a scale: whatever shape it was written with
+            return torch.from_numpy(arr.copy())
         assert list(meta["shape"]) == list(shape), (name, meta["shape"], shape)
         return torch.from_numpy(arr.copy().reshape(shape))
 

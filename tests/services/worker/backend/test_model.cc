@@ -129,7 +129,8 @@ void WriteReferenceConfig(const ModelConfig& c, DType weight_dtype, int steps,
         << "\n";
   }
   if (c.swiftkv) cfg << "swiftkv 1\nnum_key_value_layers " << c.num_key_value_layers << "\n";
-  cfg << "bf16_linear_inputs " << (weight_dtype == DType::kBF16) << "\n";
+  // bf16 and 8-bit weights: the kernels round linear inputs to bf16.
+  cfg << "bf16_linear_inputs " << (weight_dtype == DType::kBF16 || IsQuantized(weight_dtype)) << "\n";
   cfg << "steps " << steps << "\n";
 }
 

@@ -274,16 +274,26 @@ TEST_F(CheckpointTest, WrongShapeNamesTensorAndBothShapes) {
 }
 
 TEST_F(CheckpointTest, UnsupportedDTypeIsNamed) {
-  std::string dir = WriteEdited("i8", [](const std::string& name, Tensor& t) {
+  std::string dir = WriteEdited("f8e5m2", [](const std::string& name, Tensor& t) {
     if (name == "model.layers.1.self_attn.o_proj.weight") {
-      t.dtype = "I8";
+      t.dtype = "F8_E5M2";
       t.bytes.resize(t.bytes.size() / 4);
     }
     return true;
   });
   std::string error = LoadError(dir);
   EXPECT_THAT(error, HasSubstr("model.layers.1.self_attn.o_proj.weight"));
-  EXPECT_THAT(error, HasSubstr("I8"));
+  EXPECT_THAT(error, HasSubstr("F8_E5M2"));
+  // I8 is a quantized type: without a quantization_config it is named as such.
+  dir = WriteEdited("i8", [](const std::string& name, Tensor& t) {
+    if (name == "model.layers.1.self_attn.o_proj.weight") {
+      t.dtype = "I8";
+      t.bytes.resize(t.bytes.size() / 4);
+    }
+    return true;
+  });
+  error = LoadError(dir);
+  EXPECT_THAT(error, HasSubstr("model.layers.1.self_attn.o_proj.weight is i8 but quantization_config does not"));
 }
 
 TEST_F(CheckpointTest, MixedMatrixDTypesAreRejected) {

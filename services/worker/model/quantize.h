@@ -1,0 +1,45 @@
+// Weight quantization to compressed-tensors 8-bit checkpoints: what
+// `floe make-model --quantize` writes and the benchmarks build in memory.
+// Symmetric, one scale per output channel: scale = absmax(row) / 127 (i8,
+// rounded to nearest even and clamped to [-127, 127]) or / 448 (f8_e4m3,
+// rounded to nearest even), an all-zero row getting scale 1.
+//
+// Pure functions; QuantizeCheckpoint is single-threaded and holds the
+// quantized tensors in memory until it writes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/tensor/tensor_view.h"
+#include "services/worker/model/model_config.h"
+
+namespace floe {
+
+struct QuantizedMatrix {
+  DType dtype = DType::kI8;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // row-major [rows, cols], one byte per weight
+  std::vector<float> scales;  // [rows]
+  // A view for the backends (row_scale set); valid while this lives.
+  TensorView View() const;
+};
+
+// `w` ([rows, cols], f32 or bf16) quantized per output row to `target` (kI8
+// or kF8E4M3).
+QuantizedMatrix QuantizePerChannel(const TensorView& w, DType target);
+
+// The quantization_config make-model writes: float (kF8E4M3) with dynamic
+// per-token activations, as vLLM's FP8-dynamic checkpoints; int (kI8)
+// weight-only. lm_head stays dense (ignored), as quantizers leave it.
+WeightQuantization QuantizationFor(DType target);
+
+// Reads the dense checkpoint in `from_dir` (config.json + safetensors) and
+// writes `out_dir`: config.json with quantization_config, model.safetensors
+// with each quantized Linear weight and its weight_scale ([rows, 1] f32),
+// every other tensor as it was, and the tokenizer and generation files.
+absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& out_dir, DType target);
+
+}  // namespace floe

@@ -1,0 +1,279 @@
+// compressed-tensors checkpoints: the quantization_config parser (every
+// malformed field named), make-model's quantizer (QuantizeCheckpoint) and the
+// loader's handling of 8-bit weights and their scales.
+#include "services/worker/model/quantize.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include "common/safetensors/safetensors_writer.h"
+#include "common/safetensors/sharded_safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/worker/model/checkpoint.h"
+#include "services/worker/model/checkpoint_writer.h"
+#include "tests/services/worker/model/test_util.h"
+
+namespace floe {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// The quantization_config of RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic
+// (llm-compressor's FP8_DYNAMIC scheme), on a small Llama config.
+Json Fp8Config() {
+  return Json::parse(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 1000,
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "max_position_embeddings": 2048,
+    "quantization_config": {
+      "config_groups": {"group_0": {
+        "input_activations": {"actorder": null, "block_structure": null, "dynamic": true, "group_size": null,
+                              "num_bits": 8, "observer": null, "observer_kwargs": {}, "strategy": "token",
+                              "symmetric": true, "type": "float"},
+        "output_activations": null, "targets": ["Linear"],
+        "weights": {"actorder": null, "block_structure": null, "dynamic": false, "group_size": null,
+                    "num_bits": 8, "observer": "minmax", "observer_kwargs": {}, "strategy": "channel",
+                    "symmetric": true, "type": "float"}}},
+      "format": "float-quantized", "global_compression_ratio": 1.24, "ignore": ["lm_head"],
+      "kv_cache_scheme": null, "quant_method": "compressed-tensors", "quantization_status": "compressed"}})");
+}
+
+TEST(QuantizationConfigTest, ParsesVllmFp8DynamicAndRoundTrips) {
+  auto c = ModelConfig::FromJson(Fp8Config().dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const WeightQuantization& q = c->quantization;
+  EXPECT_TRUE(q.enabled);
+  EXPECT_TRUE(q.is_float);
+  EXPECT_TRUE(q.per_channel);
+  EXPECT_EQ(q.format, "float-quantized");
+  EXPECT_EQ(q.ignore, std::vector<std::string>{"lm_head"});
+  auto again = ModelConfig::FromJson(c->ToJson());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->quantization.enabled, q.enabled);
+  EXPECT_EQ(again->quantization.is_float, q.is_float);
+  EXPECT_EQ(again->quantization.per_channel, q.per_channel);
+  EXPECT_EQ(again->quantization.format, q.format);
+  EXPECT_EQ(again->quantization.ignore, q.ignore);
+  EXPECT_EQ(Json::parse(again->quantization.input_activations_json), Json::parse(q.input_activations_json));
+  // No quantization_config: dense.
+  Json dense = Fp8Config();
+  dense.erase("quantization_config");
+  EXPECT_FALSE(ModelConfig::FromJson(dense.dump())->quantization.enabled);
+}
+
+TEST(QuantizationConfigTest, IntWeightOnlyPerTensorParses) {
+  Json j = Fp8Config();
+  auto& group = j["quantization_config"]["config_groups"]["group_0"];
+  group["weights"]["type"] = "int";
+  group["weights"]["strategy"] = "tensor";
+  group["input_activations"] = nullptr;
+  j["quantization_config"]["format"] = "int-quantized";
+  auto c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->quantization.is_float);
+  EXPECT_FALSE(c->quantization.per_channel);
+}
+
+// Each malformation, and the field its error must name.
+TEST(QuantizationConfigTest, MalformedFieldsAreNamed) {
+  const std::string g = "quantization_config.config_groups.group_0";
+  const std::vector<std::pair<std::function<void(Json&)>, std::string>> cases = {
+      {[](Json& q) { q = "fp8"; }, "quantization_config: expected an object"},
+      {[](Json& q) { q["quant_method"] = "fp8"; }, "quantization_config.quant_method"},
+      {[](Json& q) { q.erase("quant_method"); }, "quantization_config.quant_method"},
+      {[](Json& q) { q["format"] = "pack-quantized"; }, "quantization_config.format"},
+      {[](Json& q) { q["kv_cache_scheme"] = Json::object({{"num_bits", 8}}); }, "quantization_config.kv_cache_scheme"},
+      {[](Json& q) { q["config_groups"]["group_1"] = q["config_groups"]["group_0"]; },
+       "quantization_config.config_groups"},
+      {[](Json& q) { q["config_groups"]["group_0"]["targets"] = {"re:.*mlp.*"}; }, g + ".targets"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; }, g + ".weights.num_bits"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "nf4"; }, g + ".weights.type"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "group"; }, g + ".weights.strategy"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"]["symmetric"] = false; }, g + ".weights.symmetric"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"]["dynamic"] = true; }, g + ".weights.dynamic"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"]["group_size"] = 128; }, g + ".weights.group_size"},
+      {[](Json& q) { q["config_groups"]["group_0"]["weights"] = 8; }, g + ".weights"},
+      {[](Json& q) { q["config_groups"]["group_0"]["input_activations"]["num_bits"] = 4; }, g + ".input_activations"},
+      {[](Json& q) { q["config_groups"]["group_0"]["output_activations"] = Json::object(); }, g + ".output_activations"},
+      {[](Json& q) { q["ignore"] = "lm_head"; }, "quantization_config.ignore"},
+      {[](Json& q) { q["ignore"] = {"re:.*gate"}; }, "quantization_config.ignore"},
+      {[](Json& q) { q["ignore"] = {std::string(300, 'x')}; }, "quantization_config.ignore"},
+  };
+  for (const auto& [edit, field] : cases) {
+    Json j = Fp8Config();
+    edit(j["quantization_config"]);
+    auto c = ModelConfig::FromJson(j.dump());
+    ASSERT_FALSE(c.ok()) << "accepted: " << j["quantization_config"].dump();
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("config.json field " + field)) << c.status();
+  }
+}
+
+TEST(QuantizeTest, PerChannelScalesAndRounding) {
+  // Row 0: absmax 2.54 -> int8 scale 0.02; row 1 all zero -> scale 1.
+  const std::vector<float> w = {2.54f, -1.27f, 0.01f, 0.03f, 0, 0, 0, 0};
+  const TensorView view{DType::kF32, {2, 4}, w.data()};
+  const QuantizedMatrix i8 = QuantizePerChannel(view, DType::kI8);
+  EXPECT_FLOAT_EQ(i8.scales[0], 2.54f / 127);
+  EXPECT_EQ(i8.scales[1], 1.0f);
+  EXPECT_EQ(static_cast<int8_t>(i8.data[0]), 127);
+  EXPECT_EQ(static_cast<int8_t>(i8.data[1]), -64);  // -63.5 rounds to even
+  EXPECT_EQ(static_cast<int8_t>(i8.data[2]), 0);    // 0.5 rounds to even
+  EXPECT_EQ(static_cast<int8_t>(i8.data[3]), 2);    // 1.5 rounds to even
+  const QuantizedMatrix f8 = QuantizePerChannel(view, DType::kF8E4M3);
+  EXPECT_FLOAT_EQ(f8.scales[0], 2.54f / 448);
+  EXPECT_EQ(f8.data[0], 0x7e);  // 448
+  for (int c = 0; c < 4; ++c) {
+    const double back = F8E4M3ToF32(f8.data[c]) * f8.scales[0];
+    EXPECT_NEAR(back, w[c], std::abs(w[c]) / 16 + f8.scales[0] * 0x1p-10) << c;  // 3 mantissa bits
+  }
+}
+
+class QuantizedCheckpointTest : public TempDirTest {
+ protected:
+  // A tiny bf16 checkpoint quantized to `target` as make-model does.
+  std::string WriteQuantized(const std::string& name, DType target) {
+    CheckpointSpec spec;
+    spec.dtype = DType::kBF16;
+    spec.seed = 3;
+    EXPECT_TRUE(WriteRandomCheckpoint(spec, Path(name + "-dense")).ok());
+    const absl::Status s = QuantizeCheckpoint(Path(name + "-dense"), Path(name), target);
+    EXPECT_TRUE(s.ok()) << s;
+    return Path(name);
+  }
+  // Rewrites dir's model.safetensors, `edit` changing a tensor's dtype name,
+  // shape or bytes, or returning false to drop it.
+  struct Tensor {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  void Edit(const std::string& dir, const std::function<bool(const std::string&, Tensor&)>& edit) {
+    auto files = ShardedSafetensors::OpenDirectory(dir);
+    ASSERT_TRUE(files.ok()) << files.status();
+    SafetensorsWriter writer;
+    for (const std::string& name : files->names()) {
+      TensorView v = *files->Get(name);
+      Tensor t{std::string(SafetensorsDTypeName(v.dtype)), v.shape,
+               std::vector<uint8_t>(static_cast<const uint8_t*>(v.data),
+                                    static_cast<const uint8_t*>(v.data) + v.bytes())};
+      if (edit(name, t)) ASSERT_TRUE(writer.Add(name, t.dtype, t.shape, t.bytes).ok()) << name;
+    }
+    files = absl::NotFoundError("closed");  // unmap before the file is replaced
+    ASSERT_TRUE(writer.Write(dir + "/model.safetensors.tmp").ok());
+    std::filesystem::rename(dir + "/model.safetensors.tmp", dir + "/model.safetensors");
+  }
+  std::string LoadError(const std::string& dir) {
+    auto checkpoint = Checkpoint::Load(dir, {});
+    EXPECT_FALSE(checkpoint.ok());
+    return std::string(checkpoint.status().message());
+  }
+};
+
+TEST_F(QuantizedCheckpointTest, QuantizedLoadsWithScalesAndDenseLmHead) {
+  for (DType target : {DType::kF8E4M3, DType::kI8}) {
+    const std::string name = DTypeName(target).data();
+    const std::string dir = WriteQuantized(name, target);
+    auto dense = Checkpoint::Load(Path(name + "-dense"), {});
+    auto loaded = Checkpoint::Load(dir, {});
+    ASSERT_TRUE(loaded.ok() && dense.ok()) << loaded.status();
+    const ModelConfig& c = (*loaded)->config();
+    EXPECT_TRUE(c.quantization.enabled);
+    EXPECT_EQ(c.quantization.is_float, target == DType::kF8E4M3);
+    const ModelWeights& w = (*loaded)->weights();
+    EXPECT_EQ(w.lm_head.dtype, DType::kBF16);  // ignored
+    EXPECT_EQ(w.embed_tokens.dtype, DType::kBF16);
+    EXPECT_EQ(w.final_norm.dtype, DType::kBF16);
+    for (const LayerWeights& l : w.layers) {
+      for (const TensorView* t : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+        EXPECT_EQ(t->dtype, target);
+        ASSERT_NE(t->row_scale, nullptr);
+      }
+    }
+    // Each weight within half a step of its dense value (fp8: relative 2^-4).
+    const TensorView& q = w.layers[1].down_proj;
+    const TensorView& d = (*dense)->weights().layers[1].down_proj;
+    for (int64_t i = 0; i < q.numel(); ++i) {
+      const float want = ValueAt(d, i), scale = q.row_scale[i / q.cols()];
+      const double tolerance = target == DType::kI8 ? scale / 2 * 1.001 : std::abs(want) / 16 + scale * 0x1p-10;
+      ASSERT_NEAR(ValueAt(q, i), want, tolerance) << name << " element " << i;
+    }
+  }
+}
+
+TEST_F(QuantizedCheckpointTest, PerTensorScaleIsBroadcast) {
+  const std::string dir = WriteQuantized("tensor", DType::kI8);
+  Edit(dir, [](const std::string& name, Tensor& t) {
+    if (name.ends_with(".weight_scale")) {
+      const float scale = 0.01f;
+      t.shape = {1};
+      t.bytes.assign(reinterpret_cast<const uint8_t*>(&scale), reinterpret_cast<const uint8_t*>(&scale) + 4);
+    }
+    return true;
+  });
+  Json config = Json::parse(std::ifstream(dir + "/config.json"));
+  config["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = "tensor";
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto loaded = Checkpoint::Load(dir, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const TensorView& q = (*loaded)->weights().layers[0].q_proj;
+  for (int64_t r = 0; r < q.rows(); ++r) EXPECT_EQ(q.row_scale[r], 0.01f);
+}
+
+TEST_F(QuantizedCheckpointTest, BadScalesAndDTypesAreNamed) {
+  const std::string scale = "model.layers.1.mlp.up_proj.weight_scale";
+  const std::string weight = "model.layers.1.mlp.up_proj.weight";
+  struct Case {
+    std::function<bool(const std::string&, Tensor&)> edit;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {[&](const std::string& n, Tensor&) { return n != scale; }, {"missing tensor " + scale}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == scale) t.shape = {t.shape[0] / 2, 2};
+         return true;
+       },
+       {scale, "expected [128, 1]"}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == scale) {
+           const float bad = -1.0f;
+           std::memcpy(t.bytes.data() + 8, &bad, 4);
+         }
+         return true;
+       },
+       {scale + "[2]", "finite and not negative"}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == scale) t.dtype = "I8", t.bytes.resize(128);
+         return true;
+       },
+       {scale, "is i8; scales must be f32, bf16 or f16"}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == weight) t.dtype = "I8";
+         return true;
+       },
+       {weight, "is i8 but quantization_config says f8_e4m3"}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == "lm_head.weight") t.dtype = "F8_E4M3", t.bytes.resize(t.bytes.size() / 2);
+         return true;
+       },
+       {"lm_head.weight", "does not quantize it"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string dir = WriteQuantized("case" + std::to_string(i), DType::kF8E4M3);
+    Edit(dir, cases[i].edit);
+    const std::string error = LoadError(dir);
+    for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
+  }
+}
+
+TEST_F(QuantizedCheckpointTest, QuantizingTwiceIsRefused) {
+  const std::string dir = WriteQuantized("once", DType::kI8);
+  const absl::Status s = QuantizeCheckpoint(dir, Path("twice"), DType::kF8E4M3);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("already quantized"));
+}
+
+}  // namespace
+}  // namespace floe
