@@ -1,6 +1,7 @@
 #include "common/tensor/dtype.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -35,6 +36,27 @@ absl::StatusOr<DType> ParseDTypeName(absl::string_view name) {
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported dtype \"", name, "\" (supported: f32, f16, bf16)"));
+}
+
+bool WidenToF32(DType dtype, const void* data, int64_t begin, int64_t count, float* out) {
+  const char* bytes = static_cast<const char*>(data);
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out, bytes + begin * sizeof(float), count * sizeof(float));
+      return true;
+    case DType::kBF16:
+    case DType::kF16:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + (begin + i) * sizeof(bits), sizeof(bits));
+        out[i] = dtype == DType::kBF16 ? Bf16ToF32(bits) : F16ToF32(bits);
+      }
+      return true;
+    case DType::kI8:
+    case DType::kF8E4M3:
+      return false;
+  }
+  return false;
 }
 
 float F16ToF32(uint16_t bits) {
@@ -113,6 +135,8 @@ const F8Table& F8Values() {
 }  // namespace
 
 float F8E4M3ToF32(uint8_t bits) { return F8Values().value[bits]; }
+
+const float* F8E4M3Values() { return F8Values().value; }
 
 uint8_t F32ToF8E4M3(float value) {
   const uint8_t sign = std::signbit(value) ? 0x80 : 0;

@@ -47,8 +47,16 @@ inline uint16_t F32ToBf16(float value) {
 float F16ToF32(uint16_t bits);
 uint16_t F32ToF16(float value);
 
+// Elements [begin, begin + count) of a dense (f32, bf16 or f16) array,
+// widened exactly into `out`. Reads through memcpy, so `data` may be a
+// mapped file's unaligned offset. Returns false, writing nothing, for an
+// 8-bit dtype (those need their scales).
+bool WidenToF32(DType dtype, const void* data, int64_t begin, int64_t count, float* out);
+
 // e4m3fn from its bits, exactly (a table of the 256 values).
 float F8E4M3ToF32(uint8_t bits);
+// That table, indexed by the bits: for loops that decode many.
+const float* F8E4M3Values();
 // Round to nearest even, saturating at +-448 (as PyTorch's
 // to(float8_e4m3fn) after a clamp, which is how quantizers write it); NaN
 // becomes 0x7f with its sign.

@@ -54,11 +54,11 @@ static_assert(kMaxRows * PanelsFor(kMaxRows) <= 12 * kPanelGroup);  // RunTiles'
 enum class WeightKind { kF32, kBf16, kI8, kF8E4M3 };
 
 template <WeightKind kKind>
-inline float Decode8(uint8_t bits) {
+inline float Decode8(uint8_t bits, const float* f8_values) {
   if constexpr (kKind == WeightKind::kI8) {
     return static_cast<float>(static_cast<int8_t>(bits));
   } else {
-    return F8E4M3ToF32(bits);
+    return f8_values[bits];
   }
 }
 
@@ -79,14 +79,15 @@ HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT x, int64_t ldx, int64_t 
   if constexpr (kKind == WeightKind::kI8 || kKind == WeightKind::kF8E4M3) {
     // Even k for every row, then odd k, as the bf16 case below.
     const int64_t all_pairs = (k + 1) / 2;
+    const float* f8_values = F8E4M3Values();
     for (int64_t kp = 0; kp < all_pairs; ++kp) {
       HWY_ALIGN float wd[2][NP * kPanelWidth];
 #pragma GCC unroll 4
       for (int p = 0; p < NP; ++p) {
         const uint8_t* src = panels + p * panel_bytes;
         for (int j = 0; j < kPanelWidth; ++j) {
-          wd[0][p * kPanelWidth + j] = Decode8<kKind>(src[internal::Byte8Offset(2 * kp, j)]);
-          wd[1][p * kPanelWidth + j] = Decode8<kKind>(src[internal::Byte8Offset(2 * kp + 1, j)]);
+          wd[0][p * kPanelWidth + j] = Decode8<kKind>(src[internal::Byte8Offset(2 * kp, j)], f8_values);
+          wd[1][p * kPanelWidth + j] = Decode8<kKind>(src[internal::Byte8Offset(2 * kp + 1, j)], f8_values);
         }
       }
       for (int half = 0; half < (2 * kp + 1 < k ? 2 : 1); ++half) {

@@ -140,8 +140,9 @@ FLOE_BF16_TARGET void DotKernel(const uint16_t* __restrict x, int64_t ldx, int64
 // reached ~50 (bench/engine/bench_quantized.cc, docs/quantization.md).
 constexpr int64_t kPrefetchAhead = 2048;
 
-// The same for 8-bit panels, a chunk (two pairs) at a time: plus one pair of
-// zeros when the number of pairs is odd, which leaves every sum as it was.
+// The same for 8-bit panels, a chunk (two pairs) at a time, the same pairs
+// in the same order as DotKernel over the widened panels (an odd number of
+// pairs leaves the last chunk's second pair as padding, skipped).
 template <int MR, int NP, Weights W>
 FLOE_Q8_TARGET void DotKernel8(const uint16_t* __restrict x, int64_t ldx, int64_t k,
                                const uint8_t* __restrict panels, int64_t panel_bytes,
@@ -153,8 +154,8 @@ FLOE_Q8_TARGET void DotKernel8(const uint16_t* __restrict x, int64_t ldx, int64_
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
   }
   const Tables& tables = W == Weights::kI8 ? kI8Tables : kF8Tables;
-  const int64_t chunks = ((k + 1) / 2 + 1) / 2;
-  for (int64_t kq = 0; kq < chunks; ++kq) {
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t kq = 0; 2 * kq < pairs; ++kq) {
     __m512bh even[NP], odd[NP];
 #pragma GCC unroll 4
     for (int p = 0; p < NP; ++p) {
@@ -162,7 +163,7 @@ FLOE_Q8_TARGET void DotKernel8(const uint16_t* __restrict x, int64_t ldx, int64_
       DecodeChunk<W>(panels + p * panel_bytes + kq * 64, tables, even[p], odd[p]);
     }
     DotPair<MR, NP>(acc, x, 2 * kq, even);
-    DotPair<MR, NP>(acc, x, 2 * kq + 1, odd);
+    if (2 * kq + 1 < pairs) DotPair<MR, NP>(acc, x, 2 * kq + 1, odd);
   }
   StoreTile<MR, NP>(acc, c, ldc);
 }
@@ -251,7 +252,7 @@ void MatmulBf16Dot(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w
   // registers. f8_e4m3's single lookup is cheaper in registers than a pass
   // through a buffer (measured: docs/quantization.md).
   const PanelWidener<uint16_t> widener{&WidenPanels<Weights::kI8>, {kBf16.data(), kMaxRows, &PanelsForRows}};
-  RunTiles(set, xb, padded, m, w, y, pool, w.scales(), 1.0f, w.dtype() == DType::kI8 ? &widener : nullptr);
+  RunTiles(set, xb, padded, m, w, y, pool, w.scales(), w.dtype() == DType::kI8 ? &widener : nullptr);
 }
 
 }  // namespace floe::cpu::internal

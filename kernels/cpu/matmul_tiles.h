@@ -42,11 +42,10 @@ struct KernelSet {
 };
 
 // Multiplies the tile just written, rows x cols at c (ldc apart), by the
-// scales of its columns times `factor` (8-bit weights; a power of two when the
-// kernel's widened weights are the values times 2^-k, so exact).
-inline void ScaleTile(float* c, int64_t ldc, int rows, int64_t cols, const float* scale, float factor) {
+// scales of its columns (8-bit weights: the kernels sum the codes' values).
+inline void ScaleTile(float* c, int64_t ldc, int rows, int64_t cols, const float* scale) {
   for (int r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] *= scale[j] * factor;
+    for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] *= scale[j];
   }
 }
 
@@ -65,10 +64,10 @@ struct PanelWidener {
 };
 
 // col_scale (8-bit weights; else null) scales each output column by
-// col_scale[col] * scale_factor after its tile is computed.
+// col_scale[col] after its tile is computed.
 template <typename X>
 void RunTiles(const KernelSet<X>& set, const X* x, int64_t ldx, int64_t m, const PackedMatrix& w,
-              float* y, ThreadPool& pool, const float* col_scale = nullptr, float scale_factor = 1.0f,
+              float* y, ThreadPool& pool, const float* col_scale = nullptr,
               const PanelWidener<X>* widener = nullptr) {
   const int64_t n = w.n(), k = w.k();
   const int64_t panel_bytes = w.panel_elems() * DTypeSize(w.dtype());
@@ -123,12 +122,12 @@ void RunTiles(const KernelSet<X>& set, const X* x, int64_t ldx, int64_t m, const
           const int64_t panel_bytes = stride;
           if (!partial) {
             kernel(x + row * ldx, ldx, k, panels, panel_bytes, y + row * n + col, n);
-            if (col_scale) ScaleTile(y + row * n + col, n, rows, step * kPanelWidth, col_scale + col, scale_factor);
+            if (col_scale) ScaleTile(y + row * n + col, n, rows, step * kPanelWidth, col_scale + col);
           } else {
             const int64_t ldc = step * kPanelWidth;
             kernel(x + row * ldx, ldx, k, panels, panel_bytes, tmp, ldc);
             const int64_t cols = std::min<int64_t>(ldc, n - col);
-            if (col_scale) ScaleTile(tmp, ldc, rows, cols, col_scale + col, scale_factor);
+            if (col_scale) ScaleTile(tmp, ldc, rows, cols, col_scale + col);
             for (int r = 0; r < rows; ++r) {
               std::memcpy(y + (row + r) * n + col, tmp + r * ldc, cols * sizeof(float));
             }

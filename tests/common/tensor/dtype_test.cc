@@ -1,6 +1,8 @@
 #include "common/tensor/dtype.h"
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 #include <limits>
 
 #include "gtest/gtest.h"
@@ -42,7 +44,38 @@ TEST(DTypeTest, ParsesNames) {
 // e4m3fn by its definition: the named codes, and every finite code encodes
 // back to itself (the NumPy oracle in reference_quantized.py checks the
 // rounding between codes).
+TEST(DTypeTest, WidenToF32ReadsUnalignedDenseArrays) {
+  const std::vector<float> want = {1.5f, -2.0f, 0.0078125f, 65504.0f};
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    // One byte in: a mapped safetensors offset need not be aligned.
+    std::vector<char> bytes(1 + want.size() * 4);
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (dtype == DType::kF32) {
+        std::memcpy(&bytes[1 + 4 * i], &want[i], 4);
+      } else {
+        const uint16_t bits = dtype == DType::kBF16 ? F32ToBf16(want[i]) : F32ToF16(want[i]);
+        std::memcpy(&bytes[1 + 2 * i], &bits, 2);
+      }
+    }
+    std::vector<float> got(3);
+    ASSERT_TRUE(WidenToF32(dtype, bytes.data() + 1, 1, 3, got.data()));
+    for (int i = 0; i < 3; ++i) {
+      const float expected = dtype == DType::kBF16 ? Bf16ToF32(F32ToBf16(want[1 + i])) : want[1 + i];
+      EXPECT_EQ(got[i], expected) << DTypeName(dtype) << " " << i;
+    }
+  }
+  float untouched = 7;
+  const uint8_t code = 0x38;
+  EXPECT_FALSE(WidenToF32(DType::kF8E4M3, &code, 0, 1, &untouched));
+  EXPECT_FALSE(WidenToF32(DType::kI8, &code, 0, 1, &untouched));
+  EXPECT_EQ(untouched, 7);
+}
+
 TEST(DTypeTest, F8E4M3Codes) {
+  for (int bits = 0; bits < 256; ++bits) {
+    const float a = F8E4M3Values()[bits], b = F8E4M3ToF32(static_cast<uint8_t>(bits));
+    EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << bits;
+  }
   EXPECT_EQ(F8E4M3ToF32(0x00), 0.0f);
   EXPECT_EQ(F8E4M3ToF32(0x01), 0x1p-9f);  // smallest subnormal
   EXPECT_EQ(F8E4M3ToF32(0x08), 0x1p-6f);  // smallest normal
