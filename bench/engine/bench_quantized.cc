@@ -96,12 +96,12 @@ int Main(int argc, char** argv) {
     if (IsQuantized(v.dtype)) {
       owned.reserve(weights.layers.size() * 7 + 1);
       if (v.lm_head) {
-        owned.push_back(QuantizePerChannel(weights.lm_head, v.dtype));
+        owned.push_back(QuantizePerChannel(weights.lm_head, v.dtype).value());
         weights.lm_head = owned.back().View();
       }
       for (LayerWeights& l : weights.layers) {
         for (TensorView* t : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-          owned.push_back(QuantizePerChannel(*t, v.dtype));
+          owned.push_back(QuantizePerChannel(*t, v.dtype).value());
           *t = owned.back().View();
         }
       }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/cli/arg_parser.h"
 #include "services/cli/commands.h"
 #include "services/worker/model/checkpoint_writer.h"
@@ -13,7 +14,7 @@
 namespace floe {
 
 int RunMakeModel(int argc, char** argv) {
-  std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture, quantize, from;
+  std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture, quantize, from, keep_dense;
   uint64_t seed = 0;
   int shards = 1;
   ArgParser parser("floe make-model --preset tiny|llama-3.2-1b|tiny-swiftkv|llama-3.2-1b-swiftkv --dtype bf16|fp32 "
@@ -33,6 +34,9 @@ int RunMakeModel(int argc, char** argv) {
   parser.AddInt("shards", &shards, "number of safetensors shards (>1 writes an index)");
   parser.AddString("quantize", &quantize, "fp8|int8: write a compressed-tensors checkpoint (float8_e4m3fn or int8 weights)");
   parser.AddString("from", &from, "with --quantize: the dense checkpoint folder to quantize (default: the preset's)");
+  parser.AddString("keep-dense", &keep_dense,
+                   "with --quantize: comma-separated Linear modules to leave dense besides lm_head, e.g. "
+                   "model.layers.0.mlp.down_proj (q|k|v and gate|up go together)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe make-model")) return *exit_code;
   if (out.empty()) {
     std::fprintf(stderr, "floe make-model: --out is required\n");
@@ -47,13 +51,22 @@ int RunMakeModel(int argc, char** argv) {
     std::fprintf(stderr, "floe make-model: --quantize takes fp8 or int8, got \"%s\"\n", quantize.c_str());
     return 2;
   }
-  if (!from.empty() && quantize.empty()) {
-    std::fprintf(stderr, "floe make-model: --from needs --quantize\n");
+  if ((!from.empty() || !keep_dense.empty()) && quantize.empty()) {
+    std::fprintf(stderr, "floe make-model: --from and --keep-dense need --quantize\n");
     return 2;
   }
+  const std::vector<std::string> dense_modules = absl::StrSplit(keep_dense, ',', absl::SkipWhitespace());
   if (!from.empty()) {
+    // The shapes, weights and tokenizer come from the folder.
+    if (preset != "tiny" || dtype != "bf16" || !tokenizer.empty() || !architecture.empty() || seed != 0 ||
+        shards != 1) {
+      std::fprintf(stderr,
+                   "floe make-model: --from quantizes that folder as it is; --preset, --dtype, --tokenizer, "
+                   "--architecture, --seed and --shards do not apply\n");
+      return 2;
+    }
     std::fprintf(stderr, "quantizing %s to %s in %s ...\n", from.c_str(), quantize.c_str(), out.c_str());
-    if (absl::Status s = QuantizeCheckpoint(from, out, target); !s.ok()) {
+    if (absl::Status s = QuantizeCheckpoint(from, out, target, dense_modules); !s.ok()) {
       std::fprintf(stderr, "floe make-model: %s\n", std::string(s.message()).c_str());
       return 1;
     }
@@ -78,7 +91,9 @@ int RunMakeModel(int argc, char** argv) {
   absl::Status s = WriteRandomCheckpoint(spec, dense_dir);
   if (s.ok() && !quantize.empty()) {
     std::fprintf(stderr, "quantizing to %s in %s ...\n", quantize.c_str(), out.c_str());
-    s = QuantizeCheckpoint(dense_dir, out, target);
+    s = QuantizeCheckpoint(dense_dir, out, target, dense_modules);
+  }
+  if (!quantize.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dense_dir, ec);
   }

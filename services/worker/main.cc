@@ -531,9 +531,7 @@ int Run(int argc, char** argv) {
     service.SetMetrics(metrics.get());
   }
   // A compressed-tensors checkpoint is named by its Linear weights' type.
-  const std::string weight_dtype(config.quantization.enabled
-                                     ? DTypeName(config.quantization.is_float ? DType::kF8E4M3 : DType::kI8)
-                                     : DTypeName((*checkpoint)->weight_dtype()));
+  const std::string weight_dtype(DTypeName((*checkpoint)->weight_dtype()));
   WorkerServiceOptions description{f.model_name, weight_dtype,
                                    config.bos_token_id, engine_options.eos_token_ids, f.benchmark_forced_decoding};
   description.limits = {.vocab_size = config.vocab_size,

@@ -31,15 +31,7 @@ std::string PackFormat() {
 
 std::vector<float> ToF32(const TensorView& t) {
   std::vector<float> out(t.numel());
-  const auto* bits = static_cast<const uint16_t*>(t.data);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (t.dtype) {
-      case DType::kF32: out[i] = static_cast<const float*>(t.data)[i]; break;
-      case DType::kBF16: out[i] = Bf16ToF32(bits[i]); break;
-      case DType::kF16: out[i] = F16ToF32(bits[i]); break;
-      default: break;  // vectors are never quantized (LlamaForward checks)
-    }
-  }
+  WidenToF32(t.dtype, t.data, 0, t.numel(), out.data());  // vectors are never quantized (LlamaForward checks)
   return out;
 }
 

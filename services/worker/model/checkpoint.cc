@@ -87,12 +87,10 @@ absl::StatusOr<std::vector<float>> ReadRowScales(const TensorView& scale, const 
                                                    "; scales must be f32, bf16 or f16"));
   }
   std::vector<float> out(rows);
+  WidenToF32(scale.dtype, scale.data, 0, n, out.data());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = per_channel ? r : 0;
-    const void* d = scale.data;
-    const float v = scale.dtype == DType::kF32    ? static_cast<const float*>(d)[i]
-                    : scale.dtype == DType::kBF16 ? Bf16ToF32(static_cast<const uint16_t*>(d)[i])
-                                                  : F16ToF32(static_cast<const uint16_t*>(d)[i]);
+    const float v = out[i];
     if (!std::isfinite(v) || v < 0) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", name, "[", i, "] is ", v,
                                                      "; scales must be finite and not negative"));
@@ -112,6 +110,7 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
   const DType quantized_dtype = quantization.is_float ? DType::kF8E4M3 : DType::kI8;
   std::string first_matrix;
   DType matrix_dtype = DType::kF32;
+  bool any_quantized = false;
   for (const WeightSpec& spec : ExpectedWeights(config_)) {
     if (!files_->Contains(spec.name)) {
       return absl::NotFoundError(absl::StrCat("missing tensor ", spec.name, " in ", source));
@@ -139,6 +138,7 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
       float* owned = static_cast<float*>(Own(scales.size() * sizeof(float)));
       std::copy(scales.begin(), scales.end(), owned);
       view.row_scale = owned;
+      any_quantized = true;
     } else if (IsQuantized(view.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", spec.name, " is ", DTypeName(view.dtype),
                                                      " but quantization_config does not quantize it (", source, ")"));
@@ -162,7 +162,7 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
     WeightSlot(weights_, spec) = std::move(view);
   }
   if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed_tokens;
-  weight_dtype_ = weights_.embed_tokens.dtype;
+  weight_dtype_ = any_quantized ? quantized_dtype : weights_.embed_tokens.dtype;
   for (size_t i = 0; i < files_->num_files(); ++i) {
     const std::string& path = files_->file(i).path();
     struct stat st {};
@@ -190,6 +190,9 @@ absl::Status OwningCheckpoint::CheckNoExtraLayers() const {
 }
 
 void OwningCheckpoint::LoadDummy(const LoadOptions& options) {
+  // Generated weights are dense, whatever the config says; the config then
+  // says so too, so nothing downstream names them 8-bit.
+  config_.quantization = WeightQuantization{};
   for (const WeightSpec& spec : ExpectedWeights(config_)) {
     TensorView view;
     view.shape = spec.shape;

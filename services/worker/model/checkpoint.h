@@ -45,7 +45,9 @@ enum class LoadFormat { kAuto, kSafetensors, kDummy };
 
 struct LoadOptions {
   LoadFormat format = LoadFormat::kAuto;
-  // Weights of a dummy load: bf16 by default, as the benchmarks use.
+  // Weights of a dummy load: bf16 by default, as the benchmarks use. They
+  // are dense even for a quantized config.json, whose quantization_config
+  // the dummy load then drops.
   DType dummy_dtype = DType::kBF16;
   uint64_t dummy_seed = 0;
 };
@@ -68,7 +70,8 @@ class Checkpoint {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
-  // Dtype of the matrices (norms may be f32 regardless).
+  // Dtype of the Linear weights: the 8-bit one where any is quantized,
+  // else the matrices' (norms may be f32 regardless).
   DType weight_dtype() const { return weight_dtype_; }
   // Identifies these weights for a cache of what is derived from them (a
   // backend's repacked matrices): config.json's bytes plus each weight file's

@@ -28,6 +28,27 @@ absl::Status CheckTensor(const TensorView& t, absl::string_view name, std::vecto
   return absl::OkStatus();
 }
 
+struct Linear {
+  const TensorView* weight;
+  const char* name;
+  std::vector<int64_t> shape;
+};
+// Linears packed into one matrix.
+using LinearGroup = std::vector<Linear>;
+
+absl::Status CheckLinearGroup(const LinearGroup& group, const std::string& prefix) {
+  for (const Linear& linear : group) {
+    FLOE_RETURN_IF_ERROR(CheckTensor(*linear.weight, prefix + linear.name, linear.shape, true));
+    if (linear.weight->dtype != group.front().weight->dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight ", prefix, linear.name, " is ", DTypeName(linear.weight->dtype), " but ", prefix,
+          group.front().name, " is ", DTypeName(group.front().weight->dtype),
+          "; the Linears fused into one matrix must share a dtype (list all or none of them in ignore)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckConfig(const ModelConfig& config) {
   const int64_t h = config.hidden_size, hd = config.head_dim;
   if (h <= 0 || hd <= 0 || hd % 2 != 0 || config.num_heads <= 0 || config.num_kv_heads <= 0 ||
@@ -61,28 +82,22 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
   FLOE_RETURN_IF_ERROR(CheckTensor(weights.embed_tokens, "embed_tokens", {vocab, h}, false));
   FLOE_RETURN_IF_ERROR(CheckTensor(weights.final_norm, "norm", {h}, false));
   FLOE_RETURN_IF_ERROR(CheckTensor(weights.lm_head, "lm_head", {vocab, h}, true));
-  // The layers' linear weights share one dtype; lm_head may differ (a
-  // quantized checkpoint usually keeps it in bf16).
-  const DType matrix_dtype = config.num_layers > 0 && weights.layers[0].q_proj.present()
-                                 ? weights.layers[0].q_proj.dtype
-                                 : weights.lm_head.dtype;
   for (int i = 0; i < config.num_layers; ++i) {
     const LayerWeights& l = weights.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     FLOE_RETURN_IF_ERROR(CheckTensor(l.input_norm, p + "input_layernorm", {h}, false));
     FLOE_RETURN_IF_ERROR(CheckTensor(l.post_attention_norm, p + "post_attention_layernorm", {h}, false));
-    const std::pair<const TensorView*, std::pair<const char*, std::vector<int64_t>>> mats[] = {
-        {&l.q_proj, {"self_attn.q_proj", {q_dim, h}}},   {&l.k_proj, {"self_attn.k_proj", {kv_dim, h}}},
-        {&l.v_proj, {"self_attn.v_proj", {kv_dim, h}}},  {&l.o_proj, {"self_attn.o_proj", {h, q_dim}}},
-        {&l.gate_proj, {"mlp.gate_proj", {inter, h}}},   {&l.up_proj, {"mlp.up_proj", {inter, h}}},
-        {&l.down_proj, {"mlp.down_proj", {h, inter}}}};
-    for (const auto& [t, spec] : mats) {
-      FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
-      if (t->dtype != matrix_dtype) {
-        return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ", DTypeName(t->dtype),
-                                                       ", layers.0.self_attn.q_proj is ", DTypeName(matrix_dtype)));
-      }
-    }
+    // Each Linear may have its own dtype (a quantized checkpoint's `ignore`
+    // leaves some dense), but the ones packed into one matrix must agree,
+    // as vLLM requires of its fused q|k|v and gate|up.
+    const std::vector<LinearGroup> groups = {
+        {{&l.q_proj, "self_attn.q_proj", {q_dim, h}},
+         {&l.k_proj, "self_attn.k_proj", {kv_dim, h}},
+         {&l.v_proj, "self_attn.v_proj", {kv_dim, h}}},
+        {{&l.o_proj, "self_attn.o_proj", {h, q_dim}}},
+        {{&l.gate_proj, "mlp.gate_proj", {inter, h}}, {&l.up_proj, "mlp.up_proj", {inter, h}}},
+        {{&l.down_proj, "mlp.down_proj", {h, inter}}}};
+    for (const LinearGroup& group : groups) FLOE_RETURN_IF_ERROR(CheckLinearGroup(group, p));
     if (config.attention_bias) {
       FLOE_RETURN_IF_ERROR(CheckTensor(l.q_bias, p + "self_attn.q_proj.bias", {q_dim}, false));
       FLOE_RETURN_IF_ERROR(CheckTensor(l.k_bias, p + "self_attn.k_proj.bias", {kv_dim}, false));
@@ -92,18 +107,11 @@ absl::Status CheckWeights(const ModelConfig& config, const ModelWeights& weights
       FLOE_RETURN_IF_ERROR(CheckTensor(l.q_norm, p + "self_attn.q_norm", {hd}, false));
       FLOE_RETURN_IF_ERROR(CheckTensor(l.k_norm, p + "self_attn.k_norm", {hd}, false));
     }
-    if (i >= config.dense_layers()) {
-      const std::pair<const TensorView*, std::pair<const char*, std::vector<int64_t>>> swiftkv[] = {
-          {&l.q_proj_swiftkv, {"self_attn.q_proj_swiftkv", {q_dim, h}}},
-          {&l.k_proj_swiftkv, {"self_attn.k_proj_swiftkv", {kv_dim, h}}},
-          {&l.v_proj_swiftkv, {"self_attn.v_proj_swiftkv", {kv_dim, h}}}};
-      for (const auto& [t, spec] : swiftkv) {
-        FLOE_RETURN_IF_ERROR(CheckTensor(*t, p + spec.first, spec.second, true));
-        if (t->dtype != matrix_dtype) {
-          return absl::InvalidArgumentError(absl::StrCat("weight ", p, spec.first, " is ", DTypeName(t->dtype),
-                                                         ", layers.0.self_attn.q_proj is ", DTypeName(matrix_dtype)));
-        }
-      }
+    if (i >= config.dense_layers()) {  // q|k|v packed together, and k|v again
+      FLOE_RETURN_IF_ERROR(CheckLinearGroup({{&l.q_proj_swiftkv, "self_attn.q_proj_swiftkv", {q_dim, h}},
+                                             {&l.k_proj_swiftkv, "self_attn.k_proj_swiftkv", {kv_dim, h}},
+                                             {&l.v_proj_swiftkv, "self_attn.v_proj_swiftkv", {kv_dim, h}}},
+                                            p));
     }
   }
   if (config.dense_layers() < config.num_layers) {

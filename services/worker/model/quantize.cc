@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors/safetensors_writer.h"
@@ -21,22 +22,32 @@ TensorView QuantizedMatrix::View() const {
   return v;
 }
 
-QuantizedMatrix QuantizePerChannel(const TensorView& w, DType target) {
+absl::StatusOr<QuantizedMatrix> QuantizePerChannel(const TensorView& w, DType target) {
+  if (!IsQuantized(target)) return absl::InvalidArgumentError("quantize: the target must be i8 or f8_e4m3");
+  if (IsQuantized(w.dtype) || w.shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("quantize: expected a dense matrix, got ", DTypeName(w.dtype), " ",
+                                                   ShapeToString(w.shape)));
+  }
   QuantizedMatrix q;
   q.dtype = target;
   q.shape = {w.rows(), w.cols()};
   const int64_t rows = w.rows(), cols = w.cols();
+  const float code_max = target == DType::kI8 ? 127.0f : 448.0f;
   q.data.resize(rows * cols);
   q.scales.resize(rows);
   std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      row[c] = w.dtype == DType::kBF16 ? Bf16ToF32(static_cast<const uint16_t*>(w.data)[r * cols + c])
-                                       : static_cast<const float*>(w.data)[r * cols + c];
-    }
+    WidenToF32(w.dtype, w.data, r * cols, cols, row.data());
     float absmax = 0;
-    for (float v : row) absmax = std::max(absmax, std::abs(v));
-    const float scale = absmax > 0 ? absmax / (target == DType::kI8 ? 127.0f : 448.0f) : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!std::isfinite(row[c])) {
+        return absl::InvalidArgumentError(absl::StrCat("quantize: weight [", r, ", ", c, "] is ", row[c]));
+      }
+      absmax = std::max(absmax, std::abs(row[c]));
+    }
+    // A normal scale, so that no weight divides into infinity (a row far
+    // below it quantizes to zeros, as it would in bf16).
+    const float scale = absmax > 0 ? std::max(absmax / code_max, std::numeric_limits<float>::min()) : 1.0f;
     q.scales[r] = scale;
     uint8_t* out = q.data.data() + r * cols;
     for (int64_t c = 0; c < cols; ++c) {
@@ -63,7 +74,8 @@ WeightQuantization QuantizationFor(DType target) {
   return q;
 }
 
-absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& out_dir, DType target) {
+absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& out_dir, DType target,
+                                const std::vector<std::string>& keep_dense) {
   if (!IsQuantized(target)) return absl::InvalidArgumentError("quantize: the target must be i8 or f8_e4m3");
   FLOE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> source, Checkpoint::Load(from_dir, {}));
   ModelConfig config = source->config();
@@ -71,19 +83,39 @@ absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& 
     return absl::InvalidArgumentError(absl::StrCat(from_dir, " is already quantized (quantization_config)"));
   }
   config.quantization = QuantizationFor(target);
+  const std::vector<WeightSpec> specs = ExpectedWeights(config);
+  for (const std::string& module : keep_dense) {
+    const bool linear = std::any_of(specs.begin(), specs.end(), [&](const WeightSpec& spec) {
+      return spec.name == module + ".weight" && !QuantizedLinear(config.quantization, spec).empty();
+    });
+    if (!linear) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantize: ", module, " is not a quantizable Linear module of ", from_dir,
+          " (names look like model.layers.0.mlp.down_proj; lm_head is always left dense)"));
+    }
+    config.quantization.ignore.push_back(module);
+  }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                           "special_tokens_map.json"}) {
-    if (fs::exists(fs::path(from_dir) / file)) {
-      fs::copy_file(fs::path(from_dir) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing, ec);
-      if (ec) return absl::InternalError(absl::StrCat("cannot copy ", file, ": ", ec.message()));
-    }
+  if (fs::equivalent(from_dir, out_dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("quantize: ", out_dir, " is the source folder; write elsewhere"));
   }
+  // Everything but the weights and the config goes along as it is: the
+  // tokenizer's files, generation_config.json, a chat template, a README.
+  for (const fs::directory_entry& entry : fs::directory_iterator(from_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name == "config.json" || name.ends_with(".safetensors") ||
+        name == "model.safetensors.index.json") {
+      continue;
+    }
+    fs::copy_file(entry.path(), fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot copy ", name, ": ", ec.message()));
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", from_dir, ": ", ec.message()));
   ModelWeights weights = source->weights();
   SafetensorsWriter writer;
-  for (const WeightSpec& spec : ExpectedWeights(config)) {
+  for (const WeightSpec& spec : specs) {
     const TensorView view = WeightSlot(weights, spec);
     const std::string module = QuantizedLinear(config.quantization, spec);
     if (module.empty()) {
@@ -92,7 +124,11 @@ absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& 
       }));
       continue;
     }
-    QuantizedMatrix q = QuantizePerChannel(view, target);
+    absl::StatusOr<QuantizedMatrix> quantized = QuantizePerChannel(view, target);
+    if (!quantized.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": ", quantized.status().message()));
+    }
+    QuantizedMatrix& q = *quantized;
     std::vector<uint8_t> scale_bytes(q.scales.size() * sizeof(float));
     std::memcpy(scale_bytes.data(), q.scales.data(), scale_bytes.size());
     FLOE_RETURN_IF_ERROR(writer.Add(module + ".weight_scale", DType::kF32, {view.rows(), 1}, std::move(scale_bytes)));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/tensor/tensor_view.h"
 #include "services/worker/model/model_config.h"
 
@@ -27,9 +28,10 @@ struct QuantizedMatrix {
   TensorView View() const;
 };
 
-// `w` ([rows, cols], f32 or bf16) quantized per output row to `target` (kI8
-// or kF8E4M3).
-QuantizedMatrix QuantizePerChannel(const TensorView& w, DType target);
+// `w` ([rows, cols], f32, bf16 or f16) quantized per output row to `target`
+// (kI8 or kF8E4M3). INVALID_ARGUMENT for another dtype or target, or a
+// non-finite weight.
+absl::StatusOr<QuantizedMatrix> QuantizePerChannel(const TensorView& w, DType target);
 
 // The quantization_config make-model writes: float (kF8E4M3) with dynamic
 // per-token activations, as vLLM's FP8-dynamic checkpoints; int (kI8)
@@ -40,6 +42,10 @@ WeightQuantization QuantizationFor(DType target);
 // writes `out_dir`: config.json with quantization_config, model.safetensors
 // with each quantized Linear weight and its weight_scale ([rows, 1] f32),
 // every other tensor as it was, and the tokenizer and generation files.
-absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& out_dir, DType target);
+// `keep_dense` names more Linear modules to leave dense (listed in
+// `ignore` with lm_head), e.g. "model.layers.0.mlp.down_proj"; a name that
+// is not a Linear of the model is an error.
+absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& out_dir, DType target,
+                                const std::vector<std::string>& keep_dense = {});
 
 }  // namespace floe

@@ -28,6 +28,7 @@
 
 #include <unistd.h>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/matmul.h"
 #include "services/worker/backend/cpu_backend.h"
@@ -199,7 +200,9 @@ TEST_P(QuantizedLinearTest, MatchesNumPy) {
   for (float& v : wf) v = normal(rng) * 0.05f;
   for (float& v : x) v = normal(rng);
   const TensorView dense{DType::kF32, {n, k}, wf.data()};
-  const QuantizedMatrix q = QuantizePerChannel(dense, dtype);
+  auto quantized = QuantizePerChannel(dense, dtype);
+  ASSERT_TRUE(quantized.ok()) << quantized.status();
+  const QuantizedMatrix& q = *quantized;
   cpu::ThreadPool pool(2);
   const TensorView view = q.View();
   const cpu::PackedMatrix packed = cpu::PackMatrix({&view, 1}, pool);
@@ -248,13 +251,16 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
 // The third parameter names the preset ("tiny-swiftkv": a SwiftKV
 // checkpoint in the public checkpoints' format, read by the script from the
 // safetensors names alone).
+// The fourth parameter leaves some Linears dense in a quantized checkpoint
+// (`ignore`): layer 0's q|k|v and layer 1's down_proj.
 class CheckpointReferenceTest
-    : public ::testing::TestWithParam<std::tuple<const char*, DType, const char*>> {};
+    : public ::testing::TestWithParam<std::tuple<const char*, DType, const char*, bool>> {};
 
 TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
-  const auto [architecture, dtype, preset] = GetParam();
+  const auto [architecture, dtype, preset, keep_some_dense] = GetParam();
   ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
-  const std::string dir = TempDir(std::string("ckpt") + architecture + preset + DTypeName(dtype).data());
+  const std::string dir = TempDir(std::string("ckpt") + architecture + preset + DTypeName(dtype).data() +
+                                  (keep_some_dense ? "mixed" : ""));
   CheckpointSpec spec;
   spec.preset = preset;
   spec.architecture = architecture;
@@ -262,14 +268,20 @@ TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
   spec.seed = 7;
   if (IsQuantized(dtype)) {  // make-model --quantize's path: a bf16 checkpoint, then quantized
     ASSERT_TRUE(WriteRandomCheckpoint(spec, dir + "/dense").ok());
-    const absl::Status quantized = QuantizeCheckpoint(dir + "/dense", dir, dtype);
+    std::vector<std::string> keep_dense;
+    if (keep_some_dense) {
+      keep_dense = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+                    "model.layers.0.self_attn.v_proj", "model.layers.1.mlp.down_proj"};
+    }
+    const absl::Status quantized = QuantizeCheckpoint(dir + "/dense", dir, dtype, keep_dense);
     ASSERT_TRUE(quantized.ok()) << quantized;
   } else {
     ASSERT_TRUE(WriteRandomCheckpoint(spec, dir).ok());
   }
   auto checkpoint = Checkpoint::Load(dir, LoadOptions{});
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  ASSERT_EQ((*checkpoint)->weights().layers[0].q_proj.dtype, dtype);
+  ASSERT_EQ((*checkpoint)->weights().layers[0].o_proj.dtype, dtype);
+  if (keep_some_dense) ASSERT_EQ((*checkpoint)->weights().layers[1].down_proj.dtype, DType::kBF16);
   // The bar for quantized checkpoints: 64 greedy tokens.
   const int kCheckpointSteps = IsQuantized(dtype) ? 64 : 16;
   testing_model::WriteReferenceConfig((*checkpoint)->config(), dtype, kCheckpointSteps, dir);
@@ -280,12 +292,37 @@ TEST_P(CheckpointReferenceTest, LoadedCheckpointMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CheckpointReferenceTest,
-                         ::testing::Values(std::make_tuple("", DType::kBF16, "tiny"),
-                                           std::make_tuple("Qwen2ForCausalLM", DType::kF32, "tiny"),
-                                           std::make_tuple("", DType::kF8E4M3, "tiny"),
-                                           std::make_tuple("", DType::kI8, "tiny"),
-                                           std::make_tuple("Qwen3ForCausalLM", DType::kF8E4M3, "tiny"),
-                                           std::make_tuple("", DType::kBF16, "tiny-swiftkv")));
+                         ::testing::Values(std::make_tuple("", DType::kBF16, "tiny", false),
+                                           std::make_tuple("Qwen2ForCausalLM", DType::kF32, "tiny", false),
+                                           std::make_tuple("", DType::kF8E4M3, "tiny", false),
+                                           std::make_tuple("", DType::kI8, "tiny", false),
+                                           std::make_tuple("", DType::kI8, "tiny", true),
+                                           std::make_tuple("Qwen3ForCausalLM", DType::kF8E4M3, "tiny", false),
+                                           std::make_tuple("", DType::kBF16, "tiny-swiftkv", false)));
+
+// Linears packed into one matrix share a dtype: a checkpoint leaving only
+// some of them dense is refused, naming both, as vLLM refuses it.
+TEST(MixedQuantizationTest, PartlyDenseFusedGroupIsRefusedByName) {
+  const std::string dir = TempDir("partly-dense");
+  CheckpointSpec spec;
+  spec.seed = 5;
+  ASSERT_TRUE(WriteRandomCheckpoint(spec, dir + "/dense").ok());
+  const std::pair<const char*, const char*> cases[] = {
+      {"model.layers.1.self_attn.k_proj",
+       "weight layers.1.self_attn.k_proj is bf16 but layers.1.self_attn.q_proj is f8_e4m3"},
+      {"model.layers.0.mlp.gate_proj", "weight layers.0.mlp.up_proj is f8_e4m3 but layers.0.mlp.gate_proj is bf16"}};
+  for (const auto& [module, want] : cases) {
+    const std::string out = dir + "/" + module;
+    ASSERT_TRUE(QuantizeCheckpoint(dir + "/dense", out, DType::kF8E4M3, {module}).ok());
+    auto checkpoint = Checkpoint::Load(out, LoadOptions{});
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+    auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(), {.num_threads = 1});
+    ASSERT_FALSE(backend.ok()) << module;
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(backend.status().message()), ::testing::HasSubstr(want));
+  }
+  std::filesystem::remove_all(dir);
+}
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<Flavor, DType>>& info) {
   static const char* const kNames[] = {"Llama3", "Qwen2", "Qwen3", "SwiftKV"};

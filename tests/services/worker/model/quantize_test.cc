@@ -116,14 +116,14 @@ TEST(QuantizeTest, PerChannelScalesAndRounding) {
   // Row 0: absmax 2.54 -> int8 scale 0.02; row 1 all zero -> scale 1.
   const std::vector<float> w = {2.54f, -1.27f, 0.01f, 0.03f, 0, 0, 0, 0};
   const TensorView view{DType::kF32, {2, 4}, w.data()};
-  const QuantizedMatrix i8 = QuantizePerChannel(view, DType::kI8);
+  const QuantizedMatrix i8 = QuantizePerChannel(view, DType::kI8).value();
   EXPECT_FLOAT_EQ(i8.scales[0], 2.54f / 127);
   EXPECT_EQ(i8.scales[1], 1.0f);
   EXPECT_EQ(static_cast<int8_t>(i8.data[0]), 127);
   EXPECT_EQ(static_cast<int8_t>(i8.data[1]), -64);  // -63.5 rounds to even
   EXPECT_EQ(static_cast<int8_t>(i8.data[2]), 0);    // 0.5 rounds to even
   EXPECT_EQ(static_cast<int8_t>(i8.data[3]), 2);    // 1.5 rounds to even
-  const QuantizedMatrix f8 = QuantizePerChannel(view, DType::kF8E4M3);
+  const QuantizedMatrix f8 = QuantizePerChannel(view, DType::kF8E4M3).value();
   EXPECT_FLOAT_EQ(f8.scales[0], 2.54f / 448);
   EXPECT_EQ(f8.data[0], 0x7e);  // 448
   for (int c = 0; c < 4; ++c) {
@@ -132,15 +132,44 @@ TEST(QuantizeTest, PerChannelScalesAndRounding) {
   }
 }
 
+TEST(QuantizeTest, TakesF16AndRefusesWhatItCannotQuantize) {
+  const std::vector<float> w = {0.5f, -1.25f, 3.0f, 0.0078125f, 1, 2, 3, 4};
+  std::vector<uint16_t> half(w.size());
+  for (size_t i = 0; i < w.size(); ++i) half[i] = F32ToF16(w[i]);  // exact in f16
+  const TensorView f32{DType::kF32, {2, 4}, w.data()}, f16{DType::kF16, {2, 4}, half.data()};
+  for (DType target : {DType::kI8, DType::kF8E4M3}) {
+    const QuantizedMatrix a = QuantizePerChannel(f32, target).value(), b = QuantizePerChannel(f16, target).value();
+    EXPECT_EQ(a.data, b.data) << DTypeName(target);
+    EXPECT_EQ(a.scales, b.scales) << DTypeName(target);
+  }
+  // A row far below the smallest normal scale still gets a finite, normal one.
+  const std::vector<float> tiny = {1e-42f, -1e-42f};
+  const QuantizedMatrix t = QuantizePerChannel(TensorView{DType::kF32, {1, 2}, tiny.data()}, DType::kF8E4M3).value();
+  EXPECT_TRUE(std::isnormal(t.scales[0])) << t.scales[0];
+  EXPECT_EQ(F8E4M3ToF32(t.data[0]), 0.0f);
+
+  const std::vector<float> nan = {1, NAN, 2, 3};
+  EXPECT_THAT(std::string(QuantizePerChannel(TensorView{DType::kF32, {2, 2}, nan.data()}, DType::kI8)
+                              .status()
+                              .message()),
+              HasSubstr("weight [0, 1] is nan"));
+  const std::vector<uint8_t> bytes(4);
+  EXPECT_THAT(std::string(QuantizePerChannel(TensorView{DType::kI8, {2, 2}, bytes.data()}, DType::kF8E4M3)
+                              .status()
+                              .message()),
+              HasSubstr("expected a dense matrix, got i8"));
+  EXPECT_FALSE(QuantizePerChannel(f32, DType::kBF16).ok());
+}
+
 class QuantizedCheckpointTest : public TempDirTest {
  protected:
   // A tiny bf16 checkpoint quantized to `target` as make-model does.
-  std::string WriteQuantized(const std::string& name, DType target) {
+  std::string WriteQuantized(const std::string& name, DType target, const std::vector<std::string>& keep_dense = {}) {
     CheckpointSpec spec;
     spec.dtype = DType::kBF16;
     spec.seed = 3;
     EXPECT_TRUE(WriteRandomCheckpoint(spec, Path(name + "-dense")).ok());
-    const absl::Status s = QuantizeCheckpoint(Path(name + "-dense"), Path(name), target);
+    const absl::Status s = QuantizeCheckpoint(Path(name + "-dense"), Path(name), target, keep_dense);
     EXPECT_TRUE(s.ok()) << s;
     return Path(name);
   }
@@ -267,6 +296,59 @@ TEST_F(QuantizedCheckpointTest, BadScalesAndDTypesAreNamed) {
     const std::string error = LoadError(dir);
     for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
   }
+}
+
+TEST_F(QuantizedCheckpointTest, KeepDenseModulesStayDenseAndAreIgnored) {
+  const std::vector<std::string> keep = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+                                         "model.layers.0.self_attn.v_proj", "model.layers.1.mlp.down_proj"};
+  const std::string dir = WriteQuantized("keep", DType::kF8E4M3, keep);
+  auto loaded = Checkpoint::Load(dir, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::vector<std::string> ignore = {"lm_head"};
+  ignore.insert(ignore.end(), keep.begin(), keep.end());
+  EXPECT_EQ((*loaded)->config().quantization.ignore, ignore);
+  const ModelWeights& w = (*loaded)->weights();
+  for (const TensorView* t : {&w.layers[0].q_proj, &w.layers[0].k_proj, &w.layers[0].v_proj, &w.layers[1].down_proj}) {
+    EXPECT_EQ(t->dtype, DType::kBF16);
+    EXPECT_EQ(t->row_scale, nullptr);
+  }
+  for (const TensorView* t : {&w.layers[0].o_proj, &w.layers[0].down_proj, &w.layers[1].q_proj}) {
+    EXPECT_EQ(t->dtype, DType::kF8E4M3);
+  }
+  // The kept modules are the dense checkpoint's bytes.
+  auto dense = Checkpoint::Load(Path("keep-dense"), {});
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  const TensorView& kept = w.layers[1].down_proj;
+  EXPECT_EQ(std::memcmp(kept.data, (*dense)->weights().layers[1].down_proj.data, kept.bytes()), 0);
+  // The tokenizer and generation files come along.
+  EXPECT_TRUE(std::filesystem::exists(dir + "/generation_config.json"));
+}
+
+TEST_F(QuantizedCheckpointTest, KeepDenseNamesMustBeLinearModules) {
+  CheckpointSpec spec;
+  ASSERT_TRUE(WriteRandomCheckpoint(spec, Path("src")).ok());
+  for (const std::string bad : {"model.layers.9.mlp.down_proj", "lm_head", "model.embed_tokens",
+                                "model.layers.0.input_layernorm", "model.layers.0.mlp.down_proj.weight"}) {
+    const absl::Status s = QuantizeCheckpoint(Path("src"), Path("out"), DType::kI8, {bad});
+    EXPECT_THAT(std::string(s.message()), HasSubstr(bad + " is not a quantizable Linear module")) << bad;
+  }
+  EXPECT_THAT(std::string(QuantizeCheckpoint(Path("src"), Path("src"), DType::kI8).message()),
+              HasSubstr("is the source folder"));
+}
+
+TEST_F(QuantizedCheckpointTest, WeightDTypeNamesWhatWasLoaded) {
+  const std::string dir = WriteQuantized("named", DType::kI8);
+  auto loaded = Checkpoint::Load(dir, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->weight_dtype(), DType::kI8);
+  // A dummy load generates dense weights, and its config says so.
+  LoadOptions dummy;
+  dummy.format = LoadFormat::kDummy;
+  auto generated = Checkpoint::Load(dir, dummy);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  EXPECT_EQ((*generated)->weight_dtype(), DType::kBF16);
+  EXPECT_FALSE((*generated)->config().quantization.enabled);
+  EXPECT_EQ((*generated)->weights().layers[0].q_proj.dtype, DType::kBF16);
 }
 
 TEST_F(QuantizedCheckpointTest, QuantizingTwiceIsRefused) {
