@@ -155,7 +155,8 @@ FLOE_Q8_TARGET void DotKernel8(const uint16_t* __restrict x, int64_t ldx, int64_
   }
   const Tables& tables = W == Weights::kI8 ? kI8Tables : kF8Tables;
   const int64_t pairs = (k + 1) / 2;
-  for (int64_t kq = 0; 2 * kq < pairs; ++kq) {
+  const int64_t full_chunks = pairs / 2;
+  for (int64_t kq = 0; kq < full_chunks; ++kq) {
     __m512bh even[NP], odd[NP];
 #pragma GCC unroll 4
     for (int p = 0; p < NP; ++p) {
@@ -163,7 +164,13 @@ FLOE_Q8_TARGET void DotKernel8(const uint16_t* __restrict x, int64_t ldx, int64_
       DecodeChunk<W>(panels + p * panel_bytes + kq * 64, tables, even[p], odd[p]);
     }
     DotPair<MR, NP>(acc, x, 2 * kq, even);
-    if (2 * kq + 1 < pairs) DotPair<MR, NP>(acc, x, 2 * kq + 1, odd);
+    DotPair<MR, NP>(acc, x, 2 * kq + 1, odd);
+  }
+  if (pairs % 2 != 0) {  // the last chunk holds one pair and padding
+    __m512bh even[NP], odd[NP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) DecodeChunk<W>(panels + p * panel_bytes + full_chunks * 64, tables, even[p], odd[p]);
+    DotPair<MR, NP>(acc, x, 2 * full_chunks, even);
   }
   StoreTile<MR, NP>(acc, c, ldc);
 }
