@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/auth/api_keys.h"
 #include "common/cli/arg_parser.h"
@@ -48,6 +49,7 @@ struct WorkerFlags {
   std::string model_name;
   std::string load_format = "auto";
   std::string weight_cache = "auto";  // auto: MODEL/.floe-cache; off: none
+  double weight_cache_max_gb = 64;
   std::string dummy_dtype = "bf16";
   std::string host = "127.0.0.1";
   int port = 0;
@@ -95,6 +97,10 @@ std::string WeightCacheDir(const WorkerFlags& f) {
   return f.weight_cache;
 }
 
+uint64_t WeightCacheMaxBytes(const WorkerFlags& f) {
+  return static_cast<uint64_t>(f.weight_cache_max_gb * static_cast<double>(uint64_t{1} << 30));
+}
+
 const char* OutcomeName(WeightCacheReport::Outcome outcome) {
   static constexpr const char* kNames[] = {"off", "hit", "written", "failed"};
   return kNames[static_cast<int>(outcome)];
@@ -109,7 +115,8 @@ void LogWeightCache(const CpuBackend& backend, int rank) {
              {{"rank", static_cast<int64_t>(rank)},
               {"outcome", std::string(OutcomeName(r.outcome))},
               {"path", r.path},
-              {"detail", r.detail}});
+              {"detail", r.detail},
+              {"evicted", absl::StrJoin(r.evicted, ",")}});
   }
 }
 
@@ -142,6 +149,7 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
                                      .tensor_group = grid->tensor.get(),
                                      .weight_cache_dir = WeightCacheDir(f),
                                      .weights_fingerprint = (*checkpoint)->fingerprint(),
+                                     .weight_cache_max_bytes = WeightCacheMaxBytes(f),
                                      .release_source_pages = [&] { (*checkpoint)->ReleasePages(); }});
   if (!backend.ok()) return failed("backend_failed", backend.status());
   LogWeightCache(**backend, f.rank);
@@ -195,6 +203,9 @@ int Run(int argc, char** argv) {
   parser.AddString("weight-cache", &f.weight_cache,
                    "folder for repacked weights, mapped instead of repacked on the next start: "
                    "auto (MODEL/.floe-cache) | off | DIR");
+  parser.AddDouble("weight-cache-max-gb", &f.weight_cache_max_gb,
+                    "bound of the weight cache folder: writing a file first deletes the least recently used "
+                    "ones (not those used in the last 10 minutes) until all fit");
   parser.AddString("host", &f.host, "address to bind");
   parser.AddInt("port", &f.port, "port to bind (0: any free port)");
   parser.AddInt("threads", &f.threads, "compute threads (0: all cores)");
@@ -363,6 +374,10 @@ int Run(int argc, char** argv) {
     metrics_server = std::move(started).value();
     std::printf("metrics worker %s\n", metrics_server->url().c_str());
   }
+  if (!(f.weight_cache_max_gb >= 0) || f.weight_cache_max_gb > 1e6) {
+    std::fprintf(stderr, "floe-worker: --weight-cache-max-gb must be in [0, 1e6], got %g\n", f.weight_cache_max_gb);
+    return 2;
+  }
   if (f.rank_launch != "local" && f.rank_launch != "remote") {
     std::fprintf(stderr, "floe-worker: --rank-launch must be local or remote, got %s\n", f.rank_launch.c_str());
     return 2;
@@ -479,6 +494,7 @@ int Run(int argc, char** argv) {
                                  .tensor_group = timing(grid.tensor.get()),
                                  .weight_cache_dir = WeightCacheDir(f),
                                  .weights_fingerprint = (*checkpoint)->fingerprint(),
+                                 .weight_cache_max_bytes = WeightCacheMaxBytes(f),
                                  .release_source_pages = [&] { (*checkpoint)->ReleasePages(); }});
   if (!cpu.ok()) {
     LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});

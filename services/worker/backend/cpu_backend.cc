@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   backend->q_dim_ = l.heads.num_heads() * config.head_dim;
   backend->kv_dim_ = l.heads.num_kv_heads() * config.head_dim;
   backend->release_source_pages_ = options.release_source_pages;
+  backend->cache_max_bytes_ = options.weight_cache_max_bytes;
   std::string cache_key;
   WeightCacheReport& report = backend->cache_report_;
   if (!options.weight_cache_dir.empty() && !options.weights_fingerprint.empty()) {
@@ -138,7 +139,8 @@ absl::Status CpuBackend::WriteWeightCache(const ModelConfig& config, const Model
   };
   shapes_.clear();
   FLOE_RETURN_IF_ERROR(run(PreparePass::kMeasure));
-  FLOE_ASSIGN_OR_RETURN(cache_writer_, WeightCacheWriter::Create(path, key, shapes_));
+  FLOE_ASSIGN_OR_RETURN(cache_writer_, WeightCacheWriter::Create(path, key, shapes_, cache_max_bytes_));
+  cache_report_.evicted = cache_writer_->evicted();
   cached_taken_ = 0;
   write_status_ = absl::OkStatus();
   absl::Status status = run(PreparePass::kWrite);

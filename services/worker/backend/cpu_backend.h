@@ -65,6 +65,9 @@ struct CpuBackendOptions {
   // error; CpuBackend::weight_cache() says what happened.
   std::string weight_cache_dir;
   std::string weights_fingerprint;
+  // The folder's bound: writing a file first deletes its least recently
+  // used cache files until they all fit (weight_cache.h).
+  uint64_t weight_cache_max_bytes = uint64_t{64} << 30;
   // Called after every 256 MiB packed (and once at the end) to say the
   // source weights' pages may be dropped (Checkpoint::ReleasePages): the
   // peak RSS of a repack is then the packed weights plus one such span, not
@@ -77,6 +80,7 @@ struct WeightCacheReport {
   Outcome outcome = Outcome::kOff;
   std::string path;
   std::string detail;  // why a miss missed, or why writing failed
+  std::vector<std::string> evicted;  // files deleted to keep the folder in its bound
 };
 
 class CpuBackend final : public Backend, private ModelOps {
@@ -172,6 +176,7 @@ class CpuBackend final : public Backend, private ModelOps {
   PreparePass pass_ = PreparePass::kUse;
   std::vector<WeightCacheWriter::Shape> shapes_;  // kMeasure's record
   std::unique_ptr<WeightCacheWriter> cache_writer_;
+  uint64_t cache_max_bytes_ = UINT64_MAX;
   std::shared_ptr<void> write_scratch_;  // kWrite's packing buffer, reused
   size_t write_scratch_bytes_ = 0;
   absl::Status write_status_;            // kWrite's first failure

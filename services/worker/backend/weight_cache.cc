@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -49,6 +51,46 @@ absl::Status Errno(const char* what, const std::string& path) {
   return absl::Status(absl::ErrnoToStatusCode(errno), absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+// Deletes the least recently used cache files in `folder` until they and
+// `incoming` bytes fit in max_bytes, sparing `replaced` (the new file takes
+// its place) and files used in the last kRecentUseSeconds. Returns the
+// names deleted.
+std::vector<std::string> PruneFolder(const std::filesystem::path& folder, const std::filesystem::path& replaced,
+                                     uint64_t incoming, uint64_t max_bytes) {
+  namespace fs = std::filesystem;
+  struct File {
+    fs::path path;
+    uint64_t bytes;
+    fs::file_time_type used;
+  };
+  std::vector<File> files;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("packed-") || !name.ends_with(".bin") || entry.path() == replaced) continue;
+    const uint64_t bytes = entry.file_size(ec);
+    if (ec) continue;
+    const fs::file_time_type used = entry.last_write_time(ec);
+    if (ec) continue;
+    files.push_back({entry.path(), bytes, used});
+    total += bytes;
+  }
+  std::vector<std::string> evicted;
+  if (total + incoming <= max_bytes) return evicted;
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.used < b.used; });
+  const fs::file_time_type recent = fs::file_time_type::clock::now() - std::chrono::seconds(
+                                                                          WeightCacheWriter::kRecentUseSeconds);
+  for (const File& file : files) {
+    if (total + incoming <= max_bytes || file.used >= recent) break;
+    if (fs::remove(file.path, ec)) {
+      total -= file.bytes;
+      evicted.push_back(file.path.filename().string());
+    }
+  }
+  return evicted;
+}
+
 }  // namespace
 
 std::string WeightCacheFile::FileName(const std::string& key) {
@@ -87,6 +129,9 @@ absl::StatusOr<std::unique_ptr<WeightCacheFile>> WeightCacheFile::Open(const std
     if (e.offset % kAlign != 0 || e.offset < h.header_bytes || e.bytes > file_size || e.offset > file_size - e.bytes)
       return stale("an entry runs past the end of the file");
   }
+  // Its last use, which the folder's bound goes by (a read-only folder
+  // keeps the old time: harmless).
+  ::futimens(fd, nullptr);
   // At a 2 MiB-aligned address (reserve, then map over it), so that file
   // offsets and addresses agree modulo 2 MiB and large page-cache folios can
   // be mapped with 2 MiB entries. Populated now: the mapping is the weights,
@@ -135,7 +180,8 @@ std::optional<cpu::PackedMatrix> WeightCacheFile::Matrix(int i, DType dtype, int
 
 absl::StatusOr<std::unique_ptr<WeightCacheWriter>> WeightCacheWriter::Create(const std::string& path,
                                                                              const std::string& key,
-                                                                             std::span<const Shape> shapes) {
+                                                                             std::span<const Shape> shapes,
+                                                                             uint64_t folder_max_bytes) {
   std::error_code ec;
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   if (!folder.empty()) std::filesystem::create_directories(folder, ec);
@@ -161,6 +207,7 @@ absl::StatusOr<std::unique_ptr<WeightCacheWriter>> WeightCacheWriter::Create(con
     writer->entries_.push_back({static_cast<uint32_t>(shape.dtype), 0, shape.n, shape.k, offset, bytes});
     offset = AlignUp(offset + bytes);
   }
+  writer->evicted_ = PruneFolder(folder.empty() ? "." : folder, path, offset, folder_max_bytes);
   const int fd = ::open(writer->temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", writer->temp_);
   if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(offset)); err != 0) {

@@ -14,6 +14,12 @@
 // none. Open maps the file 2 MiB-aligned and asks for huge pages, so the
 // kernel maps those folios with 2 MiB entries: decode streams every weight
 // each step, and 4 KiB mappings cost it about a sixth of its speed here.
+// A folder is bounded: Open and Commit stamp a file's modification time as
+// its last use, and Create first deletes the folder's least recently used
+// cache files until they and the new file fit its byte bound, sparing files
+// used in the last kRecentUse (the other ranks of a worker starting now)
+// and the file it replaces. Deleting a file another process maps is safe:
+// the mapping keeps it until unmapped.
 // Threading: an opened file is immutable; any thread may read it.
 #pragma once
 
@@ -65,8 +71,13 @@ class WeightCacheWriter {
   // Creates `path`'s folder and a temporary file next to `path` with room
   // reserved (fallocate: a full disk fails here, not half way) for matrices
   // of these shapes.
+  // The folder's cache files (packed-*.bin) are bounded to
+  // folder_max_bytes, the new one included, as said above.
   static absl::StatusOr<std::unique_ptr<WeightCacheWriter>> Create(const std::string& path, const std::string& key,
-                                                                   std::span<const Shape> shapes);
+                                                                   std::span<const Shape> shapes,
+                                                                   uint64_t folder_max_bytes = UINT64_MAX);
+  // How long a file counts as in use after its last Open or Commit.
+  static constexpr int kRecentUseSeconds = 600;
   // Removes the temporary file unless committed.
   ~WeightCacheWriter();
 
@@ -76,6 +87,8 @@ class WeightCacheWriter {
   absl::Status Write(int i, const cpu::PackedMatrix& matrix);
   // Writes the header and renames the file into place.
   absl::Status Commit();
+  // The files Create deleted to stay within the folder's bound.
+  const std::vector<std::string>& evicted() const { return evicted_; }
 
  private:
   std::string path_, temp_, key_;
@@ -83,6 +96,7 @@ class WeightCacheWriter {
   uint64_t header_bytes_ = 0;
   int fd_ = -1;
   bool committed_ = false;
+  std::vector<std::string> evicted_;
 };
 
 }  // namespace floe

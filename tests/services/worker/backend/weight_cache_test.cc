@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -67,15 +68,18 @@ class WeightCacheTest : public ::testing::Test {
 
   std::string Path() const { return (dir_ / WeightCacheFile::FileName("key")).string(); }
 
-  // Packs every source into a new file for `key` and commits it.
-  void WriteFile(const std::string& key) {
-    auto writer = WeightCacheWriter::Create(Path(), key, shapes_);
+  // Packs every source into a new file for `key` and commits it, the
+  // folder bounded to folder_max_bytes; `evicted` gets what Create deleted.
+  void WriteFile(const std::string& key, uint64_t folder_max_bytes = UINT64_MAX,
+                 std::vector<std::string>* evicted = nullptr) {
+    auto writer = WeightCacheWriter::Create(Path(), key, shapes_, folder_max_bytes);
     ASSERT_TRUE(writer.ok()) << writer.status();
     for (size_t i = 0; i < shapes_.size(); ++i) {
       const absl::Status s = (*writer)->Write(i, cpu::PackMatrix({&sources_[i].view, 1}, pool_));
       ASSERT_TRUE(s.ok()) << s;
     }
     ASSERT_TRUE((*writer)->Commit().ok());
+    if (evicted) *evicted = (*writer)->evicted();
   }
 
   fs::path dir_;
@@ -189,6 +193,43 @@ TEST_F(WeightCacheTest, TemporaryFileOfADeadWriterIsRemoved) {
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(alive));
   EXPECT_TRUE(WeightCacheFile::Open(Path(), "key").ok());
+}
+
+// The folder's bound: least recently used cache files go first, files used
+// in the last kRecentUseSeconds never, other files are not the cache's.
+TEST_F(WeightCacheTest, FolderIsBoundedByLeastRecentUse) {
+  fs::create_directories(dir_);
+  const auto now = fs::file_time_type::clock::now();
+  constexpr uint64_t kMiB = 1 << 20;
+  auto make = [&](const std::string& name, std::chrono::seconds age) {
+    std::ofstream(dir_ / name) << std::string(kMiB, 'x');
+    fs::last_write_time(dir_ / name, now - age);
+  };
+  using std::chrono::hours;
+  make("packed-0000000000000001.bin", hours(4));
+  make("packed-0000000000000002.bin", hours(3));
+  make("packed-0000000000000003.bin", hours(2));
+  make("packed-0000000000000004.bin", std::chrono::seconds(60));  // another rank, starting now
+  make("notes.txt", hours(5));
+  WriteFile("key");
+  const uint64_t file = fs::file_size(Path());
+  // Room for two of the old files besides the new one (which replaces its
+  // own old copy, so that one does not count): the two oldest go.
+  std::vector<std::string> evicted;
+  WriteFile("key", 2 * kMiB + file + kMiB / 2, &evicted);
+  EXPECT_EQ(evicted, (std::vector<std::string>{"packed-0000000000000001.bin", "packed-0000000000000002.bin"}));
+  EXPECT_FALSE(fs::exists(dir_ / "packed-0000000000000001.bin"));
+  EXPECT_TRUE(fs::exists(dir_ / "packed-0000000000000003.bin"));
+  // No room at all: every file not recently used goes, the recent one stays.
+  WriteFile("key", 0, &evicted);
+  EXPECT_EQ(evicted, std::vector<std::string>{"packed-0000000000000003.bin"});
+  EXPECT_TRUE(fs::exists(dir_ / "packed-0000000000000004.bin"));
+  EXPECT_TRUE(fs::exists(dir_ / "notes.txt"));
+  EXPECT_TRUE(WeightCacheFile::Open(Path(), "key").ok());
+  // Open stamps its file as used.
+  fs::last_write_time(Path(), now - hours(6));
+  ASSERT_TRUE(WeightCacheFile::Open(Path(), "key").ok());
+  EXPECT_GT(fs::last_write_time(Path()), now - std::chrono::seconds(60));
 }
 
 TEST_F(WeightCacheTest, FileNamesFollowTheKey) {
