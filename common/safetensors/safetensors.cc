@@ -192,6 +192,12 @@ absl::StatusOr<TensorView> SafetensorsFile::Get(absl::string_view name) const {
   return view;
 }
 
+absl::StatusOr<SafetensorsFile::Raw> SafetensorsFile::GetRaw(absl::string_view name) const {
+  const Entry* entry = FindEntry(name);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("tensor ", name, " not found in ", path_));
+  return Raw{entry, data_ + entry->begin};
+}
+
 std::vector<std::string> SafetensorsFile::names() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());

@@ -47,6 +47,14 @@ class SafetensorsFile {
   // A view into the mapping. NOT_FOUND names the tensor and file;
   // INVALID_ARGUMENT when its dtype is not F32/F16/BF16 (names tensor and dtype).
   absl::StatusOr<TensorView> Get(absl::string_view name) const;
+  // Any dtype's tensor as its header entry and bytes (e.g. the I32 words of
+  // packed weights, an I64 shape). NOT_FOUND names the tensor and file.
+  struct Raw {
+    const Entry* entry = nullptr;
+    const uint8_t* data = nullptr;
+    size_t bytes() const { return entry->end - entry->begin; }
+  };
+  absl::StatusOr<Raw> GetRaw(absl::string_view name) const;
   bool Contains(absl::string_view name) const;
   const Entry* FindEntry(absl::string_view name) const;
 

@@ -89,6 +89,12 @@ absl::StatusOr<TensorView> ShardedSafetensors::Get(absl::string_view name) const
   return file->Get(name);
 }
 
+absl::StatusOr<SafetensorsFile::Raw> ShardedSafetensors::GetRaw(absl::string_view name) const {
+  const SafetensorsFile* file = FileOf(name);
+  if (file == nullptr) return absl::NotFoundError(absl::StrCat("tensor ", name, " not found in ", source_));
+  return file->GetRaw(name);
+}
+
 std::vector<std::string> ShardedSafetensors::names() const {
   std::vector<std::string> out;
   out.reserve(file_of_.size());

@@ -34,6 +34,7 @@ class ShardedSafetensors {
   const SafetensorsFile* FileOf(absl::string_view name) const;
   // As SafetensorsFile::Get, on the shard holding the tensor.
   absl::StatusOr<TensorView> Get(absl::string_view name) const;
+  absl::StatusOr<SafetensorsFile::Raw> GetRaw(absl::string_view name) const;
   bool Contains(absl::string_view name) const { return FileOf(name) != nullptr; }
   std::vector<std::string> names() const;  // sorted
   // Where the tensors came from, for messages: the index or the single file.

@@ -16,6 +16,10 @@ struct TensorView {
   // Quantized dtypes (kI8, kF8E4M3) only: one scale per row, the matrix's
   // value being data[r][c] * row_scale[r]; owned by whoever owns data.
   const float* row_scale = nullptr;
+  // kI8 only: each stored byte XOR this is the weight's bits.
+  // compressed-tensors' pack-quantized layout stores q + 128, which is q's
+  // bits with the top one flipped (0x80); plain int8 stores q (0).
+  uint8_t byte_xor = 0;
 
   bool present() const { return data != nullptr; }
   int64_t numel() const {

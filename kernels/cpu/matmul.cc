@@ -321,7 +321,8 @@ PackedMatrix PackMatrixInto(std::span<const TensorView> parts, ThreadPool& pool,
         for (int64_t kk = 0; kk < k; ++kk) d[(kk / 2 * kPanelWidth + j) * 2 + (kk & 1)] = s[kk];
       } else if (elem == 1) {
         uint8_t* d = out + p * panel_elems;
-        for (int64_t kk = 0; kk < k; ++kk) d[internal::Byte8Offset(kk, j)] = src[kk];
+        const uint8_t flip = part.byte_xor;  // stored bytes to the weights' bits
+        for (int64_t kk = 0; kk < k; ++kk) d[internal::Byte8Offset(kk, j)] = src[kk] ^ flip;
       } else {
         const float* s = reinterpret_cast<const float*>(src);
         float* d = reinterpret_cast<float*>(out) + p * panel_elems;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,59 @@ absl::StatusOr<std::vector<float>> ReadRowScales(const TensorView& scale, const 
 
 namespace {
 
+// compressed-tensors' pack-quantized int8 (vLLM's W8A16 layout):
+// <module>.weight_packed, I32 [rows, cols / 4] whose little-endian bytes are
+// q + 128 in order, and <module>.weight_shape, [rows, cols]. A view of the
+// packed bytes as they are: the offset is undone as the matrix is packed
+// (TensorView::byte_xor), so nothing is copied here.
+absl::StatusOr<TensorView> PackedInt8View(const ShardedSafetensors& files, const std::string& module,
+                                          const std::vector<int64_t>& shape) {
+  const std::string packed_name = module + ".weight_packed", shape_name = module + ".weight_shape";
+  const int64_t rows = shape[0], cols = shape[1];
+  if (!files.Contains(packed_name)) {
+    return absl::NotFoundError(absl::StrCat("missing tensor ", packed_name, " in ", files.source()));
+  }
+  if (cols % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", packed_name, ": ", cols,
+                                                   " columns do not fill int32 words of four 8-bit weights"));
+  }
+  FLOE_ASSIGN_OR_RETURN(SafetensorsFile::Raw packed, files.GetRaw(packed_name));
+  const std::vector<int64_t> packed_shape = {rows, cols / 4};
+  if (packed.entry->dtype_name != "I32" || packed.entry->shape != packed_shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", packed_name, " is ", packed.entry->dtype_name, " ",
+                                                   ShapeToString(packed.entry->shape), ", expected I32 ",
+                                                   ShapeToString(packed_shape), " (", files.source(), ")"));
+  }
+  if (files.Contains(shape_name)) {  // what the packing was of: must be this Linear's shape
+    FLOE_ASSIGN_OR_RETURN(SafetensorsFile::Raw stored, files.GetRaw(shape_name));
+    const std::string& dtype = stored.entry->dtype_name;
+    const size_t width = dtype == "I64" ? 8 : dtype == "I32" ? 4 : 0;
+    std::vector<int64_t> values;
+    for (size_t i = 0; width > 0 && i < stored.bytes() / width && i < 2; ++i) {
+      int64_t v = 0;
+      if (width == 8) {
+        std::memcpy(&v, stored.data + 8 * i, 8);
+      } else {
+        int32_t v32 = 0;
+        std::memcpy(&v32, stored.data + 4 * i, 4);
+        v = v32;
+      }
+      values.push_back(v);
+    }
+    if (width == 0 || stored.bytes() != 2 * width || values != shape) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", shape_name, " (", dtype, " ",
+                                                     ShapeToString(stored.entry->shape), ") must hold ",
+                                                     ShapeToString(shape), " as two I64 or I32 values"));
+    }
+  }
+  TensorView view;
+  view.dtype = DType::kI8;
+  view.shape = shape;
+  view.data = packed.data;
+  view.byte_xor = 0x80;
+  return view;
+}
+
 absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
   FLOE_ASSIGN_OR_RETURN(files_, ShardedSafetensors::OpenDirectory(dir));
   FLOE_RETURN_IF_ERROR(CheckNoExtraLayers());
@@ -112,16 +166,21 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
   DType matrix_dtype = DType::kF32;
   bool any_quantized = false;
   for (const WeightSpec& spec : ExpectedWeights(config_)) {
-    if (!files_->Contains(spec.name)) {
-      return absl::NotFoundError(absl::StrCat("missing tensor ", spec.name, " in ", source));
+    const std::string module = QuantizedLinear(quantization, spec);
+    TensorView view;
+    if (!module.empty() && quantization.packed()) {
+      FLOE_ASSIGN_OR_RETURN(view, PackedInt8View(*files_, module, spec.shape));
+    } else {
+      if (!files_->Contains(spec.name)) {
+        return absl::NotFoundError(absl::StrCat("missing tensor ", spec.name, " in ", source));
+      }
+      FLOE_ASSIGN_OR_RETURN(view, files_->Get(spec.name));
     }
-    FLOE_ASSIGN_OR_RETURN(TensorView view, files_->Get(spec.name));
     if (view.shape != spec.shape) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", spec.name, " has shape ", ShapeToString(view.shape),
                        ", expected ", ShapeToString(spec.shape), " from config.json (", source, ")"));
     }
-    const std::string module = QuantizedLinear(quantization, spec);
     if (!module.empty()) {
       if (view.dtype != quantized_dtype) {
         return absl::InvalidArgumentError(absl::StrCat("tensor ", spec.name, " is ", DTypeName(view.dtype),

@@ -239,10 +239,11 @@ absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
   const Json* format = Find(*config, "format");
   if (format == nullptr || !format->is_string()) return FieldError(f + ".format", "expected a string");
   q.format = format->get<std::string>();
-  if (q.format != "float-quantized" && q.format != "int-quantized" && q.format != "naive-quantized") {
+  if (q.format != "float-quantized" && q.format != "int-quantized" && q.format != "naive-quantized" &&
+      q.format != "pack-quantized") {
     return FieldError(f + ".format", absl::StrCat("\"", q.format,
                                                   "\" is not supported (float-quantized, int-quantized, "
-                                                  "naive-quantized)"));
+                                                  "naive-quantized, pack-quantized)"));
   }
   if (const Json* kv = Find(*config, "kv_cache_scheme")) {
     return FieldError(f + ".kv_cache_scheme", absl::StrCat("KV cache quantization is not supported, got ", kv->dump()));
@@ -270,6 +271,9 @@ absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
                                                         type ? type->dump() : "nothing"));
   }
   q.is_float = *type == "float";
+  if (q.format == "pack-quantized" && q.is_float) {
+    return FieldError(f + ".format", "pack-quantized holds int weights; float weights are float-quantized");
+  }
   const Json* strategy = Find(*weights, "strategy");
   if (strategy == nullptr || (*strategy != "channel" && *strategy != "tensor")) {
     return FieldError(g + ".weights.strategy", absl::StrCat("expected \"channel\" or \"tensor\", got ",

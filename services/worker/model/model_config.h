@@ -31,7 +31,11 @@ struct WeightQuantization {
   bool enabled = false;
   bool is_float = true;     // weights.type: "float" (f8_e4m3) or "int" (i8)
   bool per_channel = true;  // weights.strategy: "channel" or "tensor"
-  std::string format;       // "float-quantized", "int-quantized" or "naive-quantized"
+  // "float-quantized", "int-quantized", "naive-quantized" (one weight
+  // tensor per module) or "pack-quantized" (int only: weight_packed, int32
+  // words of four q + 128 bytes, and weight_shape; vLLM's W8A16 layout).
+  std::string format;
+  bool packed() const { return format == "pack-quantized"; }
   // Linear modules left dense, by name ("lm_head", "model.layers.0.mlp.down_proj").
   std::vector<std::string> ignore;
   // input_activations as written (null when absent), kept for ToJson.

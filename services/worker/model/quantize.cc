@@ -65,7 +65,7 @@ WeightQuantization QuantizationFor(DType target) {
   q.enabled = true;
   q.is_float = target == DType::kF8E4M3;
   q.per_channel = true;
-  q.format = q.is_float ? "float-quantized" : "int-quantized";
+  q.format = q.is_float ? "float-quantized" : "pack-quantized";
   q.ignore = {"lm_head"};
   if (q.is_float) {
     q.input_activations_json =
@@ -132,7 +132,22 @@ absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& 
     std::vector<uint8_t> scale_bytes(q.scales.size() * sizeof(float));
     std::memcpy(scale_bytes.data(), q.scales.data(), scale_bytes.size());
     FLOE_RETURN_IF_ERROR(writer.Add(module + ".weight_scale", DType::kF32, {view.rows(), 1}, std::move(scale_bytes)));
-    FLOE_RETURN_IF_ERROR(writer.Add(spec.name, target, view.shape, std::move(q.data)));
+    if (!config.quantization.packed()) {
+      FLOE_RETURN_IF_ERROR(writer.Add(spec.name, target, view.shape, std::move(q.data)));
+      continue;
+    }
+    // pack-quantized: int32 words of four q + 128 bytes, first in the low
+    // byte, so on this little-endian machine the bytes are q ^ 0x80 in order.
+    if (view.cols() % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": ", view.cols(),
+                                                     " columns do not fill int32 words of four 8-bit weights"));
+    }
+    for (uint8_t& byte : q.data) byte ^= 0x80;
+    FLOE_RETURN_IF_ERROR(writer.Add(module + ".weight_packed", "I32", {view.rows(), view.cols() / 4}, std::move(q.data)));
+    const int64_t shape[2] = {view.rows(), view.cols()};
+    std::vector<uint8_t> shape_bytes(sizeof(shape));
+    std::memcpy(shape_bytes.data(), shape, sizeof(shape));
+    FLOE_RETURN_IF_ERROR(writer.Add(module + ".weight_shape", "I64", {2}, std::move(shape_bytes)));
   }
   fs::remove(fs::path(out_dir) / "model.safetensors.index.json", ec);
   FLOE_RETURN_IF_ERROR(writer.Write((fs::path(out_dir) / "model.safetensors").string()));

@@ -35,12 +35,15 @@ absl::StatusOr<QuantizedMatrix> QuantizePerChannel(const TensorView& w, DType ta
 
 // The quantization_config make-model writes: float (kF8E4M3) with dynamic
 // per-token activations, as vLLM's FP8-dynamic checkpoints; int (kI8)
-// weight-only. lm_head stays dense (ignored), as quantizers leave it.
+// weight-only in the pack-quantized format, as llm-compressor's W8A16 (the
+// only int8 weight-only layout vLLM loads). lm_head stays dense (ignored),
+// as quantizers leave it.
 WeightQuantization QuantizationFor(DType target);
 
 // Reads the dense checkpoint in `from_dir` (config.json + safetensors) and
 // writes `out_dir`: config.json with quantization_config, model.safetensors
-// with each quantized Linear weight and its weight_scale ([rows, 1] f32),
+// with each quantized Linear weight (fp8: `weight`; int8: `weight_packed`
+// and `weight_shape`) and its weight_scale ([rows, 1] f32),
 // every other tensor as it was, and the tokenizer and generation files.
 // `keep_dense` names more Linear modules to leave dense (listed in
 // `ignore` with lm_head), e.g. "model.layers.0.mlp.down_proj"; a name that

@@ -121,6 +121,25 @@ TEST_F(SafetensorsTest, UnsupportedDTypeNamesTensorAndDType) {
   EXPECT_EQ(i8->dtype, DType::kI8);
 }
 
+// GetRaw hands out any dtype's bytes (packed int32 weights, int64 shapes).
+TEST_F(SafetensorsTest, RawTensorsOfAnyDType) {
+  SafetensorsWriter writer;
+  const std::vector<uint8_t> words = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(writer.Add("w.weight_packed", "I32", {1, 2}, words).ok());
+  ASSERT_TRUE(writer.Add("w.weight_shape", "I64", {2}, std::vector<uint8_t>(16, 9)).ok());
+  ASSERT_TRUE(writer.Write(Path("raw.safetensors")).ok());
+  auto files = ShardedSafetensors::OpenSingle(Path("raw.safetensors"));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_FALSE(files->Get("w.weight_packed").ok());
+  auto raw = files->GetRaw("w.weight_packed");
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(raw->entry->dtype_name, "I32");
+  EXPECT_EQ(raw->entry->shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(std::vector<uint8_t>(raw->data, raw->data + raw->bytes()), words);
+  EXPECT_EQ(files->GetRaw("w.weight_shape")->bytes(), 16u);
+  EXPECT_EQ(files->GetRaw("absent").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(SafetensorsTest, UnknownDTypeFailsAtOpen) {
   auto path = WriteRaw(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2);
   auto file = SafetensorsFile::Open(path);

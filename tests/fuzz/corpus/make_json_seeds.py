@@ -112,6 +112,13 @@ def model_config(tiny_path):
         'format': 'float-quantized', 'ignore': ['lm_head'], 'kv_cache_scheme': None,
         'quant_method': 'compressed-tensors', 'quantization_status': 'compressed'})
     write('model_config', 'fp8.json', json.dumps(fp8))
+    # llm-compressor's W8A16: int8 weight-only, pack-quantized.
+    w8a16 = dict(tiny, quantization_config={
+        'config_groups': {'group_0': {'input_activations': None, 'output_activations': None, 'targets': ['Linear'],
+                                      'weights': dict(weights, type='int')}},
+        'format': 'pack-quantized', 'ignore': ['lm_head', 'model.layers.0.mlp.down_proj'], 'kv_cache_scheme': None,
+        'quant_method': 'compressed-tensors', 'quantization_status': 'compressed'})
+    write('model_config', 'w8a16.json', json.dumps(w8a16))
 
 
 def openai_bodies():

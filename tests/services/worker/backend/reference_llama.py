@@ -13,7 +13,9 @@ rest stays f32.
 compressed-tensors checkpoints: I8 and F8_E4M3 weights are decoded here from
 their bits with NumPy (e4m3fn: sign, 4 exponent bits of bias 7, 3 mantissa
 bits, subnormals at exponent 0; Debian's PyTorch has no float8) and multiplied
-by their <module>.weight_scale ([rows, 1] per channel or [1] per tensor).
+by their <module>.weight_scale ([rows, 1] per channel or [1] per tensor);
+pack-quantized int8 is unpacked from its I32 words (q + 128 per byte, the
+first weight in the low byte) and checked against its weight_shape.
 
 SwiftKV ("swiftkv 1", "num_key_value_layers L"; Arctic's LlamaSwiftKVForCausalLM,
 SingleInputKV): layers >= L take their queries from q_proj_swiftkv of their own
@@ -73,6 +75,20 @@ def main(d):
     def w(name, shape):
         if not os.path.exists(st_path):
             return torch.from_numpy(np.fromfile(os.path.join(d, name + ".bin"), dtype="<f4").reshape(shape))
+        module = name[:-len(".weight")]
+        if name not in header and module + ".weight_packed" in header:
+            # pack-quantized int8: I32 words, four weights each from the low
+            # byte up, every weight stored as q + 128; weight_shape its shape.
+            meta = header[module + ".weight_packed"]
+            begin, end = meta["data_offsets"]
+            words = np.frombuffer(raw[base + begin:base + end], dtype="<i4")
+            codes = np.stack([(words >> (8 * i)) & 0xFF for i in range(4)], axis=-1).reshape(meta["shape"][0], -1)
+            q = (codes.astype(np.int64) - 128).astype(np.float64)
+            stored_shape = w(module + ".weight_shape", None).numpy()
+            assert list(stored_shape) == list(shape), (name, stored_shape, shape)
+            scale = w(module + ".weight_scale", None).numpy().astype(np.float64)
+            scale = scale.reshape(shape[0], 1) if scale.size == shape[0] else scale.reshape(1, 1)
+            return torch.from_numpy((q[:, :shape[1]] * scale).astype(np.float32))
         meta = header[name]
         begin, end = meta["data_offsets"]
         buf = raw[base + begin:base + end]
@@ -80,6 +96,8 @@ def main(d):
             arr = np.frombuffer(buf, dtype="<f4")
         elif meta["dtype"] == "BF16":
             arr = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif meta["dtype"] == "I64":  # a packed weight's weight_shape
+            arr = np.frombuffer(buf, dtype="<i8")
         elif meta["dtype"] in ("I8", "F8_E4M3"):
             if meta["dtype"] == "I8":
                 q = np.frombuffer(buf, dtype="i1").astype(np.float64)

@@ -76,6 +76,17 @@ TEST(QuantizationConfigTest, IntWeightOnlyPerTensorParses) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->quantization.is_float);
   EXPECT_FALSE(c->quantization.per_channel);
+  EXPECT_FALSE(c->quantization.packed());
+  // llm-compressor's W8A16: pack-quantized int weights, per channel.
+  j["quantization_config"]["format"] = "pack-quantized";
+  group["weights"]["strategy"] = "channel";
+  c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->quantization.packed());
+  EXPECT_TRUE(c->quantization.per_channel);
+  auto again = ModelConfig::FromJson(c->ToJson());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->quantization.packed());
 }
 
 // Each malformation, and the field its error must name.
@@ -85,7 +96,8 @@ TEST(QuantizationConfigTest, MalformedFieldsAreNamed) {
       {[](Json& q) { q = "fp8"; }, "quantization_config: expected an object"},
       {[](Json& q) { q["quant_method"] = "fp8"; }, "quantization_config.quant_method"},
       {[](Json& q) { q.erase("quant_method"); }, "quantization_config.quant_method"},
-      {[](Json& q) { q["format"] = "pack-quantized"; }, "quantization_config.format"},
+      {[](Json& q) { q["format"] = "pack-quantized"; }, "quantization_config.format"},  // with float weights
+      {[](Json& q) { q["format"] = "marlin-24"; }, "quantization_config.format"},
       {[](Json& q) { q["kv_cache_scheme"] = Json::object({{"num_bits", 8}}); }, "quantization_config.kv_cache_scheme"},
       {[](Json& q) { q["config_groups"]["group_1"] = q["config_groups"]["group_0"]; },
        "quantization_config.config_groups"},
@@ -185,10 +197,8 @@ class QuantizedCheckpointTest : public TempDirTest {
     ASSERT_TRUE(files.ok()) << files.status();
     SafetensorsWriter writer;
     for (const std::string& name : files->names()) {
-      TensorView v = *files->Get(name);
-      Tensor t{std::string(SafetensorsDTypeName(v.dtype)), v.shape,
-               std::vector<uint8_t>(static_cast<const uint8_t*>(v.data),
-                                    static_cast<const uint8_t*>(v.data) + v.bytes())};
+      const SafetensorsFile::Raw raw = *files->GetRaw(name);
+      Tensor t{raw.entry->dtype_name, raw.entry->shape, std::vector<uint8_t>(raw.data, raw.data + raw.bytes())};
       if (edit(name, t)) ASSERT_TRUE(writer.Add(name, t.dtype, t.shape, t.bytes).ok()) << name;
     }
     files = absl::NotFoundError("closed");  // unmap before the file is replaced
@@ -294,6 +304,90 @@ TEST_F(QuantizedCheckpointTest, BadScalesAndDTypesAreNamed) {
     const std::string dir = WriteQuantized("case" + std::to_string(i), DType::kF8E4M3);
     Edit(dir, cases[i].edit);
     const std::string error = LoadError(dir);
+    for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
+  }
+}
+
+// int8 is written as pack-quantized (vLLM's W8A16 layout): I32 words of
+// q + 128 bytes and the shape, each malformation named; the plain
+// int-quantized layout (one I8 weight per module) loads to the same weights.
+TEST_F(QuantizedCheckpointTest, PackedInt8LayoutAndItsErrors) {
+  const std::string dir = WriteQuantized("packed", DType::kI8);
+  auto files = ShardedSafetensors::OpenDirectory(dir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string module = "model.layers.1.mlp.up_proj";
+  EXPECT_FALSE(files->Contains(module + ".weight"));
+  auto packed = files->GetRaw(module + ".weight_packed");
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->entry->dtype_name, "I32");
+  auto loaded = Checkpoint::Load(dir, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const TensorView& up = (*loaded)->weights().layers[1].up_proj;
+  EXPECT_EQ(packed->entry->shape, (std::vector<int64_t>{up.rows(), up.cols() / 4}));
+  // Word 0 holds weights 0..3 from its low byte up, each as q + 128.
+  uint32_t word0;
+  std::memcpy(&word0, packed->data, 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(static_cast<int>((word0 >> (8 * i)) & 0xFF) - 128, std::lround(ValueAt(up, i) / up.row_scale[0])) << i;
+  }
+  files = absl::NotFoundError("closed");
+
+  // The same checkpoint in the plain layout loads to the same values.
+  const std::string plain = WriteQuantized("plain", DType::kI8);
+  Edit(plain, [](const std::string& name, Tensor& t) {
+    if (name.ends_with(".weight_shape")) return false;
+    if (name.ends_with(".weight_packed")) t.dtype = "I8", t.shape[1] *= 4;
+    for (uint8_t& b : t.bytes) b ^= name.ends_with(".weight_packed") ? 0x80 : 0;
+    return true;
+  });
+  // Rename weight_packed to weight: Edit keeps names, so rewrite them here.
+  {
+    auto source = ShardedSafetensors::OpenDirectory(plain);
+    ASSERT_TRUE(source.ok()) << source.status();
+    SafetensorsWriter writer;
+    for (const std::string& name : source->names()) {
+      auto raw = source->GetRaw(name);
+      ASSERT_TRUE(raw.ok());
+      std::string out = name;
+      if (out.ends_with(".weight_packed")) out = out.substr(0, out.size() - 7);  // ".weight"
+      ASSERT_TRUE(writer.Add(out, raw->entry->dtype_name, raw->entry->shape,
+                             std::vector<uint8_t>(raw->data, raw->data + raw->bytes())).ok()) << name;
+    }
+    source = absl::NotFoundError("closed");
+    ASSERT_TRUE(writer.Write(plain + "/model.safetensors.tmp").ok());
+    std::filesystem::rename(plain + "/model.safetensors.tmp", plain + "/model.safetensors");
+  }
+  Json config = Json::parse(std::ifstream(plain + "/config.json"));
+  config["quantization_config"]["format"] = "int-quantized";
+  std::ofstream(plain + "/config.json") << config.dump();
+  auto plain_loaded = Checkpoint::Load(plain, {});
+  ASSERT_TRUE(plain_loaded.ok()) << plain_loaded.status();
+  const TensorView& plain_up = (*plain_loaded)->weights().layers[1].up_proj;
+  EXPECT_EQ(plain_up.byte_xor, 0);
+  for (int64_t i = 0; i < up.numel(); ++i) ASSERT_EQ(ValueAt(plain_up, i), ValueAt(up, i)) << i;
+
+  struct Case {
+    std::function<bool(const std::string&, Tensor&)> edit;
+    std::vector<std::string> want;
+  };
+  const std::string packed_name = module + ".weight_packed", shape_name = module + ".weight_shape";
+  const std::vector<Case> cases = {
+      {[&](const std::string& n, Tensor&) { return n != packed_name; }, {"missing tensor " + packed_name}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == packed_name) t.dtype = "I8", t.shape[1] *= 4;
+         return true;
+       },
+       {packed_name, "is I8", "expected I32 [128, 16]"}},
+      {[&](const std::string& n, Tensor& t) {
+         if (n == shape_name) t.bytes[0] ^= 1;
+         return true;
+       },
+       {shape_name, "must hold [128, 64]"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string bad = WriteQuantized("bad" + std::to_string(i), DType::kI8);
+    Edit(bad, cases[i].edit);
+    const std::string error = LoadError(bad);
     for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
   }
 }

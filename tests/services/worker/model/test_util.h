@@ -36,7 +36,8 @@ inline float ValueAt(const TensorView& view, int64_t i) {
     case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(view.data)[i]);
     case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(view.data)[i]);
     case DType::kI8:
-      return static_cast<const int8_t*>(view.data)[i] * view.row_scale[i / view.cols()];
+      return static_cast<int8_t>(static_cast<const uint8_t*>(view.data)[i] ^ view.byte_xor) *
+             view.row_scale[i / view.cols()];
     case DType::kF8E4M3:
       return F8E4M3ToF32(static_cast<const uint8_t*>(view.data)[i]) * view.row_scale[i / view.cols()];
   }
