@@ -110,6 +110,12 @@ FLOE_BF16_TARGET inline void StoreTile(const __m512 (&acc)[MR][NP], float* __res
   }
 }
 
+// How far ahead in each panel the 8-bit kernels prefetch. Decoding a chunk
+// takes longer than loading a bf16 pair, so fewer loads are in flight and the
+// hardware prefetcher alone left decode (m = 1) at ~40 GB/s; 2 KiB ahead
+// reached ~50 (bench/engine/bench_quantized.cc, docs/quantization.md).
+constexpr int64_t kPrefetchAhead = 2048;
+
 // C[MR, NP*16] = X[MR, k] . panels^T; every output accumulates the pairs of k
 // in order from 0, whatever MR and NP.
 template <int MR, int NP>
@@ -127,18 +133,15 @@ FLOE_BF16_TARGET void DotKernel(const uint16_t* __restrict x, int64_t ldx, int64
     __m512bh wv[NP];
 #pragma GCC unroll 4
     for (int p = 0; p < NP; ++p) {
-      wv[p] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(panels + p * panel_bytes + kp * kPanelWidth * 4));
+      const uint8_t* at = panels + p * panel_bytes + kp * kPanelWidth * 4;
+      _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
+      wv[p] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(at));
     }
     DotPair<MR, NP>(acc, x, kp, wv);
   }
   StoreTile<MR, NP>(acc, c, ldc);
 }
 
-// How far ahead in each panel the 8-bit kernels prefetch. Decoding a chunk
-// takes longer than loading a bf16 pair, so fewer loads are in flight and the
-// hardware prefetcher alone left decode (m = 1) at ~40 GB/s; 2 KiB ahead
-// reached ~50 (bench/engine/bench_quantized.cc, docs/quantization.md).
-constexpr int64_t kPrefetchAhead = 2048;
 
 // The same for 8-bit panels, a chunk (two pairs) at a time, the same pairs
 // in the same order as DotKernel over the widened panels (an odd number of
