@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -55,7 +56,10 @@ int RunMakeModel(int argc, char** argv) {
     std::fprintf(stderr, "floe make-model: --from and --keep-dense need --quantize\n");
     return 2;
   }
-  const std::vector<std::string> dense_modules = absl::StrSplit(keep_dense, ',', absl::SkipWhitespace());
+  std::vector<std::string> dense_modules;
+  for (absl::string_view module : absl::StrSplit(keep_dense, ',', absl::SkipWhitespace())) {
+    dense_modules.emplace_back(absl::StripAsciiWhitespace(module));
+  }
   if (!from.empty()) {
     // The shapes, weights and tokenizer come from the folder.
     if (preset != "tiny" || dtype != "bf16" || !tokenizer.empty() || !architecture.empty() || seed != 0 ||

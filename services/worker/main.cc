@@ -322,6 +322,10 @@ int Run(int argc, char** argv) {
                       : f.threads_per_rank > 0
                           ? f.threads_per_rank
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
+  if (!(f.weight_cache_max_gb >= 0) || f.weight_cache_max_gb > 1e6) {
+    std::fprintf(stderr, "floe-worker: --weight-cache-max-gb must be in [0, 1e6], got %g\n", f.weight_cache_max_gb);
+    return 2;
+  }
   if (f.rank > 0) {
     if (f.rank >= ranks || f.rank_dir.empty() == f.rank_store.empty()) {
       std::fprintf(stderr, "floe-worker: --rank %d needs one of --rank-dir and --rank-store, and more than %d ranks\n",
@@ -373,10 +377,6 @@ int Run(int argc, char** argv) {
     }
     metrics_server = std::move(started).value();
     std::printf("metrics worker %s\n", metrics_server->url().c_str());
-  }
-  if (!(f.weight_cache_max_gb >= 0) || f.weight_cache_max_gb > 1e6) {
-    std::fprintf(stderr, "floe-worker: --weight-cache-max-gb must be in [0, 1e6], got %g\n", f.weight_cache_max_gb);
-    return 2;
   }
   if (f.rank_launch != "local" && f.rank_launch != "remote") {
     std::fprintf(stderr, "floe-worker: --rank-launch must be local or remote, got %s\n", f.rank_launch.c_str());

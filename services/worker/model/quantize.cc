@@ -101,14 +101,20 @@ absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& 
   if (fs::equivalent(from_dir, out_dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("quantize: ", out_dir, " is the source folder; write elsewhere"));
   }
-  // Everything but the weights and the config goes along as it is: the
+  // Everything but weights and the config goes along as it is: the
   // tokenizer's files, generation_config.json, a chat template, a README.
+  // Weights in any format (a folder may hold PyTorch or GGUF copies too)
+  // and their indexes stay behind.
+  auto is_weights = [](const std::string& name) {
+    for (const char* suffix : {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx",
+                               ".index.json"}) {
+      if (name.ends_with(suffix)) return true;
+    }
+    return false;
+  };
   for (const fs::directory_entry& entry : fs::directory_iterator(from_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || name == "config.json" || name.ends_with(".safetensors") ||
-        name == "model.safetensors.index.json") {
-      continue;
-    }
+    if (!entry.is_regular_file() || name == "config.json" || is_weights(name)) continue;
     fs::copy_file(entry.path(), fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot copy ", name, ": ", ec.message()));
   }

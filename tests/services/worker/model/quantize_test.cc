@@ -428,6 +428,12 @@ TEST_F(QuantizedCheckpointTest, KeepDenseNamesMustBeLinearModules) {
   }
   EXPECT_THAT(std::string(QuantizeCheckpoint(Path("src"), Path("src"), DType::kI8).message()),
               HasSubstr("is the source folder"));
+  // Other files come along, weights in other formats do not.
+  std::ofstream(Path("src") + "/chat_template.jinja") << "{{ messages }}";
+  std::ofstream(Path("src") + "/pytorch_model.bin") << "dense weights";
+  ASSERT_TRUE(QuantizeCheckpoint(Path("src"), Path("copied"), DType::kF8E4M3).ok());
+  EXPECT_TRUE(std::filesystem::exists(Path("copied") + "/chat_template.jinja"));
+  EXPECT_FALSE(std::filesystem::exists(Path("copied") + "/pytorch_model.bin"));
 }
 
 TEST_F(QuantizedCheckpointTest, WeightDTypeNamesWhatWasLoaded) {
