@@ -17,8 +17,8 @@
 // A folder is bounded: Open and Commit stamp a file's modification time as
 // its last use, and Create first deletes the folder's least recently used
 // cache files until they and the new file fit its byte bound, sparing files
-// used in the last kRecentUse (the other ranks of a worker starting now)
-// and the file it replaces. Deleting a file another process maps is safe:
+// opened or written in the last kRecentUseSeconds (the other ranks of a
+// worker that start together) and the file it replaces. Deleting a file another process maps is safe:
 // the mapping keeps it until unmapped.
 // Threading: an opened file is immutable; any thread may read it.
 #pragma once

@@ -129,20 +129,15 @@ absl::StatusOr<TensorView> PackedInt8View(const ShardedSafetensors& files, const
   if (files.Contains(shape_name)) {  // what the packing was of: must be this Linear's shape
     FLOE_ASSIGN_OR_RETURN(SafetensorsFile::Raw stored, files.GetRaw(shape_name));
     const std::string& dtype = stored.entry->dtype_name;
-    const size_t width = dtype == "I64" ? 8 : dtype == "I32" ? 4 : 0;
-    std::vector<int64_t> values;
-    for (size_t i = 0; width > 0 && i < stored.bytes() / width && i < 2; ++i) {
-      int64_t v = 0;
-      if (width == 8) {
-        std::memcpy(&v, stored.data + 8 * i, 8);
-      } else {
-        int32_t v32 = 0;
-        std::memcpy(&v32, stored.data + 4 * i, 4);
-        v = v32;
-      }
-      values.push_back(v);
+    std::vector<int64_t> values(2);
+    if (dtype == "I64" && stored.bytes() == 16) {
+      std::memcpy(values.data(), stored.data, 16);
+    } else if (dtype == "I32" && stored.bytes() == 8) {
+      int32_t narrow[2];
+      std::memcpy(narrow, stored.data, 8);
+      values = {narrow[0], narrow[1]};
     }
-    if (width == 0 || stored.bytes() != 2 * width || values != shape) {
+    if (values != shape) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", shape_name, " (", dtype, " ",
                                                      ShapeToString(stored.entry->shape), ") must hold ",
                                                      ShapeToString(shape), " as two I64 or I32 values"));

@@ -130,6 +130,10 @@ absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& 
       }));
       continue;
     }
+    if (config.quantization.packed() && view.cols() % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": ", view.cols(),
+                                                     " columns do not fill int32 words of four 8-bit weights"));
+    }
     absl::StatusOr<QuantizedMatrix> quantized = QuantizePerChannel(view, target);
     if (!quantized.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(spec.name, ": ", quantized.status().message()));
@@ -144,10 +148,6 @@ absl::Status QuantizeCheckpoint(const std::string& from_dir, const std::string& 
     }
     // pack-quantized: int32 words of four q + 128 bytes, first in the low
     // byte, so on this little-endian machine the bytes are q ^ 0x80 in order.
-    if (view.cols() % 4 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": ", view.cols(),
-                                                     " columns do not fill int32 words of four 8-bit weights"));
-    }
     for (uint8_t& byte : q.data) byte ^= 0x80;
     FLOE_RETURN_IF_ERROR(writer.Add(module + ".weight_packed", "I32", {view.rows(), view.cols() / 4}, std::move(q.data)));
     const int64_t shape[2] = {view.rows(), view.cols()};

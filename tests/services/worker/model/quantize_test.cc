@@ -185,21 +185,23 @@ class QuantizedCheckpointTest : public TempDirTest {
     EXPECT_TRUE(s.ok()) << s;
     return Path(name);
   }
-  // Rewrites dir's model.safetensors, `edit` changing a tensor's dtype name,
-  // shape or bytes, or returning false to drop it.
+  // Rewrites dir's model.safetensors, `edit` changing a tensor's name,
+  // dtype name, shape or bytes, or returning false to drop it.
   struct Tensor {
+    std::string name;
     std::string dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
   };
-  void Edit(const std::string& dir, const std::function<bool(const std::string&, Tensor&)>& edit) {
+  using EditFn = std::function<bool(const std::string& name, Tensor&)>;
+  void Edit(const std::string& dir, const EditFn& edit) {
     auto files = ShardedSafetensors::OpenDirectory(dir);
     ASSERT_TRUE(files.ok()) << files.status();
     SafetensorsWriter writer;
     for (const std::string& name : files->names()) {
       const SafetensorsFile::Raw raw = *files->GetRaw(name);
-      Tensor t{raw.entry->dtype_name, raw.entry->shape, std::vector<uint8_t>(raw.data, raw.data + raw.bytes())};
-      if (edit(name, t)) ASSERT_TRUE(writer.Add(name, t.dtype, t.shape, t.bytes).ok()) << name;
+      Tensor t{name, raw.entry->dtype_name, raw.entry->shape, std::vector<uint8_t>(raw.data, raw.data + raw.bytes())};
+      if (edit(name, t)) ASSERT_TRUE(writer.Add(t.name, t.dtype, t.shape, t.bytes).ok()) << name;
     }
     files = absl::NotFoundError("closed");  // unmap before the file is replaced
     ASSERT_TRUE(writer.Write(dir + "/model.safetensors.tmp").ok());
@@ -209,6 +211,20 @@ class QuantizedCheckpointTest : public TempDirTest {
     auto checkpoint = Checkpoint::Load(dir, {});
     EXPECT_FALSE(checkpoint.ok());
     return std::string(checkpoint.status().message());
+  }
+  // Each case edits a fresh `target` checkpoint, whose load must then fail
+  // with every `want` in its message.
+  struct BadCase {
+    EditFn edit;
+    std::vector<std::string> want;
+  };
+  void ExpectNamedLoadErrors(DType target, const std::vector<BadCase>& cases) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string dir = WriteQuantized("case" + std::to_string(i), target);
+      Edit(dir, cases[i].edit);
+      const std::string error = LoadError(dir);
+      for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
+    }
   }
 };
 
@@ -265,11 +281,7 @@ TEST_F(QuantizedCheckpointTest, PerTensorScaleIsBroadcast) {
 TEST_F(QuantizedCheckpointTest, BadScalesAndDTypesAreNamed) {
   const std::string scale = "model.layers.1.mlp.up_proj.weight_scale";
   const std::string weight = "model.layers.1.mlp.up_proj.weight";
-  struct Case {
-    std::function<bool(const std::string&, Tensor&)> edit;
-    std::vector<std::string> want;
-  };
-  const std::vector<Case> cases = {
+  ExpectNamedLoadErrors(DType::kF8E4M3, {
       {[&](const std::string& n, Tensor&) { return n != scale; }, {"missing tensor " + scale}},
       {[&](const std::string& n, Tensor& t) {
          if (n == scale) t.shape = {t.shape[0] / 2, 2};
@@ -299,13 +311,7 @@ TEST_F(QuantizedCheckpointTest, BadScalesAndDTypesAreNamed) {
          return true;
        },
        {"lm_head.weight", "does not quantize it"}},
-  };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const std::string dir = WriteQuantized("case" + std::to_string(i), DType::kF8E4M3);
-    Edit(dir, cases[i].edit);
-    const std::string error = LoadError(dir);
-    for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
-  }
+  });
 }
 
 // int8 is written as pack-quantized (vLLM's W8A16 layout): I32 words of
@@ -336,27 +342,14 @@ TEST_F(QuantizedCheckpointTest, PackedInt8LayoutAndItsErrors) {
   const std::string plain = WriteQuantized("plain", DType::kI8);
   Edit(plain, [](const std::string& name, Tensor& t) {
     if (name.ends_with(".weight_shape")) return false;
-    if (name.ends_with(".weight_packed")) t.dtype = "I8", t.shape[1] *= 4;
-    for (uint8_t& b : t.bytes) b ^= name.ends_with(".weight_packed") ? 0x80 : 0;
+    if (name.ends_with(".weight_packed")) {  // <module>.weight, I8 [rows, cols], q itself
+      t.name = name.substr(0, name.size() - std::string("_packed").size());
+      t.dtype = "I8";
+      t.shape[1] *= 4;
+      for (uint8_t& b : t.bytes) b ^= 0x80;
+    }
     return true;
   });
-  // Rename weight_packed to weight: Edit keeps names, so rewrite them here.
-  {
-    auto source = ShardedSafetensors::OpenDirectory(plain);
-    ASSERT_TRUE(source.ok()) << source.status();
-    SafetensorsWriter writer;
-    for (const std::string& name : source->names()) {
-      auto raw = source->GetRaw(name);
-      ASSERT_TRUE(raw.ok());
-      std::string out = name;
-      if (out.ends_with(".weight_packed")) out = out.substr(0, out.size() - 7);  // ".weight"
-      ASSERT_TRUE(writer.Add(out, raw->entry->dtype_name, raw->entry->shape,
-                             std::vector<uint8_t>(raw->data, raw->data + raw->bytes())).ok()) << name;
-    }
-    source = absl::NotFoundError("closed");
-    ASSERT_TRUE(writer.Write(plain + "/model.safetensors.tmp").ok());
-    std::filesystem::rename(plain + "/model.safetensors.tmp", plain + "/model.safetensors");
-  }
   Json config = Json::parse(std::ifstream(plain + "/config.json"));
   config["quantization_config"]["format"] = "int-quantized";
   std::ofstream(plain + "/config.json") << config.dump();
@@ -366,12 +359,8 @@ TEST_F(QuantizedCheckpointTest, PackedInt8LayoutAndItsErrors) {
   EXPECT_EQ(plain_up.byte_xor, 0);
   for (int64_t i = 0; i < up.numel(); ++i) ASSERT_EQ(ValueAt(plain_up, i), ValueAt(up, i)) << i;
 
-  struct Case {
-    std::function<bool(const std::string&, Tensor&)> edit;
-    std::vector<std::string> want;
-  };
   const std::string packed_name = module + ".weight_packed", shape_name = module + ".weight_shape";
-  const std::vector<Case> cases = {
+  ExpectNamedLoadErrors(DType::kI8, {
       {[&](const std::string& n, Tensor&) { return n != packed_name; }, {"missing tensor " + packed_name}},
       {[&](const std::string& n, Tensor& t) {
          if (n == packed_name) t.dtype = "I8", t.shape[1] *= 4;
@@ -383,13 +372,7 @@ TEST_F(QuantizedCheckpointTest, PackedInt8LayoutAndItsErrors) {
          return true;
        },
        {shape_name, "must hold [128, 64]"}},
-  };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const std::string bad = WriteQuantized("bad" + std::to_string(i), DType::kI8);
-    Edit(bad, cases[i].edit);
-    const std::string error = LoadError(bad);
-    for (const std::string& want : cases[i].want) EXPECT_THAT(error, HasSubstr(want)) << "case " << i;
-  }
+  });
 }
 
 TEST_F(QuantizedCheckpointTest, KeepDenseModulesStayDenseAndAreIgnored) {
