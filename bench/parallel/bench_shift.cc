@@ -9,7 +9,9 @@
 // there) against the cost model's, and shift's worst ratio to the better
 // fixed mode. --calibrate measures the figures the cost model's
 // CPU profile names (services/worker/parallel/cost_model.cc) and predicts
-// the crossover from them too.
+// the crossover from them too. The JSON is also a shift profile:
+// `floe-worker --shift-profile` and `--shift-profile` here run each step in
+// the mode it measured faster at that size.
 //
 // JSON on stdout; progress on stderr.
 #include <unistd.h>
@@ -122,7 +124,9 @@ int Run(int argc, char** argv) {
   std::string token_list = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096";
   int64_t threshold = 0;
   bool calibrate = false;
-  ArgParser parser("bench_shift [--layers N] [--tokens LIST] [--reps N] [--threshold N] [--calibrate]",
+  std::string profile_path;
+  ArgParser parser("bench_shift [--layers N] [--tokens LIST] [--reps N] [--threshold N | --shift-profile FILE] "
+                   "[--calibrate]",
                    "Step time against scheduled tokens in TP, SP and shift on 2 CPU ranks x 1 thread (Llama-3.2-1B "
                    "shapes); JSON on stdout.");
   parser.AddInt("layers", &layers, "layers of the 1B model's shapes to run (16: all)");
@@ -130,6 +134,7 @@ int Run(int argc, char** argv) {
   parser.AddInt("reps", &reps, "repetitions per point (medians; at least 15 for steps under 0.5 s)");
   parser.AddInt64("threshold", &threshold, "shift threshold (0: the cost model's)");
   parser.AddBool("calibrate", &calibrate, "measure the CPU rank figures the cost model names");
+  parser.AddString("shift-profile", &profile_path, "shift runs each step in the mode this earlier output measured faster");
   parser.AddInt("tensor-parallel-size", &tensor, "T of the 2-rank grid (T x S = 2)");
   parser.AddInt("sequence-parallel-size", &sequence, "S of the 2-rank grid (S = 1: both modes are TP)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "bench_shift")) return *exit_code;
@@ -146,6 +151,11 @@ int Run(int argc, char** argv) {
   const Grid grid{tensor, sequence};
   const int64_t predicted = PredictShiftThreshold(model->config, CpuRankThread(), grid);
   ShiftPolicy policy{ShiftPolicy::Pin::kShift, threshold > 0 ? threshold : predicted};
+  if (!profile_path.empty()) {
+    auto profile = LoadShiftProfile(profile_path);
+    if (!profile.ok()) return std::fprintf(stderr, "bench_shift: %s\n", profile.status().ToString().c_str()), 2;
+    policy.profile = *std::move(profile);
+  }
 
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("floe_bench_shift_" + std::to_string(getpid()));
@@ -283,7 +293,8 @@ int Run(int argc, char** argv) {
                         {"measured_crossover_tokens", crossover},
                         {"crossover_ratio_measured_to_predicted",
                          crossover > 0 && predicted != kNeverShift ? crossover / predicted : 0},
-                        {"shift_threshold_used", policy.threshold},
+                        {"shift_threshold_used", policy.profile.empty() ? policy.threshold : 0},
+                        {"shift_profile", profile_path},
                         {"shift_worst_ratio_to_better_mode", worst_shift},
                         {"points", rows}};
   if (calibrate) {

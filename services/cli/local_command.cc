@@ -134,6 +134,7 @@ int RunLocal(int argc, char** argv) {
   int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
   std::string parallel_mode;
   int64_t shift_threshold = 0;
+  std::string shift_profile;
   bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
   std::string speculative_step_overhead_tokens;
   double kv_cache_gb = 0.5;
@@ -178,6 +179,8 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("parallel-mode", &parallel_mode, "tp|sp|shift (default: shift with S > 1; see floe-worker)");
   parser.AddInt64("shift-threshold", &shift_threshold,
                   "shift: scheduled tokens from which a step runs SP x TP (0: the worker's cost model)");
+  parser.AddString("shift-profile", &shift_profile,
+                   "shift: the workers' --shift-profile (bench_shift output: the faster mode per step size)");
   parser.AddInt("threads-per-rank", &threads_per_rank, "compute threads per rank (0: the worker's default)");
   parser.AddBool("benchmark-forced-decoding", &benchmark_forced_decoding,
                  "benchmarks only: workers emit a request's forced_output_ids instead of sampled tokens");
@@ -273,6 +276,7 @@ int RunLocal(int argc, char** argv) {
       if (threads_per_rank > 0) argv.insert(argv.end(), {"--threads-per-rank", std::to_string(threads_per_rank)});
       if (!parallel_mode.empty()) argv.insert(argv.end(), {"--parallel-mode", parallel_mode});
       if (shift_threshold > 0) argv.insert(argv.end(), {"--shift-threshold", std::to_string(shift_threshold)});
+      if (!shift_profile.empty()) argv.insert(argv.end(), {"--shift-profile", shift_profile});
     }
     auto child = Subprocess::Spawn(argv);
     if (!child.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(child.status().message()).c_str()), shutdown(1);

@@ -78,6 +78,7 @@ struct WorkerFlags {
   int threads_per_rank = 0;
   std::string parallel_mode;  // empty: shift with S > 1, else tp
   int64_t shift_threshold = 0;  // 0: from the cost model
+  std::string shift_profile;    // bench_shift JSON: the measured faster mode per step size
   int rank = 0;          // internal: > 0 in the ranks rank 0 starts
   std::string rank_dir;  // internal: their rendezvous folder
   // Ranks started elsewhere (another pod or machine): rank 0 does not fork
@@ -252,6 +253,9 @@ int Run(int argc, char** argv) {
                    "tokens (default: shift with S > 1)");
   parser.AddInt64("shift-threshold", &f.shift_threshold,
                   "shift: steps of at least this many scheduled tokens run SP x TP (0: from the cost model)");
+  parser.AddString("shift-profile", &f.shift_profile,
+                   "shift: each step runs the mode measured faster at its size in this bench_shift output "
+                   "(JSON) instead of one threshold");
   parser.AddInt("threads-per-rank", &f.threads_per_rank,
                 "compute threads of each rank with several ranks (0: cores / ranks)");
   parser.AddInt("rank", &f.rank, "internal: this process's rank (set by rank 0 for the ranks it starts)");
@@ -315,6 +319,19 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "floe-worker: --shift-threshold must be >= 0, got %lld\n",
                  static_cast<long long>(f.shift_threshold));
     return 2;
+  }
+  if (!f.shift_profile.empty()) {
+    if (policy.pin != ShiftPolicy::Pin::kShift || f.sequence_parallel_size == 1 || f.shift_threshold > 0) {
+      std::fprintf(stderr, "floe-worker: --shift-profile needs --parallel-mode shift, --sequence-parallel-size > 1 "
+                           "and no --shift-threshold\n");
+      return 2;
+    }
+    auto profile = LoadShiftProfile(f.shift_profile);
+    if (!profile.ok()) {
+      std::fprintf(stderr, "floe-worker: --shift-profile: %s\n", std::string(profile.status().message()).c_str());
+      return 2;
+    }
+    policy.profile = *std::move(profile);
   }
   // With S = 1 both modes are TP.
   if (f.sequence_parallel_size == 1) policy.pin = ShiftPolicy::Pin::kTensor;
@@ -514,7 +531,11 @@ int Run(int argc, char** argv) {
               {"sequence_parallel_size", static_cast<int64_t>(f.sequence_parallel_size)},
               {"parallel_mode", f.parallel_mode},
               {"shift_threshold", policy.threshold},
-              {"shift_threshold_from", std::string(f.shift_threshold > 0 ? "flag" : "cost_model")},
+              {"shift_threshold_from", std::string(!policy.profile.empty() ? "unused: profile"
+                                                   : f.shift_threshold > 0 ? "flag"
+                                                                           : "cost_model")},
+              {"shift_profile", f.shift_profile},
+              {"shift_profile_modes", DescribeShiftProfile(policy.profile)},
               {"rank0_weight_bytes", weight_bytes}});
     backend = std::unique_ptr<Backend>(std::make_unique<LeaderBackend>(
         std::move(backend).value(), *grid.world,

@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "common/metrics/http_get.h"
@@ -83,13 +84,17 @@ std::vector<std::string> SpArgs() {
           "ngram", "--max-num-batched-tokens", "16"};
 }
 
-// Shift Parallelism on 2 x 2 ranks: prefill chunks of 16 and batched steps
-// run SP x TP, lone decode steps (1 token plus ngram drafts) TP. A KV cache
-// of 8 blocks of 16 (4 KiB each on a rank of the tiny model) preempts
-// under the batch.
+// Shift Parallelism on 2 x 2 ranks from a measured profile (the shape
+// bench_shift prints): 1-token steps SP x TP (a row on one rank of each SP
+// group), 2 to 7 tokens TP (decodes with ngram drafts), 8 and more (prefill
+// chunks of 16, batched steps) SP x TP. A KV cache of 8 blocks of 16
+// (4 KiB each on a rank of the tiny model) preempts under the batch.
 std::vector<std::string> ShiftArgs() {
+  const std::string profile = ::testing::TempDir() + "/tensor_parallel_shift_profile.json";
+  std::ofstream(profile) << R"({"points": [{"tokens": 1, "tp_s": 0.2, "sp_s": 0.1},
+      {"tokens": 2, "tp_s": 0.2, "sp_s": 0.3}, {"tokens": 8, "tp_s": 0.5, "sp_s": 0.4}]})";
   return {"--tensor-parallel-size", "2", "--sequence-parallel-size", "2", "--threads-per-rank", "1",
-          "--speculative", "ngram", "--max-num-batched-tokens", "16", "--shift-threshold", "8",
+          "--speculative", "ngram", "--max-num-batched-tokens", "16", "--shift-profile", profile,
           "--kv-cache-gb", "0.0000306"};
 }
 
@@ -288,6 +293,33 @@ TEST(TensorParallelClusterTest, RanksStartedElsewhereMeetThroughRankZero) {
   (void)reader2->Finish();
   EXPECT_TRUE(WaitFor([&] { return (*leader)->Exited(); }, std::chrono::seconds(60)));
   EXPECT_TRUE(WIFEXITED((*leader)->exit_status()) && WEXITSTATUS((*leader)->exit_status()) == 1);
+}
+
+// A shift profile that cannot be used stops the worker at start (exit 2,
+// before any model load): one that does not parse, and one with a pinned
+// mode or a single SP rank (ShiftPolicyTest checks the messages).
+TEST(TensorParallelClusterTest, AnUnusableShiftProfileStopsTheWorkerAtStart) {
+  const std::string bad = ::testing::TempDir() + "/tensor_parallel_bad_profile.json";
+  std::ofstream(bad) << R"({"points": [{"tokens": 0, "tp_s": 1, "sp_s": 1}]})";
+  const std::string good = ::testing::TempDir() + "/tensor_parallel_good_profile.json";
+  std::ofstream(good) << R"({"points": [{"tokens": 1, "tp_s": 1, "sp_s": 2}]})";
+  const std::vector<std::vector<std::string>> refused = {
+      {"--sequence-parallel-size", "2", "--shift-profile", bad},
+      {"--sequence-parallel-size", "2", "--shift-profile", ::testing::TempDir() + "/absent_profile.json"},
+      {"--sequence-parallel-size", "2", "--parallel-mode", "tp", "--shift-profile", good},
+      {"--sequence-parallel-size", "2", "--shift-threshold", "8", "--shift-profile", good},
+      {"--tensor-parallel-size", "2", "--shift-profile", good},
+  };
+  for (const auto& flags : refused) {
+    std::vector<std::string> argv = {BinaryPath("floe-worker"), "--model", TinyModelDir(), "--port", "0",
+                                     "--metrics-port", "-1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto worker = Subprocess::Spawn(argv);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    ASSERT_TRUE(WaitFor([&] { return (*worker)->Exited(); }, std::chrono::seconds(30))) << absl::StrJoin(flags, " ");
+    EXPECT_TRUE(WIFEXITED((*worker)->exit_status()) && WEXITSTATUS((*worker)->exit_status()) == 2)
+        << absl::StrJoin(flags, " ");
+  }
 }
 
 }  // namespace

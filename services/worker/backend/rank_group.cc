@@ -54,13 +54,6 @@ absl::Status Decode(const std::vector<int32_t>& payload, std::vector<ForwardSequ
 
 }  // namespace
 
-absl::StatusOr<ShiftPolicy::Pin> ParseParallelMode(const std::string& name) {
-  if (name == "tp") return ShiftPolicy::Pin::kTensor;
-  if (name == "sp") return ShiftPolicy::Pin::kSequence;
-  if (name == "shift") return ShiftPolicy::Pin::kShift;
-  return absl::InvalidArgumentError(absl::StrCat("parallel mode \"", name, "\": expected tp, sp or shift"));
-}
-
 LeaderBackend::~LeaderBackend() {
   if (!stopped_) (void)Send(kStop, {});
 }

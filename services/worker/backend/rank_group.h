@@ -28,26 +28,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/worker/backend/backend.h"
+#include "services/worker/backend/shift_policy.h"
 #include "services/worker/parallel/communicator.h"
 
 namespace floe {
-
-// Which mode each step runs in.
-struct ShiftPolicy {
-  enum class Pin { kTensor, kSequence, kShift };
-  Pin pin = Pin::kShift;
-  // kShift: steps of at least this many scheduled tokens (prompt chunks,
-  // decode and draft tokens) run SP x TP, the others TP.
-  int64_t threshold = 256;
-
-  ParallelMode Choose(int64_t scheduled_tokens) const {
-    if (pin == Pin::kShift) return scheduled_tokens >= threshold ? ParallelMode::kSequence : ParallelMode::kTensor;
-    return pin == Pin::kSequence ? ParallelMode::kSequence : ParallelMode::kTensor;
-  }
-};
-
-// "tp", "sp" or "shift"; INVALID_ARGUMENT otherwise.
-absl::StatusOr<ShiftPolicy::Pin> ParseParallelMode(const std::string& name);
 
 // Counted by rank 0 per step; read by the metrics at scrape time.
 struct ParallelStats {

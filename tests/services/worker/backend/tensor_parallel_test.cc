@@ -464,24 +464,5 @@ TEST(ShiftGridTest, LayoutFollowsTheTransposedGrid) {
   EXPECT_NE(refused.status().message().find("head_dim 8"), std::string::npos) << refused.status();
 }
 
-// The policy: TP below the threshold, SP x TP from it; pins stay put.
-TEST(ShiftPolicyTest, ChoosesByScheduledTokens) {
-  const struct {
-    ShiftPolicy::Pin pin;
-    int64_t tokens;
-    ParallelMode want;
-  } cases[] = {
-      {ShiftPolicy::Pin::kShift, 1, ParallelMode::kTensor},     {ShiftPolicy::Pin::kShift, 99, ParallelMode::kTensor},
-      {ShiftPolicy::Pin::kShift, 100, ParallelMode::kSequence}, {ShiftPolicy::Pin::kShift, 4096, ParallelMode::kSequence},
-      {ShiftPolicy::Pin::kTensor, 4096, ParallelMode::kTensor}, {ShiftPolicy::Pin::kSequence, 1, ParallelMode::kSequence},
-  };
-  for (const auto& c : cases) {
-    ShiftPolicy p{c.pin, 100};
-    EXPECT_EQ(p.Choose(c.tokens), c.want) << c.tokens;
-  }
-  EXPECT_FALSE(ParseParallelMode("ulysses").ok());
-  EXPECT_EQ(*ParseParallelMode("shift"), ShiftPolicy::Pin::kShift);
-}
-
 }  // namespace
 }  // namespace floe
