@@ -11,7 +11,9 @@
 #   bench/serving/swiftkv.sh [PRESET=llama-3.2-1b-swiftkv] [REQUESTS=8] [REPS=2] [OUT=/tmp/floe-swiftkv.json]
 #
 # Needs a built tree (scripts/build.sh) and scripts/bootstrap.sh's tokenizer.
-# About 15 minutes on the 2-core dev machine at the 1B preset.
+# 15-25 minutes on a 2-core dev host at the 1B preset. FLOE_SWIFTKV_KV_GB
+# sets the KV cache (default 1 GiB), FLOE_SWIFTKV_INPUT_LEN / _OUTPUT_LEN
+# the lengths.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PRESET=${1:-llama-3.2-1b-swiftkv}
@@ -20,6 +22,10 @@ REPS=${3:-2}
 OUT=${4:-/tmp/floe-swiftkv.json}
 INPUT_LEN=${FLOE_SWIFTKV_INPUT_LEN:-2000}
 OUTPUT_LEN=${FLOE_SWIFTKV_OUTPUT_LEN:-250}
+# f32 KV on the CPU backend: 64 KiB a token at 1B shapes, so 1 GiB holds the
+# four 2,250-token sequences in flight (floe local's 0.5 GiB default would
+# preempt and recompute, which measures the cache size, not SwiftKV).
+KV_GB=${FLOE_SWIFTKV_KV_GB:-1}
 work=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -34,7 +40,7 @@ python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["swiftkv"]=False;
   "$work/swiftkv/config.json" "$work/dense/config.json"
 
 start() {  # NAME: starts floe local on that checkpoint, prints its router address
-  build/bin/floe local --model "$work/$1" --workers 1 --speculative off >"$work/$1.log" 2>&1 &
+  build/bin/floe local --model "$work/$1" --workers 1 --speculative off --kv-cache-gb "$KV_GB" >"$work/$1.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1500); do
     grep -q "router listening on" "$work/$1.log" && break
@@ -52,11 +58,21 @@ for rep in $(seq "$REPS"); do
   build/bin/floe bench --addr "$dense" --compare "$swiftkv" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" \
     --range-ratio 0 --num-requests "$REQUESTS" --max-concurrency 4 --ignore-eos --warmup 1 --seed "$rep" \
     --timeout-s 3600 --no-progress --json "$work/rep$rep.json" >"$work/rep$rep.txt"
+  cp "$work/rep$rep.json" "${OUT%.json}-rep$rep.json"  # kept if a later step fails
 done
 
-python3 - "$OUT" "$PRESET" "$work"/rep*.json <<'PY'
+preemptions() {  # NAME: the worker's floe_num_preemptions_total
+  local url
+  url=$(sed -n 's/^metrics worker-0 \(.*\)$/\1/p' "$work/$1.log" | head -1)
+  curl -s "$url" | awk '/^floe_num_preemptions_total/ {s += $2} END {print s + 0}'
+}
+host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+simd=$(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)
+python3 - "$OUT" "$PRESET" "$(preemptions dense)" "$(preemptions swiftkv)" "$host ${simd:-avx2}" \
+  "random $INPUT_LEN in / $OUTPUT_LEN out, concurrency 4, ignore-eos" "$work"/rep*.json <<'PY'
 import json, statistics, sys
-out, preset, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, preset, pre_dense, pre_swiftkv, host, workload = sys.argv[1:7]
+files = sys.argv[7:]
 runs = {"dense": [], "swiftkv": []}
 for f in files:
     j = json.load(open(f))
@@ -64,7 +80,9 @@ for f in files:
     runs["swiftkv"].append(j["compare"][0]["summary"])
 def med(side, key, sub=None):
     return statistics.median(s[key][sub] if sub else s[key] for s in runs[side])
-res = {"preset": preset, "reps": len(files), "workload": "random 2000 in / 250 out, concurrency 4, ignore-eos"}
+res = {"preset": preset, "reps": len(files), "host": host,
+       "workload": workload,
+       "preemptions": {"dense": int(pre_dense), "swiftkv": int(pre_swiftkv)}}
 for side in runs:
     res[side] = {
         "completed": [s["completed"] for s in runs[side]],
