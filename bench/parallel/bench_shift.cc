@@ -152,6 +152,7 @@ int Run(int argc, char** argv) {
   const int64_t predicted = PredictShiftThreshold(model->config, CpuRankThread(), grid);
   ShiftPolicy policy{ShiftPolicy::Pin::kShift, threshold > 0 ? threshold : predicted};
   if (!profile_path.empty()) {
+    if (threshold > 0) return std::fprintf(stderr, "bench_shift: --threshold or --shift-profile, not both\n"), 2;
     auto profile = LoadShiftProfile(profile_path);
     if (!profile.ok()) return std::fprintf(stderr, "bench_shift: %s\n", profile.status().ToString().c_str()), 2;
     policy.profile = *std::move(profile);

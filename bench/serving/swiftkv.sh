@@ -39,17 +39,20 @@ rm "$work/dense/config.json"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["swiftkv"]=False; json.dump(c,open(sys.argv[2],"w"),indent=2)' \
   "$work/swiftkv/config.json" "$work/dense/config.json"
 
-start() {  # NAME: starts floe local on that checkpoint, prints its router address
+start() {  # NAME: starts floe local on that checkpoint (in this shell, so the
+           # trap can stop it), sets addr to its router address
   build/bin/floe local --model "$work/$1" --workers 1 --speculative off --kv-cache-gb "$KV_GB" >"$work/$1.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1500); do
     grep -q "router listening on" "$work/$1.log" && break
     sleep 0.2
   done
-  sed -n 's/.*router listening on \([^ ]*\).*/\1/p' "$work/$1.log" | head -1
+  addr=$(sed -n 's/.*router listening on \([^ ]*\).*/\1/p' "$work/$1.log" | head -1)
 }
-dense=$(start dense)
-swiftkv=$(start swiftkv)
+start dense
+dense=$addr
+start swiftkv
+swiftkv=$addr
 [[ -n $dense && -n $swiftkv ]] || { cat "$work"/*.log; echo "a cluster did not start" >&2; exit 1; }
 echo "[swiftkv] dense at $dense, SwiftKV at $swiftkv"
 
@@ -61,14 +64,20 @@ for rep in $(seq "$REPS"); do
   cp "$work/rep$rep.json" "${OUT%.json}-rep$rep.json"  # kept if a later step fails
 done
 
-preemptions() {  # NAME: the worker's floe_num_preemptions_total
-  local url
+preemptions() {  # NAME: the worker's floe_num_preemptions_total, or "unknown"
+  local url body
   url=$(sed -n 's/^metrics worker-0 \(.*\)$/\1/p' "$work/$1.log" | head -1)
-  curl -s "$url" | awk '/^floe_num_preemptions_total/ {s += $2} END {print s + 0}'
+  if [[ -n $url ]] && body=$(curl -fsS --max-time 10 "$url") && grep -q '^floe_num_preemptions_total' <<<"$body"; then
+    awk '/^floe_num_preemptions_total/ {s += $2} END {print s + 0}' <<<"$body"
+  else
+    echo unknown
+  fi
 }
-host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-simd=$(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)
-python3 - "$OUT" "$PRESET" "$(preemptions dense)" "$(preemptions swiftkv)" "$host ${simd:-avx2}" \
+pre_dense=$(preemptions dense)
+pre_swiftkv=$(preemptions swiftkv)
+host=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1 || true)
+simd=$(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null | sort -u | paste -sd, - || true)
+python3 - "$OUT" "$PRESET" "$pre_dense" "$pre_swiftkv" "${host:-unknown} (${simd:-no avx2})" \
   "random $INPUT_LEN in / $OUTPUT_LEN out, concurrency 4, ignore-eos" "$work"/rep*.json <<'PY'
 import json, statistics, sys
 out, preset, pre_dense, pre_swiftkv, host, workload = sys.argv[1:7]
@@ -82,7 +91,8 @@ def med(side, key, sub=None):
     return statistics.median(s[key][sub] if sub else s[key] for s in runs[side])
 res = {"preset": preset, "reps": len(files), "host": host,
        "workload": workload,
-       "preemptions": {"dense": int(pre_dense), "swiftkv": int(pre_swiftkv)}}
+       "preemptions": {side: None if v == "unknown" else int(v)
+                       for side, v in (("dense", pre_dense), ("swiftkv", pre_swiftkv))}}
 for side in runs:
     res[side] = {
         "completed": [s["completed"] for s in runs[side]],

@@ -276,8 +276,9 @@ int RunLocal(int argc, char** argv) {
       if (threads_per_rank > 0) argv.insert(argv.end(), {"--threads-per-rank", std::to_string(threads_per_rank)});
       if (!parallel_mode.empty()) argv.insert(argv.end(), {"--parallel-mode", parallel_mode});
       if (shift_threshold > 0) argv.insert(argv.end(), {"--shift-threshold", std::to_string(shift_threshold)});
-      if (!shift_profile.empty()) argv.insert(argv.end(), {"--shift-profile", shift_profile});
     }
+    // Passed on whatever the grid, so a worker that cannot use it says so.
+    if (!shift_profile.empty()) argv.insert(argv.end(), {"--shift-profile", shift_profile});
     auto child = Subprocess::Spawn(argv);
     if (!child.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(child.status().message()).c_str()), shutdown(1);
     auto address = (*child)->WaitForLine("worker listening on ", std::chrono::seconds(ready_timeout_s));

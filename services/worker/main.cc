@@ -326,7 +326,10 @@ int Run(int argc, char** argv) {
                            "and no --shift-threshold\n");
       return 2;
     }
-    auto profile = LoadShiftProfile(f.shift_profile);
+    // Only rank 0 chooses modes; the other ranks (maybe on machines
+    // without the file) get the flags as they are and ignore it.
+    absl::StatusOr<std::vector<ShiftProfilePoint>> profile = std::vector<ShiftProfilePoint>{};
+    if (f.rank == 0) profile = LoadShiftProfile(f.shift_profile);
     if (!profile.ok()) {
       std::fprintf(stderr, "floe-worker: --shift-profile: %s\n", std::string(profile.status().message()).c_str());
       return 2;

@@ -29,7 +29,7 @@ absl::StatusOr<ShiftPolicy::Pin> ParseParallelMode(const std::string& name) {
 absl::StatusOr<std::vector<ShiftProfilePoint>> ParseShiftProfile(std::string_view json) {
   if (json.size() > kMaxShiftProfileBytes)
     return absl::InvalidArgumentError(
-        absl::StrCat("shift profile: ", json.size(), " bytes, limit ", kMaxShiftProfileBytes));
+        absl::StrCat("shift profile: more than ", kMaxShiftProfileBytes, " bytes (the limit)"));
   const nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("shift profile: not JSON");
   if (!doc.is_object() || !doc.contains("points") || !doc["points"].is_array() || doc["points"].empty())
@@ -57,6 +57,9 @@ absl::StatusOr<std::vector<ShiftProfilePoint>> ParseShiftProfile(std::string_vie
       if (!s->ok()) return s->status();
     if (!p["tokens"].is_number_integer())
       return absl::InvalidArgumentError(absl::StrCat("shift profile: points[", i, "].tokens is not an integer"));
+    if (*tokens > static_cast<double>(kMaxShiftProfileTokens))  // before the conversion: a uint64 may not fit
+      return absl::InvalidArgumentError(absl::StrCat("shift profile: points[", i, "].tokens = ", p["tokens"].dump(),
+                                                     ", limit ", kMaxShiftProfileTokens));
     const int64_t n = p["tokens"].get<int64_t>();
     if (!profile.empty() && n <= profile.back().tokens)
       return absl::InvalidArgumentError(absl::StrCat("shift profile: points[", i, "].tokens = ", n,

@@ -42,15 +42,18 @@ struct ShiftPolicy {
 // "tp", "sp" or "shift"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<ShiftPolicy::Pin> ParseParallelMode(const std::string& name);
 
-// Limits on a profile file: more points than any step-size sweep needs.
-inline constexpr size_t kMaxShiftProfileBytes = size_t{1} << 20;
+// Limits on a profile: more than any step-size sweep needs (bench_shift
+// prints 1-2 KB per point, every sample included).
+inline constexpr size_t kMaxShiftProfileBytes = size_t{16} << 20;
 inline constexpr size_t kMaxShiftProfilePoints = 4096;
+inline constexpr int64_t kMaxShiftProfileTokens = int64_t{1} << 30;
 
 // A profile from bench_shift's JSON ({"points": [{"tokens", "tp_s",
 // "sp_s"}, ...]}, any other field ignored): each point's faster mode, ties
 // to TP. INVALID_ARGUMENT naming the point and field on anything else:
-// not JSON, no points, a size not positive or not ascending, a time not
-// positive and finite, past the limits above.
+// not JSON, no points, a size not a JSON integer (2.0 is refused) in
+// [1, kMaxShiftProfileTokens] or not ascending, a time not positive and
+// finite, past the limits above.
 absl::StatusOr<std::vector<ShiftProfilePoint>> ParseShiftProfile(std::string_view json);
 
 // "1:sp 2:tp 4:tp ...", for logs.

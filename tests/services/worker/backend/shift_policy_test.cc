@@ -90,6 +90,8 @@ TEST(ShiftPolicyTest, RefusesABadProfileNamingThePointAndField) {
       {R"({"points": [{"tokens": 0, "tp_s": 1, "sp_s": 1}]})", "points[0].tokens = 0, expected positive"},
       {R"({"points": [{"tokens": 1.5, "tp_s": 1, "sp_s": 1}]})", "points[0].tokens is not an integer"},
       {R"({"points": [{"tokens": 1, "tp_s": -1, "sp_s": 1}]})", "points[0].tp_s = -1"},
+      {R"({"points": [{"tokens": 18446744073709551615, "tp_s": 1, "sp_s": 1}]})", "points[0].tokens = 18446744073709551615, limit"},
+      {R"({"points": [{"tokens": 1073741825, "tp_s": 1, "sp_s": 1}]})", "limit 1073741824"},
       {R"({"points": [{"tokens": 4, "tp_s": 1, "sp_s": 1}, {"tokens": 4, "tp_s": 1, "sp_s": 1}]})",
        "points[1].tokens = 4 after 4, expected ascending"},
   };
@@ -109,7 +111,7 @@ TEST(ShiftPolicyTest, RefusesABadProfileNamingThePointAndField) {
   EXPECT_NE(too_many.status().message().find("limit 4096"), std::string::npos) << too_many.status();
   auto too_big = ParseShiftProfile(std::string(kMaxShiftProfileBytes + 1, ' '));
   ASSERT_FALSE(too_big.ok());
-  EXPECT_NE(too_big.status().message().find("bytes, limit"), std::string::npos) << too_big.status();
+  EXPECT_NE(too_big.status().message().find("bytes (the limit)"), std::string::npos) << too_big.status();
 }
 
 TEST(ShiftPolicyTest, LoadsAFileAndNamesItOnError) {
