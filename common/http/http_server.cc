@@ -79,24 +79,39 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
  public:
   template <class... TlsContext>
   Connection(tcp::socket socket, std::shared_ptr<ServerState> state, TlsContext&... tls)
-      : stream_(std::move(socket), tls...), state_(std::move(state)) {
+      : stream_(std::in_place, std::move(socket), tls...), state_(std::move(state)) {
     state_->connections.fetch_add(1);
   }
   ~Connection() override { state_->connections.fetch_sub(1); }
 
   void ReleaseForShutdown() override {
+    std::lock_guard<std::recursive_mutex> lock(release_mu_);
+    released_ = true;
     exchange_.reset();
     pending_.clear();
     on_gone_ = nullptr;
+    stream_.reset();  // while the io_context is still there
+  }
+
+  // Runs fn on the connection's strand (an exchange's calls, from any
+  // thread), or drops it once the server has shut down. Recursive: fn may
+  // run inline and call back into the exchange.
+  // False, fn dropped, once released.
+  template <class Fn>
+  bool Dispatch(Fn&& fn) {
+    std::lock_guard<std::recursive_mutex> lock(release_mu_);
+    if (released_) return false;
+    asio::dispatch(stream_->get_executor(), std::forward<Fn>(fn));
+    return true;
   }
 
   void Run() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    asio::dispatch(stream_->get_executor(), [self = shared_from_this()] {
       if constexpr (kTls) {
         // The handshake gets the idle timeout: a client that connects and
         // never speaks TLS is dropped like one that never sends a request.
         self->lowest().expires_after(self->state_->options.idle_timeout);
-        self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+        self->stream_->async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
           if (ec) return self->Drop();
           self->ReadRequest();
         });
@@ -117,7 +132,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     message->prepare_payload();
     exchange_ended_ = true;
     lowest().expires_after(state_->options.write_timeout);
-    bhttp::async_write(stream_, *message,
+    bhttp::async_write(*stream_, *message,
                        [self = shared_from_this(), message](beast::error_code ec, size_t) { self->ExchangeWritten(ec); });
   }
   void StartStream(int status, std::string content_type, Headers headers) {
@@ -131,7 +146,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     header->chunked(true);
     auto serializer = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*header);
     Queue([this, header, serializer](std::function<void(beast::error_code)> done) {
-      bhttp::async_write_header(stream_, *serializer,
+      bhttp::async_write_header(*stream_, *serializer,
                                 [header, serializer, done](beast::error_code ec, size_t) { done(ec); });
     }, nullptr);
   }
@@ -142,7 +157,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     }
     auto body = std::make_shared<std::string>(std::move(data));
     Queue([this, body](std::function<void(beast::error_code)> done) {
-      asio::async_write(stream_, bhttp::make_chunk(asio::buffer(*body)),
+      asio::async_write(*stream_, bhttp::make_chunk(asio::buffer(*body)),
                         [body, done](beast::error_code ec, size_t) { done(ec); });
     }, std::move(written));
   }
@@ -150,7 +165,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     if (!InExchange() || !streaming_ || end_queued_) return;
     end_queued_ = true;
     Queue([this](std::function<void(beast::error_code)> done) {
-      asio::async_write(stream_, bhttp::make_chunk_last(), [done](beast::error_code ec, size_t) { done(ec); });
+      asio::async_write(*stream_, bhttp::make_chunk_last(), [done](beast::error_code ec, size_t) { done(ec); });
     }, [self = shared_from_this()](bool ok) {
       self->exchange_ended_ = true;
       self->ExchangeWritten(ok ? beast::error_code{} : beast::error_code(asio::error::broken_pipe));
@@ -164,12 +179,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     }
     on_gone_ = std::move(gone);
   }
-  asio::any_io_executor executor() { return stream_.get_executor(); }
 
  private:
   using Write = std::function<void(std::function<void(beast::error_code)>)>;
   // The TCP layer under TLS, or the stream itself: timeouts and the socket.
-  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(*stream_); }
   struct Pending {
     Write write;
     std::function<void(bool)> written;
@@ -185,7 +199,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     parser_->body_limit(state_->options.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(state_->options.max_header_bytes));
     lowest().expires_after(state_->options.idle_timeout);
-    bhttp::async_read(stream_, buffer_, *parser_,
+    bhttp::async_read(*stream_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
   }
 
@@ -224,7 +238,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // consuming anything it sent (a pipelined request stays buffered).
   void WatchForHangUp(const std::shared_ptr<Exchange>& exchange) {
     std::weak_ptr<Exchange> watched = exchange;
-    lowest().socket().async_wait(tcp::socket::wait_read, asio::bind_executor(stream_.get_executor(),
+    lowest().socket().async_wait(tcp::socket::wait_read, asio::bind_executor(stream_->get_executor(),
         [self = shared_from_this(), watched](beast::error_code ec) {
           if (ec || watched.lock() != self->exchange_ || !self->InExchange()) return;
           char byte;
@@ -293,7 +307,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     lowest().socket().close(ignored);
   }
 
-  Stream stream_;
+  // Reset by ReleaseForShutdown: its socket and timer belong to the
+  // server's io_context, which a holder of the exchange may outlive.
+  std::optional<Stream> stream_;
   std::shared_ptr<ServerState> state_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -307,31 +323,37 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   bool exchange_ended_ = false;
   bool client_gone_ = false;
   bool dropped_ = false;
+  std::recursive_mutex release_mu_;
+  bool released_ = false;  // guarded by release_mu_
 };
 
 template <class Stream>
 void ExchangeImpl<Stream>::Reply(Response response) {
-  asio::dispatch(connection_->executor(), [c = connection_, r = std::move(response)]() mutable { c->Reply(std::move(r)); });
+  connection_->Dispatch([c = connection_, r = std::move(response)]() mutable { c->Reply(std::move(r)); });
 }
 template <class Stream>
 void ExchangeImpl<Stream>::StartStream(int status, std::string content_type, Headers headers) {
-  asio::dispatch(connection_->executor(), [c = connection_, status, t = std::move(content_type), h = std::move(headers)]() mutable {
+  connection_->Dispatch([c = connection_, status, t = std::move(content_type), h = std::move(headers)]() mutable {
     c->StartStream(status, std::move(t), std::move(h));
   });
 }
 template <class Stream>
 void ExchangeImpl<Stream>::Send(std::string data, std::function<void(bool)> written) {
-  asio::dispatch(connection_->executor(), [c = connection_, d = std::move(data), w = std::move(written)]() mutable {
-    c->Send(std::move(d), std::move(w));
+  // The callback is kept out of the task until it is known to run: a server
+  // that shut down still answers written(false).
+  auto callback = std::make_shared<std::function<void(bool)>>(std::move(written));
+  const bool queued = connection_->Dispatch([c = connection_, d = std::move(data), callback]() mutable {
+    c->Send(std::move(d), std::move(*callback));
   });
+  if (!queued && *callback) (*callback)(false);
 }
 template <class Stream>
 void ExchangeImpl<Stream>::End() {
-  asio::dispatch(connection_->executor(), [c = connection_] { c->End(); });
+  connection_->Dispatch([c = connection_] { c->End(); });
 }
 template <class Stream>
 void ExchangeImpl<Stream>::OnClientGone(std::function<void()> gone) {
-  asio::dispatch(connection_->executor(), [c = connection_, g = std::move(gone)]() mutable { c->OnClientGone(std::move(g)); });
+  connection_->Dispatch([c = connection_, g = std::move(gone)]() mutable { c->OnClientGone(std::move(g)); });
 }
 
 class ServerImpl final : public Server {

@@ -188,5 +188,32 @@ TEST(HttpServerTest, ShutdownWithOpenStreamsReturns) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
+// A handler may hold its exchange past the server (the router's gRPC call
+// does until its worker answers): after the server is gone, the exchange's
+// calls do nothing, a write reports failure, and dropping it frees the
+// connection without touching the server's destroyed I/O context (the
+// sanitizer build catches that use after free).
+TEST(HttpServerTest, AnExchangeHeldPastTheServerIsInert) {
+  std::promise<std::shared_ptr<Exchange>> held;
+  auto started = Server::Start({}, [&held](Request, std::shared_ptr<Exchange> exchange) {
+    exchange->StartStream(200, "text/event-stream");
+    held.set_value(std::move(exchange));
+  });
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<Server> server = *std::move(started);
+  SseStream waiting(server->address(), "/held", "{}", 0, 2000);
+  std::shared_ptr<Exchange> exchange = held.get_future().get();
+  server.reset();  // Shutdown, then the I/O context goes
+  std::promise<bool> written;
+  exchange->Send("data: late\n\n", [&written](bool ok) { written.set_value(ok); });
+  auto result = written.get_future();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(result.get());
+  exchange->End();
+  exchange->Reply(Response{200, "text/plain", "late", {}});
+  exchange->OnClientGone([] {});
+  exchange.reset();  // the last reference to the connection
+}
+
 }  // namespace
 }  // namespace floe::http
