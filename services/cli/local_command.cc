@@ -126,6 +126,7 @@ bool RouterReady(const std::string& address, const std::shared_ptr<grpc::Channel
 int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
+  std::string speculator;
   std::string weight_cache = "auto";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
   std::string chat_template, api_key_file;
@@ -164,7 +165,10 @@ int RunLocal(int argc, char** argv) {
                    "workers' --weight-cache: repacked weights kept for the next start (auto: MODEL/.floe-cache | off | DIR)");
   parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
   parser.AddString("speculative", &speculative,
-                   "off|ngram|suffix (lossless; suffix also starts a floe-suffix-cache for the global tree)");
+                   "off|ngram|suffix|lstm|suffix+lstm (lossless; suffix also starts a floe-suffix-cache for the "
+                   "global tree; lstm needs --speculator)");
+  parser.AddString("speculator", &speculator,
+                   "workers' --speculator: an Arctic speculator folder (floe make-model --preset speculator)");
   parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
   parser.AddBool("speculative-reference-compatible", &speculative_reference_compatible,
                  "workers draft suffixes exactly as Arctic Inference (default: Floe's drafting mode)");
@@ -199,8 +203,14 @@ int RunLocal(int argc, char** argv) {
   common_args.push_back("--reflection");
   std::vector<std::string> admin_args;
   if (!admin_key_file.empty()) admin_args = {"--admin-key-file", admin_key_file};
-  if (speculative != "off" && speculative != "ngram" && speculative != "suffix") {
-    std::fprintf(stderr, "floe local: --speculative must be off, ngram or suffix\n");
+  if (speculative != "off" && speculative != "ngram" && speculative != "suffix" && speculative != "lstm" &&
+      speculative != "suffix+lstm") {
+    std::fprintf(stderr, "floe local: --speculative must be off, ngram, suffix, lstm or suffix+lstm\n");
+    return 2;
+  }
+  const bool suffix_drafts = speculative == "suffix" || speculative == "suffix+lstm";
+  if ((speculative == "lstm" || speculative == "suffix+lstm") == speculator.empty()) {
+    std::fprintf(stderr, "floe local: --speculator DIR goes with --speculative lstm or suffix+lstm, and only there\n");
     return 2;
   }
   if (workers < 1 || workers > 64) {
@@ -208,7 +218,7 @@ int RunLocal(int argc, char** argv) {
     return 2;
   }
   const fs::path bin = ExecutableDir();
-  if (absl::Status s = CheckBinaries(bin, speculative == "suffix"); !s.ok()) {
+  if (absl::Status s = CheckBinaries(bin, suffix_drafts); !s.ok()) {
     std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
     return 1;
   }
@@ -246,7 +256,8 @@ int RunLocal(int argc, char** argv) {
   }
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
-  if (speculative == "suffix") {
+  if (!speculator.empty()) speculation_args.insert(speculation_args.end(), {"--speculator", speculator});
+  if (suffix_drafts) {
     std::vector<std::string> cache_argv = {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0",
                                            "--metrics-port", "0"};
     cache_argv.insert(cache_argv.end(), common_args.begin(), common_args.end());

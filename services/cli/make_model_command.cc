@@ -10,12 +10,16 @@
 #include "common/cli/arg_parser.h"
 #include "services/cli/commands.h"
 #include "services/worker/model/checkpoint_writer.h"
+#include "services/worker/model/model_config.h"
 #include "services/worker/model/quantize.h"
+#include "services/worker/speculation/speculator_writer.h"
 
 namespace floe {
 
 int RunMakeModel(int argc, char** argv) {
-  std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture, quantize, from, keep_dense;
+  std::string preset = "tiny", dtype = "bf16", tokenizer, out, architecture, quantize, from, keep_dense, base;
+  std::string method = "sum_lstm";
+  int n_predict = 3;
   uint64_t seed = 0;
   int shards = 1;
   ArgParser parser("floe make-model --preset tiny|llama-3.2-1b|tiny-swiftkv|llama-3.2-1b-swiftkv --dtype bf16|fp32 "
@@ -25,7 +29,9 @@ int RunMakeModel(int argc, char** argv) {
                    "-swiftkv presets: LlamaSwiftKVForCausalLM with SwiftKV on over the second half of the layers.\n"
                    "--quantize fp8|int8: the checkpoint in vLLM's compressed-tensors format (8-bit Linear weights\n"
                    "with a scale per output channel; lm_head stays dense), from --from DIR (any dense checkpoint)\n"
-                   "or from the preset's random weights.");
+                   "or from the preset's random weights.\n"
+                   "--preset speculator --base MODEL_DIR: a random Arctic speculator (sum_lstm, n_predict 3, dims =\n"
+                   "the base model's hidden size) sized for that model, for --speculative lstm.");
   parser.AddString("preset", &preset, absl::StrCat("shape preset: ", absl::StrJoin(CheckpointPresetNames(), "|")));
   parser.AddString("dtype", &dtype, "bf16|fp32|fp16");
   parser.AddString("tokenizer", &tokenizer, "tokenizer.json or a folder with it (and tokenizer_config.json)");
@@ -38,10 +44,42 @@ int RunMakeModel(int argc, char** argv) {
   parser.AddString("keep-dense", &keep_dense,
                    "with --quantize: comma-separated Linear modules to leave dense besides lm_head, e.g. "
                    "model.layers.0.mlp.down_proj (q|k|v and gate|up go together)");
+  parser.AddString("base", &base, "--preset speculator: the base model folder (its config.json sets the sizes)");
+  parser.AddString("method", &method, "--preset speculator: sum_lstm|sum_rnn");
+  parser.AddInt("n-predict", &n_predict, "--preset speculator: draft tokens per step (1..16)");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe make-model")) return *exit_code;
   if (out.empty()) {
     std::fprintf(stderr, "floe make-model: --out is required\n");
     return 2;
+  }
+  if ((preset == "speculator") == base.empty()) {
+    std::fprintf(stderr, "floe make-model: --base MODEL_DIR goes with --preset speculator, and only there\n");
+    return 2;
+  }
+  if (preset == "speculator") {
+    auto base_config = ModelConfig::FromFile(base + "/config.json");
+    if (!base_config.ok()) {
+      std::fprintf(stderr, "floe make-model: --base: %s\n", std::string(base_config.status().message()).c_str());
+      return 2;
+    }
+    auto parsed = ParseDTypeName(dtype);
+    SpeculatorSpec spec;
+    spec.method = method;
+    spec.n_predict = n_predict;
+    spec.tie_weights = true;
+    spec.hidden_size = base_config->hidden_size;
+    spec.vocab_size = base_config->vocab_size;
+    spec.dtype = parsed.ok() ? *parsed : DType::kF16;  // f16 is refused below
+    spec.seed = seed;
+    spec.base_model = base;
+    std::fprintf(stderr, "writing a %s speculator (n_predict %d, dim %lld) for %s to %s ...\n", method.c_str(),
+                 n_predict, static_cast<long long>(spec.hidden_size), base.c_str(), out.c_str());
+    if (absl::Status s = WriteRandomSpeculator(spec, out); !s.ok()) {
+      std::fprintf(stderr, "floe make-model: %s\n", std::string(s.message()).c_str());
+      return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    std::fprintf(stderr, "done\n");
+    return 0;
   }
   DType target = DType::kBF16;
   if (quantize == "fp8") {

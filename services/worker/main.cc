@@ -64,6 +64,8 @@ struct WorkerFlags {
   bool no_prefix_caching = false;
   int drain_timeout_s = 30;
   std::string speculative;  // empty: suffix with --suffix-cache, otherwise off
+  std::string speculator;
+  std::string speculative_selection = "acceptance";
   int num_speculative_tokens = 4;
   int speculative_token_threshold = 32;
   double speculative_step_overhead_tokens = 1.0;
@@ -220,7 +222,12 @@ int Run(int argc, char** argv) {
   parser.AddBool("no-prefix-caching", &f.no_prefix_caching, "disable automatic prefix caching");
   parser.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds SIGTERM waits for running requests");
   parser.AddString("speculative", &f.speculative,
-                   "speculative decoding (lossless): off|ngram|suffix (default: suffix with --suffix-cache, else off)");
+                   "speculative decoding (lossless): off|ngram|suffix|lstm|suffix+lstm (default: suffix with "
+                   "--suffix-cache, else off)");
+  parser.AddString("speculator", &f.speculator,
+                   "--speculative lstm|suffix+lstm: an Arctic speculator folder (config.json + model.safetensors)");
+  parser.AddString("speculative-selection", &f.speculative_selection,
+                   "suffix+lstm: which draft a sequence verifies: acceptance (measured per request; default) | score");
   parser.AddBool("speculative-tree", &f.speculative_tree,
                  "--speculative suffix: draft trees (k nodes, verified in one pass under a tree mask)");
   parser.AddBool("speculative-reference-compatible", &f.speculative_reference_compatible,
@@ -356,12 +363,30 @@ int Run(int argc, char** argv) {
   }
   if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
+  if (f.speculative_selection != "acceptance" && f.speculative_selection != "score") {
+    std::fprintf(stderr, "floe-worker: --speculative-selection must be acceptance or score, got \"%s\"\n",
+                 f.speculative_selection.c_str());
+    return 2;
+  }
+  speculation.speculator_dir = f.speculator;
+  speculation.speculator_threads = threads;
+  if (!f.speculator.empty()) {
+    // The speculator must fit the served model: its config.json is enough.
+    auto target = ModelConfig::FromFile(f.model + "/config.json");
+    if (!target.ok()) {
+      std::fprintf(stderr, "floe-worker: --model: %s\n", std::string(target.status().message()).c_str());
+      return 2;
+    }
+    speculation.target_hidden_size = target->hidden_size;
+    speculation.target_vocab_size = target->vocab_size;
+    speculation.target_name = f.model;
+  }
   speculation.credentials = *MakeChannelCredentials(f.tls);  // validated above
   speculation.tree = f.speculative_tree;
   speculation.reference_compatible = f.speculative_reference_compatible;
   if (!f.suffix_cache.empty()) {
     speculation.suffix_cache_addresses = absl::StrSplit(f.suffix_cache, ',');
-    if (f.speculative == "suffix")
+    if (f.speculative == "suffix" || f.speculative == "suffix+lstm")
       speculation.suffix_cache_stats = std::make_shared<RemoteSuffixStats>(speculation.suffix_cache_addresses);
   }
   auto proposers = MakeProposers(speculation);
@@ -557,6 +582,8 @@ int Run(int argc, char** argv) {
   engine_options.num_speculative_tokens = proposers->empty() ? 0 : f.num_speculative_tokens;
   engine_options.speculative_token_threshold = f.speculative_token_threshold;
   engine_options.speculative_step_overhead_tokens = f.speculative_step_overhead_tokens;
+  engine_options.draft_selection = f.speculative_selection == "score" ? EngineOptions::DraftSelection::kScore
+                                                                        : EngineOptions::DraftSelection::kAcceptance;
   auto engine = Engine::Create(std::move(backend).value(), engine_options, std::move(proposers).value());
   if (!engine.ok()) {
     LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});

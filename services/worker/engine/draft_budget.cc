@@ -41,8 +41,11 @@ double DraftAcceptanceStats::Cumulative(int position) const {
   return p;
 }
 
-std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
-                                  const DraftAcceptanceStats& stats, const DraftCostModel& model) {
+namespace {
+
+template <typename Cumulative>
+std::vector<int> PlanLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
+                             const Cumulative& cumulative, const DraftCostModel& model) {
   std::vector<int> lengths(caps.size(), 0);
   int64_t budget = model.threshold - step_tokens;
   int max_cap = 0;
@@ -50,7 +53,7 @@ std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<c
   double expected = std::max(1, emitting);  // tokens the step emits
   double tokens = static_cast<double>(step_tokens);
   for (int j = 0; j < max_cap && budget > 0; ++j) {
-    const double p = stats.Cumulative(j);
+    const double p = cumulative(j);
     for (size_t i = 0; i < caps.size() && budget > 0; ++i) {
       if (caps[i] <= j || lengths[i] != j) continue;
       if (model.step_overhead_tokens >= 0 && p <= expected / (model.step_overhead_tokens + tokens)) return lengths;
@@ -61,6 +64,25 @@ std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<c
     }
   }
   return lengths;
+}
+
+}  // namespace
+
+std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
+                                  const DraftAcceptanceStats& stats, const DraftCostModel& model) {
+  return PlanLengths(step_tokens, emitting, caps, [&](int j) { return stats.Cumulative(j); }, model);
+}
+
+std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
+                                  std::span<const DraftAcceptanceStats> stats, const DraftCostModel& model) {
+  return PlanLengths(
+      step_tokens, emitting, caps,
+      [&](int j) {
+        double p = 0.0;
+        for (const DraftAcceptanceStats& s : stats) p = std::max(p, s.Cumulative(j));
+        return p;
+      },
+      model);
 }
 
 }  // namespace floe

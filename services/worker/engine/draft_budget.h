@@ -28,7 +28,7 @@ struct DraftCostModel {
   double step_overhead_tokens = 1.0;
 };
 
-// Per-position acceptance of past drafts (all proposers pooled), windowed:
+// Per-position acceptance of past drafts (of one proposer), windowed:
 // counts halve once position 0 has seen `window` drafts, so estimates follow
 // the workload and positions left undrafted drift back to the optimistic prior.
 // Counts also halve after `idle_tokens` emitted tokens without a draft: once
@@ -62,5 +62,11 @@ class DraftAcceptanceStats {
 // `emitting` = sequences that emit a token this step without drafts.
 std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
                                   const DraftAcceptanceStats& stats, const DraftCostModel& model);
+// Several proposers, each with its own stats: a position's acceptance is the
+// best proposer's (a sequence verifies one proposer's draft, and the draft
+// selector picks the one that pays), so a proposer that is seldom right
+// never switches off one that is.
+std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
+                                  std::span<const DraftAcceptanceStats> stats, const DraftCostModel& model);
 
 }  // namespace floe

@@ -10,9 +10,14 @@ DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique
       proposers_(std::move(proposers)),
       vocab_size_(vocab_size),
       tree_verify_(tree_verify),
-      stats_(options.num_speculative_tokens) {
+      stats_(proposers_.size(), DraftAcceptanceStats(options.num_speculative_tokens)) {
   for (const auto& proposer : proposers_) wants_last_hidden_ = wants_last_hidden_ || proposer->wants_last_hidden();
   proposals_.resize(proposers_.size());
+  if (options.draft_selection == EngineOptions::DraftSelection::kScore) {
+    selector_ = std::make_unique<HighestScoreSelector>();
+  } else {
+    selector_ = std::make_unique<AcceptanceRateSelector>(static_cast<int>(proposers_.size()));
+  }
 }
 
 void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<Sequence*>& waiting,
@@ -41,7 +46,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     candidates_.push_back(seq);
     caps_.push_back(static_cast<int>(max_draft));
   }
-  stats_.Age(emitting);
+  for (DraftAcceptanceStats& stats : stats_) stats.Age(emitting);
   const std::vector<int> lengths =
       PlanDraftLengths(step_tokens, emitting, caps_, stats_,
                        {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});
@@ -59,20 +64,44 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     spec_seqs_.push_back(seq);
   }
   if (spec_batch_.empty()) return;
+  // A sequence's share of the step's fixed cost, for the draft selector.
+  const double overhead = options_.speculative_step_overhead_tokens < 0
+                              ? -1.0
+                              : options_.speculative_step_overhead_tokens / std::max(1, emitting);
   for (size_t p = 0; p < proposers_.size(); ++p) {
     proposals_[p].assign(spec_batch_.size(), DraftProposal{});
-    proposers_[p]->Propose(spec_batch_, proposals_[p]);
+    if (proposers_.size() == 1) {
+      proposers_[p]->Propose(spec_batch_, proposals_[p]);
+      continue;
+    }
+    // Only the sequences whose draft from p the selector might verify.
+    sub_batch_.clear();
+    sub_index_.clear();
+    for (size_t i = 0; i < spec_batch_.size(); ++i) {
+      if (!selector_->MayChoose(*spec_seqs_[i], static_cast<int>(p), spec_batch_[i].max_draft, overhead)) continue;
+      sub_batch_.push_back(spec_batch_[i]);
+      sub_index_.push_back(i);
+    }
+    if (sub_batch_.empty()) continue;
+    sub_out_.assign(sub_batch_.size(), DraftProposal{});
+    proposers_[p]->Propose(sub_batch_, sub_out_);
+    for (size_t j = 0; j < sub_index_.size(); ++j) proposals_[p][sub_index_[j]] = std::move(sub_out_[j]);
   }
   for (size_t i = 0; i < spec_seqs_.size(); ++i) {
     Sequence& seq = *spec_seqs_[i];
-    const DraftProposal* best = nullptr;
+    choices_.clear();
     for (size_t p = 0; p < proposers_.size(); ++p) {
       const DraftProposal& d = proposals_[p][i];
-      if (d.tokens.empty() || (best && d.score <= best->score)) continue;
-      best = &d;
-      seq.draft_source = static_cast<int>(p);
+      if (d.tokens.empty()) continue;
+      choices_.push_back({static_cast<int>(p), &d,
+                          static_cast<int>(std::min<size_t>(d.tokens.size(), spec_batch_[i].max_draft))});
     }
-    if (best) Assign(seq, *best, spec_batch_[i].max_draft);
+    if (choices_.empty()) continue;
+    // Single-proposer methods keep the budget's decision (draft_budget.h).
+    const int chosen = proposers_.size() == 1 ? 0 : selector_->Choose(seq, choices_, overhead);
+    if (chosen < 0) continue;
+    seq.draft_source = choices_[chosen].proposer;
+    Assign(seq, *choices_[chosen].proposal, choices_[chosen].length);
   }
 }
 

@@ -1,7 +1,7 @@
 // Draft planning for speculative decoding: before each step, which running
 // sequences draft, how many tokens each may verify (draft_budget.h's cost
 // model over the measured acceptance), and which proposer's draft each
-// takes (the best score). Drafts are the one per-step input from outside the
+// takes (draft_selector.h). Drafts are the one per-step input from outside the
 // engine, so they are checked here: a draft with an id outside the
 // vocabulary or a malformed tree is dropped, never run; a tree is cut to its
 // first root path where the backend cannot compact a verified path.
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "services/worker/engine/draft_budget.h"
+#include "services/worker/engine/draft_selector.h"
 #include "services/worker/engine/engine_options.h"
 #include "services/worker/engine/sequence.h"
 #include "services/worker/speculation/proposer.h"
@@ -36,8 +37,13 @@ class DraftPlanner {
   // this step and is granted draft tokens; clears everyone else's.
   // max_model_len bounds the last draft's KV slot.
   void Plan(const std::vector<Sequence*>& running, const std::deque<Sequence*>& waiting, int32_t max_model_len);
-  // One verified draft of `drafted` tokens whose first `accepted` matched.
-  void RecordVerified(int drafted, int accepted) { stats_.Record(drafted, accepted); }
+  // One verified draft of `drafted` tokens from seq.draft_source whose first
+  // `accepted` matched.
+  void RecordVerified(Sequence& seq, int drafted, int accepted) {
+    if (seq.draft_source >= 0 && seq.draft_source < static_cast<int>(stats_.size()))
+      stats_[seq.draft_source].Record(drafted, accepted);
+    selector_->Record(seq, seq.draft_source, drafted, accepted);
+  }
   // The request ended: proposers learn its tokens.
   void Finish(const Sequence& seq);
 
@@ -49,13 +55,18 @@ class DraftPlanner {
   int32_t vocab_size_;
   bool tree_verify_;
   bool wants_last_hidden_ = false;
-  DraftAcceptanceStats stats_;
+  std::vector<DraftAcceptanceStats> stats_;  // per proposer
+  std::unique_ptr<DraftSelector> selector_;
   // Per-step scratch, capacity reused.
   std::vector<SpecSequence> spec_batch_;
   std::vector<Sequence*> spec_seqs_;
   std::vector<std::vector<DraftProposal>> proposals_;
   std::vector<Sequence*> candidates_;
   std::vector<int> caps_;
+  std::vector<DraftCandidate> choices_;
+  std::vector<SpecSequence> sub_batch_;
+  std::vector<size_t> sub_index_;
+  std::vector<DraftProposal> sub_out_;
 };
 
 }  // namespace floe

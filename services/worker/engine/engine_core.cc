@@ -260,7 +260,7 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
   }
   const int32_t accepted = static_cast<int32_t>(path.size());
   if (num_drafts > 0) {
-    drafts_->RecordVerified(num_drafts, accepted);
+    drafts_->RecordVerified(seq, num_drafts, accepted);
     SpeculationCounters& c = counters_.speculation[seq.draft_source];
     ++c.drafts;
     c.draft_tokens += num_drafts;

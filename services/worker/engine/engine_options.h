@@ -38,6 +38,11 @@ struct EngineOptions {
   int speculative_token_threshold = 32;
   // < 0: threshold only (no acceptance-aware trimming).
   double speculative_step_overhead_tokens = 1.0;
+  // Where several proposers draft for one sequence (suffix+lstm), which
+  // draft it verifies (draft_selector.h): measured acceptance per request
+  // and proposer, or each proposer's own score.
+  enum class DraftSelection { kAcceptance, kScore };
+  DraftSelection draft_selection = DraftSelection::kAcceptance;
 };
 
 }  // namespace floe

@@ -40,6 +40,12 @@ struct Sequence {
   // The backend's hidden state at the position that produced tokens.back(),
   // kept only when a proposer wants_last_hidden().
   std::vector<float> last_hidden;
+  // Per proposer: this request's verified draft tokens accepted (successes)
+  // and drafts cut short (failures), for the draft selector.
+  struct Acceptance {
+    int32_t successes = 0, failures = 0;
+  };
+  std::vector<Acceptance> proposer_acceptance;
   // Timeline for metrics (one clock, see RequestOutput::time).
   Clock::time_point arrival, first_scheduled, first_token;
   bool scheduled_once = false, has_first_token = false;

@@ -14,7 +14,7 @@
 namespace floe {
 
 struct SpeculationConfig {
-  std::string method = "off";  // off | ngram | suffix
+  std::string method = "off";  // off | ngram | suffix | lstm | suffix+lstm
   int num_tokens = 4;          // k
   // suffix only: floe-suffix-cache replicas ("host:port") serving the
   // cluster-wide tree; empty: this worker's own global tree only.
@@ -30,11 +30,22 @@ struct SpeculationConfig {
   bool reference_compatible = false;
   // TLS towards the suffix-cache (common/rpc/tls.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // lstm, suffix+lstm: the Arctic speculator's folder (lstm_speculator.h),
+  // its matmul threads, and the served model it must fit (hidden size and
+  // vocabulary; 0: not checked).
+  std::string speculator_dir;
+  int speculator_threads = 1;
+  int64_t target_hidden_size = 0;
+  int64_t target_vocab_size = 0;
+  std::string target_name;
 };
 
-// INVALID_ARGUMENT naming the method when unknown, and naming --suffix-cache
-// when addresses are given to a method other than suffix. "off" gives no
-// proposers.
+// INVALID_ARGUMENT naming the method when unknown, naming --suffix-cache
+// when addresses are given to a method without suffix drafts, and naming
+// --speculator when it is missing for (or given to a method without) lstm;
+// the speculator's own load errors, and FAILED_PRECONDITION when it does not
+// fit the target. "off" gives no proposers; suffix+lstm gives the suffix
+// proposer, then the lstm one.
 absl::StatusOr<std::vector<std::unique_ptr<Proposer>>> MakeProposers(const SpeculationConfig& config);
 
 }  // namespace floe

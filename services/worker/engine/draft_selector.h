@@ -1,0 +1,97 @@
+// Which proposer's draft a sequence verifies this step when more than one
+// proposer drafted for it (--speculative suffix+lstm): one small policy
+// interface, so the rule is configurable and replaceable.
+//
+// Floe's default, AcceptanceRateSelector, picks the draft with the most
+// expected emitted tokens per unit of verification cost, from acceptance
+// measured per request and proposer (a namespace's, then all requests', as
+// the prior for a request's first drafts). It uses no confidence threshold:
+// a rule choosing between a suffix draft and a model draft by a confidence
+// threshold is claimed by US patent 12,572,745 (docs/speculative-decoding.md).
+// HighestScoreSelector keeps each proposer's own score (the earlier
+// proposer on ties), which is what single-proposer methods use.
+//
+// Not thread-safe: the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "services/worker/engine/sequence.h"
+#include "services/worker/speculation/proposer.h"
+
+namespace floe {
+
+struct DraftCandidate {
+  int proposer = 0;                      // index into the engine's proposers
+  const DraftProposal* proposal = nullptr;
+  int length = 0;                        // tokens that would be verified (> 0)
+};
+
+class DraftSelector {
+ public:
+  virtual ~DraftSelector() = default;
+  // An index into `candidates` (non-empty), or -1 to verify no draft. May
+  // shorten a candidate's length (its draft is then cut to that).
+  // `overhead_tokens`: this sequence's share of the step's fixed cost, in
+  // token rows (< 0: the cost model is off).
+  virtual int Choose(const Sequence& seq, std::span<DraftCandidate> candidates, double overhead_tokens) = 0;
+  // False when Choose would decline any draft of at most `max_length` tokens
+  // from `proposer` for this sequence: the engine then does not ask that
+  // proposer (a model-based one costs a forward pass per step).
+  virtual bool MayChoose(const Sequence& seq, int proposer, int max_length, double overhead_tokens) const {
+    (void)seq, (void)proposer, (void)max_length, (void)overhead_tokens;
+    return true;
+  }
+  // A verified draft of `drafted` tokens from `proposer`, `accepted` matched.
+  virtual void Record(Sequence& seq, int proposer, int drafted, int accepted) {
+    (void)seq, (void)proposer, (void)drafted, (void)accepted;
+  }
+};
+
+class HighestScoreSelector : public DraftSelector {
+ public:
+  int Choose(const Sequence& seq, std::span<DraftCandidate> candidates, double overhead_tokens) override;
+};
+
+// Acceptance as a chain: a draft token is accepted with probability a given
+// its predecessors were, so a draft of L tokens emits 1 + a + ... + a^L
+// tokens in expectation, at a verification cost of (overhead + 1 + L) token
+// rows. Each candidate is cut to its best length, and the best candidate is
+// verified unless no draft (1 token for overhead + 1 rows) is worth more. a is estimated per request and proposer
+// as successes / (successes + failures) (a draft of L tokens with n
+// accepted: n successes, one failure when n < L), with `prior_weight`
+// pseudo-observations of the prior: the request's namespace's rate, else all
+// requests', else 1 (optimistic, so that every proposer gets measured).
+class AcceptanceRateSelector : public DraftSelector {
+ public:
+  explicit AcceptanceRateSelector(int num_proposers, double prior_weight = 4.0, size_t max_namespaces = 4096);
+
+  int Choose(const Sequence& seq, std::span<DraftCandidate> candidates, double overhead_tokens) override;
+  bool MayChoose(const Sequence& seq, int proposer, int max_length, double overhead_tokens) const override;
+  void Record(Sequence& seq, int proposer, int drafted, int accepted) override;
+
+  // The rate Choose uses for this sequence and proposer.
+  double Rate(const Sequence& seq, int proposer) const;
+  // Expected emitted tokens per verification cost (token rows) of a draft
+  // of `length` tokens at per-token acceptance `rate`.
+  static double Value(double rate, int length, double overhead_tokens);
+
+ private:
+  struct Counts {
+    double successes = 0, failures = 0;
+  };
+  double PriorRate(const std::string& ns, int proposer) const;
+  void Add(std::vector<Counts>& counts, int proposer, int successes, int failures);
+
+  int num_proposers_;
+  double prior_weight_;
+  size_t max_namespaces_;
+  std::vector<Counts> global_;
+  absl::flat_hash_map<std::string, std::vector<Counts>> namespaces_;  // bounded by max_namespaces_
+};
+
+}  // namespace floe
