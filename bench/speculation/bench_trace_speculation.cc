@@ -16,10 +16,14 @@
 // --mode own: no forced ids; the model's own greedy outputs, each request
 // sent --passes times in trace order (an agent re-asking). Reports wall-clock
 // time and tokens/s per pass and a hash of the outputs (identical across
-// proposers: speculation is lossless).
+// proposers: speculation is lossless). --proposer lstm|suffix+lstm with
+// --speculator DIR (e.g. scripts/train_speculator.py's, trained on the same
+// model's own outputs) measures the model-based speculator the same way.
+// Every pass reports, per proposer, drafts and acceptance per draft position.
 //
 // JSON on stdout; progress on stderr.
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -58,6 +62,7 @@ struct Flags {
   int passes = 1;
   int own_max_tokens = 256;
   std::string cost_curve;
+  std::string speculator;
   std::string floe;
   int timeout_s = 1800;
   bool reference_compatible = false;
@@ -69,6 +74,8 @@ constexpr const char* kCounters[] = {"floe_spec_decode_num_draft_tokens_total", 
                                      "floe_spec_decode_num_drafts_total", "floe_generation_tokens_total",
                                      "floe_num_preemptions_total"};
 
+// Every worker's samples, summed per name and label set; kCounters' totals
+// under their bare names.
 std::map<std::string, double> Scrape(const std::vector<std::string>& urls) {
   std::map<std::string, double> out;
   for (const std::string& url : urls) {
@@ -79,8 +86,31 @@ std::map<std::string, double> Scrape(const std::vector<std::string>& urls) {
     }
     auto samples = ParsePrometheusText(*body);
     for (const char* name : kCounters) out[name] += SumByName(samples, name);
+    for (const auto& [key, value] : samples)
+      if (key.find('{') != std::string::npos) out[key] += value;
   }
   return out;
+}
+
+// Per proposer: drafts, draft and accepted tokens over the pass, and the
+// acceptance rate of each draft position (accepted at j / drafts).
+json ProposerFigures(const std::map<std::string, double>& before, const std::map<std::string, double>& after,
+                     const std::string& proposer, int k) {
+  auto delta = [&](const std::string& name, std::vector<std::string> labels) {
+    labels.push_back(absl::StrCat("proposer=\"", proposer, "\""));
+    const double a = SumByLabels(after, name, labels), b = SumByLabels(before, name, labels);
+    return std::isnan(a) ? 0.0 : a - (std::isnan(b) ? 0.0 : b);
+  };
+  const double drafts = delta("floe_spec_decode_num_drafts_total", {});
+  json per_position = json::array();
+  for (int j = 0; j < k; ++j) {
+    const double accepted = delta("floe_spec_decode_num_accepted_tokens_per_pos_total", {absl::StrCat("position=\"", j, "\"")});
+    per_position.push_back(drafts > 0 ? accepted / drafts : 0.0);
+  }
+  return {{"drafts", drafts},
+          {"draft_tokens", delta("floe_spec_decode_num_draft_tokens_total", {})},
+          {"accepted_tokens", delta("floe_spec_decode_num_accepted_tokens_total", {})},
+          {"acceptance_per_position", per_position}};
 }
 
 struct PassResult {
@@ -207,7 +237,8 @@ int Main(int argc, char** argv) {
   parser.AddString("trace", &f.trace, "JSON Lines trace (prompt, output token ids; session)");
   parser.AddInt("max-requests", &f.max_requests, "use only the trace's first N requests (0: all)");
   parser.AddInt("concurrency", &f.concurrency, "requests in flight");
-  parser.AddString("proposer", &f.proposer, "off|ngram|suffix");
+  parser.AddString("proposer", &f.proposer, "off|ngram|suffix|lstm|suffix+lstm");
+  parser.AddString("speculator", &f.speculator, "lstm, suffix+lstm: the speculator folder (the workers' --speculator)");
   parser.AddInt("k", &f.k, "--num-speculative-tokens of the worker (and the replay's max_spec_tokens)");
   parser.AddInt("threshold", &f.threshold, "--speculative-token-threshold of the worker (0: its default)");
   parser.AddString("overhead", &f.overhead,
@@ -222,7 +253,8 @@ int Main(int argc, char** argv) {
                  "suffix: the workers (and the replay) draft exactly as Arctic Inference, not in Floe's mode");
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "bench_trace_speculation")) return *exit_code;
   if (f.trace.empty() || f.concurrency < 1 || f.passes < 1 || (f.mode != "forced" && f.mode != "own") ||
-      (f.proposer != "off" && f.proposer != "ngram" && f.proposer != "suffix")) {
+      (f.proposer != "off" && f.proposer != "ngram" && f.proposer != "suffix" && f.proposer != "lstm" &&
+       f.proposer != "suffix+lstm")) {
     std::fprintf(stderr, "bench_trace_speculation: bad arguments (see --help)\n");
     return 2;
   }
@@ -237,6 +269,7 @@ int Main(int argc, char** argv) {
   if (!f.overhead.empty()) local.insert(local.end(), {"--speculative-step-overhead-tokens", f.overhead});
   if (f.mode == "forced") local.push_back("--benchmark-forced-decoding");
   if (f.reference_compatible) local.push_back("--speculative-reference-compatible");
+  if (!f.speculator.empty()) local.insert(local.end(), {"--speculator", f.speculator});
   auto cluster = Subprocess::Spawn(local);
   if (!cluster.ok()) return std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str()), 1;
   auto address = (*cluster)->WaitForLine("router listening on ", std::chrono::seconds(300));
@@ -271,6 +304,10 @@ int Main(int argc, char** argv) {
               {"tokens_per_s", r.tokens / r.wall_s},
               {"output_hash", absl::StrCat(r.output_hash)}};
     if (!r.first_error.empty()) p["first_error"] = r.first_error;
+    json by_proposer = json::object();
+    for (const char* name : {"ngram", "suffix", "lstm"})
+      if (f.proposer.find(name) != std::string::npos) by_proposer[name] = ProposerFigures(before, after, name, f.k);
+    if (!by_proposer.empty()) p["by_proposer"] = std::move(by_proposer);
     if (!f.cost_curve.empty()) {
       std::ifstream in(f.cost_curve);
       json curve = json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -47,6 +47,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     caps_.push_back(static_cast<int>(max_draft));
   }
   for (DraftAcceptanceStats& stats : stats_) stats.Age(emitting);
+  selector_->Age(emitting);
   const std::vector<int> lengths =
       PlanDraftLengths(step_tokens, emitting, caps_, stats_,
                        {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});

@@ -7,6 +7,8 @@ namespace {
 
 // Counts halve past this many observations, so rates follow the workload.
 constexpr double kWindow = 4096;
+// ... and after this many emitted tokens without a verified draft.
+constexpr int64_t kIdleTokens = 4096;
 
 }  // namespace
 
@@ -23,7 +25,8 @@ AcceptanceRateSelector::AcceptanceRateSelector(int num_proposers, double prior_w
     : num_proposers_(num_proposers),
       prior_weight_(prior_weight),
       max_namespaces_(max_namespaces),
-      global_(num_proposers) {}
+      global_(num_proposers),
+      idle_tokens_(num_proposers, 0) {}
 
 void AcceptanceRateSelector::Add(std::vector<Counts>& counts, int proposer, int successes, int failures) {
   Counts& c = counts[proposer];
@@ -36,12 +39,31 @@ void AcceptanceRateSelector::Add(std::vector<Counts>& counts, int proposer, int 
 }
 
 double AcceptanceRateSelector::PriorRate(const std::string& ns, int proposer) const {
-  auto rate = [](const Counts& c) { return c.successes / (c.successes + c.failures); };
+  // Each level shrinks towards the one above with prior_weight_
+  // pseudo-observations: all requests towards 1 (optimistic, so a proposer
+  // is measured before it is judged), a namespace towards all requests.
+  auto blend = [&](const Counts& c, double above) {
+    return (c.successes + prior_weight_ * above) / (c.successes + c.failures + prior_weight_);
+  };
+  const double global = blend(global_[proposer], 1.0);
   auto it = namespaces_.find(ns);
-  if (it != namespaces_.end() && it->second[proposer].successes + it->second[proposer].failures >= 1)
-    return rate(it->second[proposer]);
-  if (global_[proposer].successes + global_[proposer].failures >= 1) return rate(global_[proposer]);
-  return 1.0;
+  return it == namespaces_.end() ? global : blend(it->second[proposer], global);
+}
+
+void AcceptanceRateSelector::Age(int64_t emitted) {
+  for (int p = 0; p < num_proposers_; ++p) {
+    idle_tokens_[p] += emitted;
+    if (idle_tokens_[p] < kIdleTokens) continue;
+    // Nothing verified from p for a while (it may have been judged on a bad
+    // patch): forget half of what is known, so it is probed again.
+    idle_tokens_[p] = 0;
+    global_[p].successes /= 2;
+    global_[p].failures /= 2;
+    for (auto& [ns, counts] : namespaces_) {
+      counts[p].successes /= 2;
+      counts[p].failures /= 2;
+    }
+  }
 }
 
 double AcceptanceRateSelector::Rate(const Sequence& seq, int proposer) const {
@@ -71,12 +93,17 @@ int AcceptanceRateSelector::Choose(const Sequence& seq, std::span<DraftCandidate
   for (size_t i = 0; i < candidates.size(); ++i) {
     const double rate = Rate(seq, candidates[i].proposer);
     double value = -1.0;
-    int best_length = candidates[i].length;
-    for (int length = 1; length <= candidates[i].length; ++length) {
-      const double v = Value(rate, length, overhead_tokens);
-      if (v > value) value = v, best_length = length;
+    if (overhead_tokens < 0) {
+      // No cost model: the most expected emitted tokens, drafts uncut.
+      value = Value(rate, candidates[i].length, 0.0) * (1.0 + candidates[i].length);
+    } else {
+      int best_length = candidates[i].length;
+      for (int length = 1; length <= candidates[i].length; ++length) {
+        const double v = Value(rate, length, overhead_tokens);
+        if (v > value) value = v, best_length = length;
+      }
+      candidates[i].length = best_length;
     }
-    if (overhead_tokens >= 0) candidates[i].length = best_length;
     if (best < 0 || value > best_value) {
       best = static_cast<int>(i);
       best_value = value;
@@ -99,6 +126,7 @@ bool AcceptanceRateSelector::MayChoose(const Sequence& seq, int proposer, int ma
 void AcceptanceRateSelector::Record(Sequence& seq, int proposer, int drafted, int accepted) {
   if (proposer < 0 || proposer >= num_proposers_ || drafted <= 0) return;
   const int failures = accepted < drafted ? 1 : 0;
+  idle_tokens_[proposer] = 0;
   if (seq.proposer_acceptance.size() < static_cast<size_t>(num_proposers_))
     seq.proposer_acceptance.resize(num_proposers_);
   seq.proposer_acceptance[proposer].successes += accepted;

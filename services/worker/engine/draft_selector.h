@@ -50,6 +50,8 @@ class DraftSelector {
   virtual void Record(Sequence& seq, int proposer, int drafted, int accepted) {
     (void)seq, (void)proposer, (void)drafted, (void)accepted;
   }
+  // A step emitted `emitted` tokens (drafted or not).
+  virtual void Age(int64_t emitted) { (void)emitted; }
 };
 
 class HighestScoreSelector : public DraftSelector {
@@ -61,11 +63,16 @@ class HighestScoreSelector : public DraftSelector {
 // its predecessors were, so a draft of L tokens emits 1 + a + ... + a^L
 // tokens in expectation, at a verification cost of (overhead + 1 + L) token
 // rows. Each candidate is cut to its best length, and the best candidate is
-// verified unless no draft (1 token for overhead + 1 rows) is worth more. a is estimated per request and proposer
-// as successes / (successes + failures) (a draft of L tokens with n
-// accepted: n successes, one failure when n < L), with `prior_weight`
-// pseudo-observations of the prior: the request's namespace's rate, else all
-// requests', else 1 (optimistic, so that every proposer gets measured).
+// verified unless no draft (1 token for overhead + 1 rows) is worth more;
+// with the cost model off, the draft with the most expected emitted tokens,
+// uncut. a is estimated per request and proposer as successes / (successes
+// + failures) (a draft of L tokens with n accepted: n successes, one failure
+// when n < L), shrunk towards a prior with `prior_weight` pseudo-
+// observations: the request's namespace's rate, itself shrunk towards all
+// requests', itself towards 1 (optimistic: a proposer is measured before it
+// is judged). Counts halve when a window fills, and after kIdleTokens
+// emitted tokens without a verified draft from that proposer, so a proposer
+// judged on a bad patch is probed again.
 class AcceptanceRateSelector : public DraftSelector {
  public:
   explicit AcceptanceRateSelector(int num_proposers, double prior_weight = 4.0, size_t max_namespaces = 4096);
@@ -73,6 +80,7 @@ class AcceptanceRateSelector : public DraftSelector {
   int Choose(const Sequence& seq, std::span<DraftCandidate> candidates, double overhead_tokens) override;
   bool MayChoose(const Sequence& seq, int proposer, int max_length, double overhead_tokens) const override;
   void Record(Sequence& seq, int proposer, int drafted, int accepted) override;
+  void Age(int64_t emitted) override;
 
   // The rate Choose uses for this sequence and proposer.
   double Rate(const Sequence& seq, int proposer) const;
@@ -91,6 +99,7 @@ class AcceptanceRateSelector : public DraftSelector {
   double prior_weight_;
   size_t max_namespaces_;
   std::vector<Counts> global_;
+  std::vector<int64_t> idle_tokens_;  // per proposer: emitted since its last verified draft
   absl::flat_hash_map<std::string, std::vector<Counts>> namespaces_;  // bounded by max_namespaces_
 };
 

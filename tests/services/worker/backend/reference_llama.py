@@ -44,16 +44,20 @@ def decode_e4m3(bits):
     return np.where((bits & 0x7F) == 0x7F, np.nan, value)
 
 
-def main(d):
-    cfg = {}
-    with open(os.path.join(d, "config.txt")) as f:
-        for line in f:
-            k, v = line.split()
-            cfg[k] = v
+def load(d, cfg=None):
+    """The model in DIR as (final_hidden, logits): final_hidden(ids) is the
+    final norm's output for every position ([len(ids), hidden]), logits(h) the
+    lm_head over such rows. cfg: the config.txt keys (read from DIR when None)."""
+    if cfg is None:
+        cfg = {}
+        with open(os.path.join(d, "config.txt")) as f:
+            for line in f:
+                k, v = line.split()
+                cfg[k] = v
     hidden = int(cfg["hidden_size"]); heads = int(cfg["num_heads"]); kv_heads = int(cfg["num_kv_heads"])
     hd = int(cfg["head_dim"]); layers = int(cfg["num_layers"]); vocab = int(cfg["vocab_size"])
     inter = int(cfg["intermediate_size"]); eps = float(cfg["rms_norm_eps"]); theta = float(cfg["rope_theta"])
-    bias = cfg["attention_bias"] == "1"; qk_norm = cfg["qk_norm"] == "1"; steps = int(cfg["steps"])
+    bias = cfg["attention_bias"] == "1"; qk_norm = cfg["qk_norm"] == "1"
     tied = cfg["tie_word_embeddings"] == "1"
     bf16_inputs = cfg.get("bf16_linear_inputs", "0") == "1"
     swiftkv = cfg.get("swiftkv", "0") == "1"
@@ -200,14 +204,22 @@ def main(d):
             x = x + lin(torch.nn.functional.silu(lin(h, lw["gate"])) * lin(h, lw["up"]), lw["down"])
         return rms(x, final_norm)
 
+    return final_hidden, lambda h: lin(h, lm_head)
+
+
+def main(d):
+    final_hidden, logits = load(d)
+    with open(os.path.join(d, "config.txt")) as f:
+        steps = int(dict(line.split() for line in f)["steps"])
+
     def forward(ids):
-        return lin(final_hidden(ids), lm_head)
+        return logits(final_hidden(ids))
 
     prompt = np.fromfile(os.path.join(d, "prompt.bin"), dtype="<i4").tolist()
     with torch.no_grad():
         hidden = final_hidden(prompt)
         hidden.numpy().astype("<f4").tofile(os.path.join(d, "prompt_hidden.bin"))
-        lin(hidden, lm_head).numpy().astype("<f4").tofile(os.path.join(d, "prompt_logits.bin"))
+        logits(hidden).numpy().astype("<f4").tofile(os.path.join(d, "prompt_logits.bin"))
         ids = list(prompt); out = []
         for _ in range(steps):
             nxt = int(forward(ids)[-1].argmax())

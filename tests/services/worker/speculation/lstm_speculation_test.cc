@@ -134,9 +134,32 @@ TEST(DraftSelectorTest, PerRequestAcceptancePicksTheDraftThatPays) {
   }
   EXPECT_EQ(Pick(selector, hopeless, candidates, 2.0), -1);
   EXPECT_GE(Pick(selector, hopeless, candidates, -1.0), 0);
-  // Nothing measured yet: the optimistic prior tries a draft.
+  // Nothing measured yet: the optimistic prior tries a draft; one early
+  // rejection of each does not stop a proposer from being measured.
   AcceptanceRateSelector fresh(2);
   EXPECT_EQ(Pick(fresh, Sequence{}, candidates, 2.0), 0);
+  Sequence first;
+  fresh.Record(first, 0, 8, 0);
+  fresh.Record(first, 1, 3, 0);
+  EXPECT_TRUE(fresh.MayChoose(Sequence{}, 0, 8, 1.0));
+  EXPECT_TRUE(fresh.MayChoose(Sequence{}, 1, 3, 1.0));
+  // A proposer judged hopeless is probed again after enough idle tokens.
+  Sequence bad;
+  for (int i = 0; i < 200; ++i) fresh.Record(bad, 1, 3, 0);
+  EXPECT_FALSE(fresh.MayChoose(Sequence{}, 1, 3, 1.0));
+  for (int i = 0; i < 10; ++i) fresh.Age(4096);
+  EXPECT_TRUE(fresh.MayChoose(Sequence{}, 1, 3, 1.0));
+  // With the cost model off, the draft with the most expected tokens wins
+  // (a long suffix draft at a = 0.7 over a short lstm one at 0.2), uncut.
+  AcceptanceRateSelector open(2);
+  Sequence mixed;
+  for (int i = 0; i < 40; ++i) {
+    open.Record(mixed, 0, 8, i % 10 < 7 ? 8 : 0);
+    open.Record(mixed, 1, 3, i % 5 == 0 ? 1 : 0);
+  }
+  std::vector<DraftCandidate> both = candidates;
+  EXPECT_EQ(open.Choose(mixed, both, -1.0), 0);
+  EXPECT_EQ(both[0].length, 8);
   // A draft is cut to the length that pays best: at a ~ 0.5 and a fixed
   // cost of 2 rows, one token (~1.5 tokens for 4 rows) beats three (~1.875
   // for 6) and none (1 for 3).
