@@ -13,8 +13,8 @@ weight decay 0.1, betas 0.9/0.999), cosine schedule with 5% warmup.
 One departure, for speed: the softmax runs over the tokens that occur in the
 training sequences, not the whole vocabulary (Debian's CPU BLAS multiplies
 at a few GFLOP/s, and a 128k-row head would take seconds per step); the head
-rows of every other token are zeroed, so they never outscore a trained one
-that the context favours.
+rows of every other token are zeroed (logit 0), so they win only where every
+trained token scores below 0.
 
 The base model's forward is tests/services/worker/backend/reference_llama.py
 (PyTorch, written from the HF definition; bf16 checkpoints round each Linear's

@@ -57,6 +57,12 @@ int RunMakeModel(int argc, char** argv) {
     return 2;
   }
   if (preset == "speculator") {
+    if (!quantize.empty() || !from.empty() || !tokenizer.empty() || !architecture.empty() || shards != 1) {
+      std::fprintf(stderr,
+                   "floe make-model: --preset speculator takes --base, --out, --dtype, --seed, --method and "
+                   "--n-predict only\n");
+      return 2;
+    }
     auto base_config = ModelConfig::FromFile(base + "/config.json");
     if (!base_config.ok()) {
       std::fprintf(stderr, "floe make-model: --base: %s\n", std::string(base_config.status().message()).c_str());

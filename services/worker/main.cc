@@ -369,7 +369,9 @@ int Run(int argc, char** argv) {
     return 2;
   }
   speculation.speculator_dir = f.speculator;
-  speculation.speculator_threads = threads;
+  // 0 threads: all cores, as the backend reads it.
+  speculation.speculator_threads =
+      threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (!f.speculator.empty()) {
     // The speculator must fit the served model: its config.json is enough.
     auto target = ModelConfig::FromFile(f.model + "/config.json");

@@ -71,11 +71,12 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
                               : options_.speculative_step_overhead_tokens / std::max(1, emitting);
   for (size_t p = 0; p < proposers_.size(); ++p) {
     proposals_[p].assign(spec_batch_.size(), DraftProposal{});
-    if (proposers_.size() == 1) {
+    if (proposers_.size() == 1 || !proposers_[p]->expensive()) {
       proposers_[p]->Propose(spec_batch_, proposals_[p]);
       continue;
     }
-    // Only the sequences whose draft from p the selector might verify.
+    // An expensive proposer drafts only for the sequences whose draft from
+    // it the selector might verify.
     sub_batch_.clear();
     sub_index_.clear();
     for (size_t i = 0; i < spec_batch_.size(); ++i) {

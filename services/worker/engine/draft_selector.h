@@ -42,7 +42,7 @@ class DraftSelector {
   // False when Choose would decline any draft of at most `max_length` tokens
   // from `proposer` for this sequence: the engine then does not ask that
   // proposer (a model-based one costs a forward pass per step).
-  virtual bool MayChoose(const Sequence& seq, int proposer, int max_length, double overhead_tokens) const {
+  virtual bool MayChoose(Sequence& seq, int proposer, int max_length, double overhead_tokens) {
     (void)seq, (void)proposer, (void)max_length, (void)overhead_tokens;
     return true;
   }
@@ -78,7 +78,10 @@ class AcceptanceRateSelector : public DraftSelector {
   explicit AcceptanceRateSelector(int num_proposers, double prior_weight = 4.0, size_t max_namespaces = 4096);
 
   int Choose(const Sequence& seq, std::span<DraftCandidate> candidates, double overhead_tokens) override;
-  bool MayChoose(const Sequence& seq, int proposer, int max_length, double overhead_tokens) const override;
+  // Also ages the request's own record of `proposer`: it halves every
+  // kRequestWindow calls, so a proposer ruled out for a request (never asked,
+  // so never measured again) drifts back to the prior and is tried again.
+  bool MayChoose(Sequence& seq, int proposer, int max_length, double overhead_tokens) override;
   void Record(Sequence& seq, int proposer, int drafted, int accepted) override;
   void Age(int64_t emitted) override;
 

@@ -44,6 +44,7 @@ struct Sequence {
   // and drafts cut short (failures), for the draft selector.
   struct Acceptance {
     int32_t successes = 0, failures = 0;
+    int32_t asked = 0;  // steps since the record last halved
   };
   std::vector<Acceptance> proposer_acceptance;
   // Timeline for metrics (one clock, see RequestOutput::time).

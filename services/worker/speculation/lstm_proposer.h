@@ -21,6 +21,7 @@ class LstmProposer : public Proposer {
 
   std::string_view name() const override { return "lstm"; }
   bool wants_last_hidden() const override { return true; }
+  bool expensive() const override { return true; }
   void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override;
 
   const LstmSpeculator& speculator() const { return *speculator_; }

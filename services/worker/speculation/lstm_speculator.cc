@@ -156,6 +156,11 @@ absl::StatusOr<SpeculatorConfig> SpeculatorConfig::FromJson(absl::string_view js
   auto missing = [](absl::string_view field) {
     return absl::InvalidArgumentError(absl::StrCat("speculator config.json: \"", field, "\" is missing"));
   };
+  for (const char* field : {"model_type", "method"}) {
+    if (j.contains(field) && !j[field].is_string())
+      return absl::InvalidArgumentError(
+          absl::StrCat("speculator config.json: \"", field, "\" must be a string, got ", j[field].dump()));
+  }
   const std::string model_type = j.value("model_type", std::string());
   if (model_type != "mlp_speculator") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -431,9 +436,12 @@ void LstmSpeculator::Draft(std::span<const float> hidden, std::span<const int32_
   const SpeculatorConfig& c = s.config;
   const int64_t m = static_cast<int64_t>(tokens.size());
   steps = std::min(steps, c.n_predict);
-  if (states) states->assign(steps, {});
-  if (m == 0 || steps <= 0) return;
+  if (states) states->assign(std::max(steps, 0), {});
   const int64_t h_in = c.input_hidden_dim, d = c.state_dim(), vocab = c.vocab_size;
+  // Malformed calls draft nothing (the proposer never makes one).
+  if (m == 0 || steps <= 0 || static_cast<int64_t>(hidden.size()) < m * h_in ||
+      static_cast<int64_t>(out.size()) < m * steps)
+    return;
   s.tokens.assign(tokens.begin(), tokens.end());
   // Step 0's input: the target's hidden state, RMS-scaled when scale_input.
   s.x.assign(hidden.begin(), hidden.begin() + m * h_in);

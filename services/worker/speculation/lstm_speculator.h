@@ -10,7 +10,7 @@
 //   sum_rnn, step k:   h = LN_k(Proj_k(x) + a * Emb_k(token)), GELU, token = argmax(Head_k(h))
 //     (Emb, Proj and LN are small chains when a dim is dotted: "a.b" = stacked)
 //
-// with scale(x) = RMS(x) / sqrt(2) when scale_input, LN = x * rsqrt(mean(x^2)
+// with scale(x) = x / rms(x) / sqrt(2) when scale_input, LN = x * rsqrt(mean(x^2)
 // + 1e-6) * w + b (no centring), a = emb_weight / state_weight,
 // state_weight = 0.5^(0.5 / n_predict), emb_weight = sqrt((1 - state_weight^2)
 // * emb_dim[-1] / 2). tie_weights shares Emb, LN and Head over steps and Proj
@@ -75,10 +75,11 @@ class LstmSpeculator {
   // for a model of this hidden size and vocabulary.
   absl::Status CheckFits(int64_t hidden_size, int64_t vocab_size, absl::string_view model_name) const;
 
-  // Drafts `steps` (<= n_predict) tokens for each of the m = tokens.size()
-  // rows: hidden is [m, input_hidden_dim] (the target's final normed hidden
-  // state that sampled tokens[r]), out is [m, steps]. Token ids must be in
-  // range (the engine's are). `states`, when given, receives each step's
+  // Drafts s = min(steps, n_predict) tokens for each of the m =
+  // tokens.size() rows: hidden is [m, input_hidden_dim] (the target's final
+  // normed hidden state that sampled tokens[r]), out is [m, s] (row stride
+  // s). Token ids must be in range (the engine's are); spans too short draft
+  // nothing. `states`, when given, receives each step's
   // state h as [m, state_dim] (tests compare it with the reference).
   void Draft(std::span<const float> hidden, std::span<const int32_t> tokens, int steps, std::span<int32_t> out,
              std::vector<std::vector<float>>* states = nullptr);

@@ -58,6 +58,11 @@ class Proposer {
   virtual std::string_view name() const = 0;
   // True: SpecSequence::last_hidden is filled (a copy per emitting sequence per step).
   virtual bool wants_last_hidden() const { return false; }
+  // True: drafting costs a model forward, so the engine asks this proposer
+  // only for sequences whose draft it might verify (draft_selector.h).
+  // Cheap proposers are asked for every drafting sequence, which also keeps
+  // their per-request state (a suffix tree) current.
+  virtual bool expensive() const { return false; }
   // out.size() == batch.size(); out[i] arrives empty.
   virtual void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) = 0;
   // The request's final tokens (prompt + output).

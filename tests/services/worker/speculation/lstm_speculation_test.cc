@@ -141,14 +141,22 @@ TEST(DraftSelectorTest, PerRequestAcceptancePicksTheDraftThatPays) {
   Sequence first;
   fresh.Record(first, 0, 8, 0);
   fresh.Record(first, 1, 3, 0);
-  EXPECT_TRUE(fresh.MayChoose(Sequence{}, 0, 8, 1.0));
-  EXPECT_TRUE(fresh.MayChoose(Sequence{}, 1, 3, 1.0));
+  Sequence next;
+  EXPECT_TRUE(fresh.MayChoose(next, 0, 8, 1.0));
+  EXPECT_TRUE(fresh.MayChoose(next, 1, 3, 1.0));
   // A proposer judged hopeless is probed again after enough idle tokens.
   Sequence bad;
   for (int i = 0; i < 200; ++i) fresh.Record(bad, 1, 3, 0);
-  EXPECT_FALSE(fresh.MayChoose(Sequence{}, 1, 3, 1.0));
+  Sequence later;
+  EXPECT_FALSE(fresh.MayChoose(later, 1, 3, 1.0));
   for (int i = 0; i < 10; ++i) fresh.Age(4096);
-  EXPECT_TRUE(fresh.MayChoose(Sequence{}, 1, 3, 1.0));
+  EXPECT_TRUE(fresh.MayChoose(later, 1, 3, 1.0));
+  // ... and so is it for the request that ruled it out, as its own record
+  // ages step by step.
+  EXPECT_FALSE(fresh.MayChoose(bad, 1, 3, 1.0));
+  bool retried = false;
+  for (int step = 0; step < 200 && !retried; ++step) retried = fresh.MayChoose(bad, 1, 3, 1.0);
+  EXPECT_TRUE(retried);
   // With the cost model off, the draft with the most expected tokens wins
   // (a long suffix draft at a = 0.7 over a short lstm one at 0.2), uncut.
   AcceptanceRateSelector open(2);

@@ -128,6 +128,7 @@ TEST(SpeculatorConfigTest, ErrorsNameTheField) {
     const char* message;
   };
   for (const Bad& bad : {Bad{"model_type", "llama", "model_type"}, Bad{"method", "sum_gru", "method"},
+                         Bad{"method", 1, "method"}, Bad{"model_type", nullptr, "model_type"},
                          Bad{"n_predict", 0, "n_predict"}, Bad{"n_predict", 99, "n_predict"},
                          Bad{"inner_dim", "48.x", "inner_dim"}, Bad{"emb_dim", -3, "emb_dim"},
                          Bad{"tie_weights", false, "tie_weights"}, Bad{"proj_dim", "32", "emb_dim == proj_dim"},
