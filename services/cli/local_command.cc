@@ -126,7 +126,7 @@ bool RouterReady(const std::string& address, const std::shared_ptr<grpc::Channel
 int RunLocal(int argc, char** argv) {
   TerminationSignal termination;
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
-  std::string speculator;
+  std::string speculator, speculative_selection;
   std::string weight_cache = "auto";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
   std::string chat_template, api_key_file;
@@ -169,6 +169,8 @@ int RunLocal(int argc, char** argv) {
                    "global tree; lstm needs --speculator)");
   parser.AddString("speculator", &speculator,
                    "workers' --speculator: an Arctic speculator folder (floe make-model --preset speculator)");
+  parser.AddString("speculative-selection", &speculative_selection,
+                   "workers' --speculative-selection (suffix+lstm): acceptance|score (empty: the worker's default)");
   parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
   parser.AddBool("speculative-reference-compatible", &speculative_reference_compatible,
                  "workers draft suffixes exactly as Arctic Inference (default: Floe's drafting mode)");
@@ -257,6 +259,9 @@ int RunLocal(int argc, char** argv) {
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
   if (!speculator.empty()) speculation_args.insert(speculation_args.end(), {"--speculator", speculator});
+  if (!speculative_selection.empty()) {
+    speculation_args.insert(speculation_args.end(), {"--speculative-selection", speculative_selection});
+  }
   if (suffix_drafts) {
     std::vector<std::string> cache_argv = {(bin / "floe-suffix-cache").string(), "--host", host, "--port", "0",
                                            "--metrics-port", "0"};
