@@ -57,14 +57,23 @@ rc=0
 (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 -LE "gpu|tsan|faults" -j"$JOBS" "$@") || rc=$?
 tested=$SECONDS
 echo "[asan] ctest in $((tested - built)) s"
-if compgen -G "$logs/*" >/dev/null; then
-  echo "[asan] sanitizer reports:" >&2
-  for f in "$logs"/*; do
+# LeakSanitizer prints "Unable to get registers from thread N." when a thread
+# exits while it stops the world at process exit; it then treats that
+# thread's whole stack as reachable, so the line is a notice, not a report.
+benign='^==[0-9]+==Unable to get registers from thread [0-9]+\.$'
+reports=0
+for f in "$logs"/*; do
+  [[ -e $f ]] || continue
+  if grep -Evq "$benign" "$f"; then
+    ((reports == 0)) && echo "[asan] sanitizer reports:" >&2
+    reports=$((reports + 1))
     echo "=== $f" >&2
     cat "$f" >&2
-  done
-  rc=1
-fi
+  else
+    echo "[asan] notice only (not a report) in $f: $(head -c 200 "$f")"
+  fi
+done
+((reports == 0)) || rc=1
 if ((rc != 0)); then
   echo "[asan] FAILED" >&2
   exit "$rc"
