@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -66,9 +67,10 @@ struct WorkerFlags {
   std::string speculative;  // empty: suffix with --suffix-cache, otherwise off
   std::string speculator;
   std::string speculative_selection = "acceptance";
-  int num_speculative_tokens = 4;
-  int speculative_token_threshold = 32;
+  int num_speculative_tokens = 32;
+  int speculative_token_threshold = 512;
   double speculative_step_overhead_tokens = 1.0;
+  std::string speculative_cost_curve = "measure";
   std::string suffix_cache;
   bool benchmark_forced_decoding = false;
   bool speculative_tree = false;
@@ -235,12 +237,17 @@ int Run(int argc, char** argv) {
                  "docs/suffix-cache.md)");
   parser.AddString("speculative-default-namespace", &f.speculative_default_namespace,
                    "suffix-tree namespace of requests that name none (default: the shared default namespace)");
-  parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens, "draft tokens per sequence per step");
+  parser.AddInt("num-speculative-tokens", &f.num_speculative_tokens,
+                "draft tokens per sequence per step, at most (the cost model trims; <= 64)");
   parser.AddInt("speculative-token-threshold", &f.speculative_token_threshold,
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
+  parser.AddString("speculative-cost-curve", &f.speculative_cost_curve,
+                   "the step cost curve the draft budget plans on: measure (a few forward passes at start), "
+                   "linear (--speculative-step-overhead-tokens + tokens), or a JSON file "
+                   "{\"step_cost_curve\": [[tokens, ms], ...]} (bench_verify_cost --write-curve)");
   parser.AddDouble("speculative-step-overhead-tokens", &f.speculative_step_overhead_tokens,
-                   "draft cost model: a step's fixed cost in tokens' worth of compute (CPU ~1-3); a draft "
-                   "position is verified only if its measured acceptance beats its cost; < 0: threshold only");
+                   "--speculative-cost-curve linear: a step's fixed cost in tokens' worth of compute; "
+                   "< 0: no cost model (threshold only)");
   parser.AddString("suffix-cache", &f.suffix_cache,
                    "--speculative suffix only: floe-suffix-cache HOST:PORT,... for the global tree");
   parser.AddBool("benchmark-forced-decoding", &f.benchmark_forced_decoding,
@@ -584,6 +591,16 @@ int Run(int argc, char** argv) {
   engine_options.num_speculative_tokens = proposers->empty() ? 0 : f.num_speculative_tokens;
   engine_options.speculative_token_threshold = f.speculative_token_threshold;
   engine_options.speculative_step_overhead_tokens = f.speculative_step_overhead_tokens;
+  if (f.speculative_cost_curve == "measure") {
+    engine_options.measure_step_cost = true;
+  } else if (f.speculative_cost_curve != "linear") {
+    auto curve = StepCostCurve::Load(f.speculative_cost_curve);
+    if (!curve.ok()) {
+      std::fprintf(stderr, "floe-worker: --speculative-cost-curve: %s\n", std::string(curve.status().message()).c_str());
+      return 2;
+    }
+    engine_options.speculative_step_cost_curve = curve->points();
+  }
   engine_options.draft_selection = f.speculative_selection == "score" ? EngineOptions::DraftSelection::kScore
                                                                         : EngineOptions::DraftSelection::kAcceptance;
   auto engine = Engine::Create(std::move(backend).value(), engine_options, std::move(proposers).value());
@@ -592,6 +609,13 @@ int Run(int argc, char** argv) {
     return 1;
   }
   startup.Phase("kv_allocation");
+  if (!(*engine)->options().speculative_step_cost_curve.empty()) {
+    std::string curve;
+    for (const auto& [tokens, ms] : (*engine)->options().speculative_step_cost_curve)
+      absl::StrAppend(&curve, curve.empty() ? "" : " ", tokens, ":", std::lround(ms * 100) / 100.0);
+    LogEvent(LogLevel::kInfo, "worker", "step_cost_curve",
+             {{"source", f.speculative_cost_curve}, {"tokens_ms", curve}});
+  }
   if (metrics_server) {
     metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());
     metrics->SetParallelLayout(ranks, ranks > 1 ? parallel_stats : nullptr);

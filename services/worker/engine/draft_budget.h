@@ -1,72 +1,68 @@
-// How many draft tokens one engine step verifies, per sequence: a cost model
-// of verification cost against the tokens drafts are expected to add.
+// How many draft tokens one engine step verifies, per sequence: the step's
+// measured cost curve against the tokens drafts are expected to add.
 //
-// A step costs about (R + N) token-equivalents of compute, N being the tokens
-// it runs and R its fixed cost (weights read once per step, in tokens' worth
-// of compute; small on a compute-bound CPU, large on a memory-bound GPU). A
-// draft token at position j is accepted with the (measured) probability P_j
-// that the draft's first j+1 tokens all match. Adding it to a step that is
-// expected to emit E tokens pays off when E/(R+N) < (E+P_j)/(R+N+1), i.e.
-// P_j > E/(R+N). Draft tokens are granted position by position across the
-// batch (position 0 of every sequence, then position 1, ...), P_j decreasing,
-// until that fails or the step's token count reaches the hard threshold.
-// So drafts shrink as the batch grows (E/(R+N) -> 1) and vanish where they
-// are seldom accepted, and a loaded server never runs slower for them.
+// A step that runs N tokens takes t(N) (StepCostCurve: measured on the
+// backend, tokens run -> step time, or the linear R + N). Sequence i's draft
+// token at position j (0-based) is accepted with probability a_i^(j+1), a_i
+// being that request's own acceptance rate (draft_selector.h: measured per
+// request and proposer, a namespace's rate as the prior for its first steps).
+// The step emits E = (decoding sequences) + (expected accepted draft tokens),
+// and the plan maximizes E / t(N) over every allocation of draft tokens:
+// since t depends only on how many tokens run, the best allocation of m
+// draft tokens is the m most probable ones (each sequence's in position
+// order, so drafts stay prefixes), and the plan is the best m. So an agent
+// session accepting 0.95 keeps long drafts while a chat request beside it in
+// the same batch drafts nothing, drafts shrink as the batch grows, and a
+// loaded server never runs slower for them (under the curve it measured).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace floe {
+
+// Step time (any unit) as a function of the tokens a step runs.
+class StepCostCurve {
+ public:
+  // t(N) = overhead + N: the fixed cost in tokens' worth of compute.
+  static StepCostCurve Linear(double overhead_tokens);
+  // Measured points (tokens run, step time): tokens > 0 strictly increasing,
+  // times > 0. Interpolated linearly; below the first point, its time; past
+  // the last, the last segment's slope (never below zero).
+  static absl::StatusOr<StepCostCurve> FromPoints(std::vector<std::pair<int, double>> points);
+  // A JSON file: {"step_cost_curve": [[tokens, ms], ...]} (what
+  // `bench_verify_cost --write-curve FILE` and the worker's start-up
+  // measurement write).
+  static absl::StatusOr<StepCostCurve> Load(const std::string& path);
+
+  double Time(int64_t tokens) const;
+  const std::vector<std::pair<int, double>>& points() const { return points_; }
+  std::string ToJson() const;
+
+ private:
+  std::vector<std::pair<int, double>> points_;
+};
 
 struct DraftCostModel {
   // Hard cap: a step verifies at most max(0, threshold - T) draft tokens, T
   // being its tokens without drafts.
   int threshold = 32;
-  // R above; < 0 turns the cost model off (only the threshold applies).
-  double step_overhead_tokens = 1.0;
+  // False: only the threshold applies (every draft token within it runs).
+  bool enabled = true;
+  StepCostCurve curve = StepCostCurve::Linear(1.0);
 };
 
-// Per-position acceptance of past drafts (of one proposer), windowed:
-// counts halve once position 0 has seen `window` drafts, so estimates follow
-// the workload and positions left undrafted drift back to the optimistic prior.
-// Counts also halve after `idle_tokens` emitted tokens without a draft: once
-// position 0 is switched off nothing else would ever measure it again, and a
-// workload that changes (chat, then agents) must get its drafts back. Each
-// such probe costs a few draft tokens (one step's worth).
-class DraftAcceptanceStats {
- public:
-  explicit DraftAcceptanceStats(int max_positions, double window = 4096, int64_t idle_tokens = 65536);
-  // One verified draft of `drafted` tokens of which the first `accepted` matched.
-  void Record(int drafted, int accepted);
-  // `emitted` tokens came out of a step (drafted or not).
-  void Age(int64_t emitted);
-  // P(the first position+1 draft tokens are all accepted); 1.0 while fewer
-  // than kMinSamples drafts reached that position. Non-increasing in position.
-  double Cumulative(int position) const;
-
-  static constexpr double kMinSamples = 16;
-
- private:
-  std::vector<double> drafted_;   // drafts with more than j tokens
-  std::vector<double> accepted_;  // drafts whose token j was accepted
-  double window_;
-  int64_t idle_tokens_;
-  int64_t tokens_since_draft_ = 0;
-  void Halve();
-};
-
-// Draft lengths for the step's decoding sequences, parallel to `caps` (each
-// sequence's own limit: k, max_tokens, context); `step_tokens` = T,
-// `emitting` = sequences that emit a token this step without drafts.
+// Draft lengths for the step's drafting sequences, parallel to `caps` (each
+// sequence's own limit: k, max_tokens, context, the draft it has) and
+// `rates` (each sequence's per-token acceptance a_i in [0, 1]);
+// `step_tokens` = T, `emitting` = sequences that emit a token this step
+// without drafts.
 std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
-                                  const DraftAcceptanceStats& stats, const DraftCostModel& model);
-// Several proposers, each with its own stats: a position's acceptance is the
-// best proposer's (a sequence verifies one proposer's draft, and the draft
-// selector picks the one that pays), so a proposer that is seldom right
-// never switches off one that is.
-std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<const int> caps,
-                                  std::span<const DraftAcceptanceStats> stats, const DraftCostModel& model);
+                                  std::span<const double> rates, const DraftCostModel& model);
 
 }  // namespace floe

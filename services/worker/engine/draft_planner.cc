@@ -10,20 +10,28 @@ DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique
       proposers_(std::move(proposers)),
       vocab_size_(vocab_size),
       tree_verify_(tree_verify),
-      stats_(proposers_.size(), DraftAcceptanceStats(options.num_speculative_tokens)) {
+      rates_(std::make_unique<AcceptanceRateSelector>(static_cast<int>(proposers_.size()))) {
   for (const auto& proposer : proposers_) wants_last_hidden_ = wants_last_hidden_ || proposer->wants_last_hidden();
   proposals_.resize(proposers_.size());
-  if (options.draft_selection == EngineOptions::DraftSelection::kScore) {
+  if (options.draft_selection == EngineOptions::DraftSelection::kScore)
     selector_ = std::make_unique<HighestScoreSelector>();
+  cost_.threshold = options.speculative_token_threshold;
+  cost_.enabled = options.speculative_step_overhead_tokens >= 0;
+  if (auto curve = StepCostCurve::FromPoints(options.speculative_step_cost_curve); curve.ok()) {
+    cost_.curve = *std::move(curve);
   } else {
-    selector_ = std::make_unique<AcceptanceRateSelector>(static_cast<int>(proposers_.size()));
+    cost_.curve = StepCostCurve::Linear(options.speculative_step_overhead_tokens);
   }
 }
 
 void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<Sequence*>& waiting,
                         int32_t max_model_len) {
   if (proposers_.empty() || options_.num_speculative_tokens <= 0) return;
-  for (Sequence* seq : running) seq->draft.clear();  // a draft the budget left unplanned is stale now
+  for (Sequence* seq : running) {  // a draft the budget left unplanned is stale now
+    seq->draft.clear();
+    seq->draft_parents.clear();
+    seq->draft_source = -1;
+  }
   int64_t step_tokens = 0;
   for (const Sequence* seq : running) step_tokens += seq->pending();
   for (const Sequence* seq : waiting) step_tokens += seq->pending();
@@ -32,6 +40,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
   spec_seqs_.clear();
   candidates_.clear();
   caps_.clear();
+  rates_scratch_.clear();
   int emitting = 0;
   for (Sequence* seq : running) {
     if (seq->pending() != 1) continue;
@@ -45,33 +54,43 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     if (max_draft <= 0) continue;
     candidates_.push_back(seq);
     caps_.push_back(static_cast<int>(max_draft));
+    double rate = 0.0;
+    for (size_t p = 0; p < proposers_.size(); ++p) rate = std::max(rate, rates_->Rate(*seq, static_cast<int>(p)));
+    rates_scratch_.push_back(rate);
   }
-  for (DraftAcceptanceStats& stats : stats_) stats.Age(emitting);
-  selector_->Age(emitting);
-  const std::vector<int> lengths =
-      PlanDraftLengths(step_tokens, emitting, caps_, stats_,
-                       {options_.speculative_token_threshold, options_.speculative_step_overhead_tokens});
+  rates_->Age(emitting);
+  if (selector_) selector_->Age(emitting);
+  // Who drafts at all: the plan as if every draft were as long as its cap,
+  // at the request's best proposer's rate. Those ask for their whole cap;
+  // the final plan, below, trims what came back.
+  const std::vector<int> optimistic = PlanDraftLengths(step_tokens, emitting, caps_, rates_scratch_, cost_);
   for (size_t c = 0; c < candidates_.size(); ++c) {
     Sequence* seq = candidates_[c];
-    if (lengths[c] <= 0) continue;
+    if (optimistic[c] <= 0) continue;
     SpecSequence s;
     s.request_id = seq->request.id;
     s.ns = seq->request.speculation.ns;
     s.tokens = seq->tokens;
     s.prompt_len = seq->prompt_len;
-    s.max_draft = static_cast<int32_t>(lengths[c]);
+    s.max_draft = static_cast<int32_t>(caps_[c]);
     s.last_hidden = seq->last_hidden;
     spec_batch_.push_back(s);
     spec_seqs_.push_back(seq);
   }
   if (spec_batch_.empty()) return;
-  // A sequence's share of the step's fixed cost, for the draft selector.
-  const double overhead = options_.speculative_step_overhead_tokens < 0
-                              ? -1.0
-                              : options_.speculative_step_overhead_tokens / std::max(1, emitting);
+  // A sequence's share of the step's fixed cost in token rows (the curve's
+  // local line through the plain step), for the draft selector.
+  double overhead = -1.0;
+  if (cost_.enabled) {
+    const int64_t n = std::max<int64_t>(1, step_tokens);
+    const double t = cost_.curve.Time(n), dt = cost_.curve.Time(n + 1) - t;
+    const double fixed = dt > 0 ? t / dt - static_cast<double>(n) : 1e6;
+    overhead = std::clamp(fixed, 0.0, 1e6) / std::max(1, emitting);
+  }
   for (size_t p = 0; p < proposers_.size(); ++p) {
     proposals_[p].assign(spec_batch_.size(), DraftProposal{});
     if (proposers_.size() == 1 || !proposers_[p]->expensive()) {
+      for (Sequence* seq : spec_seqs_) rates_->AgeRequest(*seq, static_cast<int>(p));
       proposers_[p]->Propose(spec_batch_, proposals_[p]);
       continue;
     }
@@ -80,7 +99,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     sub_batch_.clear();
     sub_index_.clear();
     for (size_t i = 0; i < spec_batch_.size(); ++i) {
-      if (!selector_->MayChoose(*spec_seqs_[i], static_cast<int>(p), spec_batch_[i].max_draft, overhead)) continue;
+      if (!rates_->MayChoose(*spec_seqs_[i], static_cast<int>(p), spec_batch_[i].max_draft, overhead)) continue;
       sub_batch_.push_back(spec_batch_[i]);
       sub_index_.push_back(i);
     }
@@ -89,21 +108,37 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     proposers_[p]->Propose(sub_batch_, sub_out_);
     for (size_t j = 0; j < sub_index_.size(); ++j) proposals_[p][sub_index_[j]] = std::move(sub_out_[j]);
   }
+  // Each sequence's draft (one proposer's), then the final plan over the
+  // drafts as they are.
+  choice_sets_.resize(spec_seqs_.size());
+  chosen_.assign(spec_seqs_.size(), -1);
+  chosen_caps_.assign(spec_seqs_.size(), 0);
+  chosen_rates_.assign(spec_seqs_.size(), 0.0);
   for (size_t i = 0; i < spec_seqs_.size(); ++i) {
     Sequence& seq = *spec_seqs_[i];
-    choices_.clear();
+    std::vector<DraftCandidate>& choices = choice_sets_[i];
+    choices.clear();
     for (size_t p = 0; p < proposers_.size(); ++p) {
       const DraftProposal& d = proposals_[p][i];
       if (d.tokens.empty()) continue;
-      choices_.push_back({static_cast<int>(p), &d,
-                          static_cast<int>(std::min<size_t>(d.tokens.size(), spec_batch_[i].max_draft))});
+      choices.push_back({static_cast<int>(p), &d,
+                         static_cast<int>(std::min<size_t>(d.tokens.size(), spec_batch_[i].max_draft))});
     }
-    if (choices_.empty()) continue;
-    // Single-proposer methods keep the budget's decision (draft_budget.h).
-    const int chosen = proposers_.size() == 1 ? 0 : selector_->Choose(seq, choices_, overhead);
+    if (choices.empty()) continue;
+    // Single-proposer methods leave the length to the budget.
+    const int chosen = proposers_.size() == 1 ? 0 : selector().Choose(seq, choices, overhead);
     if (chosen < 0) continue;
-    seq.draft_source = choices_[chosen].proposer;
-    Assign(seq, *choices_[chosen].proposal, choices_[chosen].length);
+    chosen_[i] = chosen;
+    chosen_caps_[i] = choices[chosen].length;
+    chosen_rates_[i] = rates_->Rate(seq, choices[chosen].proposer);
+  }
+  const std::vector<int> lengths = PlanDraftLengths(step_tokens, emitting, chosen_caps_, chosen_rates_, cost_);
+  for (size_t i = 0; i < spec_seqs_.size(); ++i) {
+    if (chosen_[i] < 0 || lengths[i] <= 0) continue;
+    Sequence& seq = *spec_seqs_[i];
+    const DraftCandidate& choice = choice_sets_[i][chosen_[i]];
+    seq.draft_source = choice.proposer;
+    Assign(seq, *choice.proposal, lengths[i]);
   }
 }
 

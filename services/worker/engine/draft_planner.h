@@ -27,6 +27,8 @@ namespace floe {
 class DraftPlanner {
  public:
   // `tree_verify`: the backend compacts verified tree paths (CopyKvSlots).
+  // The step cost is options.speculative_step_cost_curve where set, else
+  // the line speculative_step_overhead_tokens + N (< 0: no cost model).
   DraftPlanner(const EngineOptions& options, std::vector<std::unique_ptr<Proposer>> proposers, int32_t vocab_size,
                bool tree_verify);
 
@@ -40,9 +42,8 @@ class DraftPlanner {
   // One verified draft of `drafted` tokens from seq.draft_source whose first
   // `accepted` matched.
   void RecordVerified(Sequence& seq, int drafted, int accepted) {
-    if (seq.draft_source >= 0 && seq.draft_source < static_cast<int>(stats_.size()))
-      stats_[seq.draft_source].Record(drafted, accepted);
-    selector_->Record(seq, seq.draft_source, drafted, accepted);
+    rates_->Record(seq, seq.draft_source, drafted, accepted);
+    if (selector_) selector_->Record(seq, seq.draft_source, drafted, accepted);
   }
   // The request ended: proposers learn its tokens.
   void Finish(const Sequence& seq);
@@ -55,15 +56,23 @@ class DraftPlanner {
   int32_t vocab_size_;
   bool tree_verify_;
   bool wants_last_hidden_ = false;
-  std::vector<DraftAcceptanceStats> stats_;  // per proposer
+  DraftCostModel cost_;
+  // Per-request acceptance (the draft budget's rates), and the selector
+  // where it is another policy (null: rates_ selects too).
+  std::unique_ptr<AcceptanceRateSelector> rates_;
   std::unique_ptr<DraftSelector> selector_;
+  DraftSelector& selector() { return selector_ ? *selector_ : *rates_; }
   // Per-step scratch, capacity reused.
   std::vector<SpecSequence> spec_batch_;
   std::vector<Sequence*> spec_seqs_;
   std::vector<std::vector<DraftProposal>> proposals_;
   std::vector<Sequence*> candidates_;
   std::vector<int> caps_;
-  std::vector<DraftCandidate> choices_;
+  std::vector<double> rates_scratch_;
+  std::vector<int> chosen_caps_;
+  std::vector<double> chosen_rates_;
+  std::vector<int> chosen_;  // per spec_batch_ entry: index into choices, -1 none
+  std::vector<std::vector<DraftCandidate>> choice_sets_;
   std::vector<SpecSequence> sub_batch_;
   std::vector<size_t> sub_index_;
   std::vector<DraftProposal> sub_out_;

@@ -116,17 +116,20 @@ int AcceptanceRateSelector::Choose(const Sequence& seq, std::span<DraftCandidate
   return best_value > Value(0.0, 0, overhead_tokens) ? best : -1;
 }
 
-bool AcceptanceRateSelector::MayChoose(Sequence& seq, int proposer, int max_length, double overhead_tokens) {
-  if (proposer >= 0 && proposer < num_proposers_) {
-    if (seq.proposer_acceptance.size() < static_cast<size_t>(num_proposers_))
-      seq.proposer_acceptance.resize(num_proposers_);
-    Sequence::Acceptance& own = seq.proposer_acceptance[proposer];
-    if (++own.asked >= kRequestWindow) {
-      own.asked = 0;
-      own.successes /= 2;
-      own.failures /= 2;
-    }
+void AcceptanceRateSelector::AgeRequest(Sequence& seq, int proposer) {
+  if (proposer < 0 || proposer >= num_proposers_) return;
+  if (seq.proposer_acceptance.size() < static_cast<size_t>(num_proposers_))
+    seq.proposer_acceptance.resize(num_proposers_);
+  Sequence::Acceptance& own = seq.proposer_acceptance[proposer];
+  if (++own.asked >= kRequestWindow) {
+    own.asked = 0;
+    own.successes /= 2;
+    own.failures /= 2;
   }
+}
+
+bool AcceptanceRateSelector::MayChoose(Sequence& seq, int proposer, int max_length, double overhead_tokens) {
+  AgeRequest(seq, proposer);
   if (overhead_tokens < 0) return true;
   const double rate = Rate(seq, proposer), none = Value(0.0, 0, overhead_tokens);
   for (int length = 1; length <= max_length; ++length)

@@ -84,6 +84,10 @@ class AcceptanceRateSelector : public DraftSelector {
   bool MayChoose(Sequence& seq, int proposer, int max_length, double overhead_tokens) override;
   void Record(Sequence& seq, int proposer, int drafted, int accepted) override;
   void Age(int64_t emitted) override;
+  // One step in which `seq` could draft from `proposer`: the request's own
+  // record of it halves every kRequestWindow such steps (MayChoose does this
+  // for the proposers it is asked about).
+  void AgeRequest(Sequence& seq, int proposer);
 
   // The rate Choose uses for this sequence and proposer.
   double Rate(const Sequence& seq, int proposer) const;

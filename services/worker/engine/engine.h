@@ -33,6 +33,8 @@ class Engine {
   EngineCounters Counters() const;
   const ModelConfig& model_config() const { return core_->model_config(); }
   int max_model_len() const { return core_->max_model_len(); }
+  // Fixed after Create (which may measure the step cost curve into them).
+  const EngineOptions& options() const { return core_->options(); }
 
   // Aborts everything still live and joins the thread. Idempotent.
   void Stop();

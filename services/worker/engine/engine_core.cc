@@ -11,6 +11,40 @@ namespace floe {
 
 using Clock = Sequence::Clock;
 
+absl::StatusOr<StepCostCurve> MeasureStepCost(Backend& backend, int block_size, int max_tokens) {
+  // One sequence of N tokens from position 0, every row with logits, as a
+  // verified draft has: the pool is empty, so any blocks will do.
+  std::vector<int> sizes;
+  for (int n = 1; n <= std::min(max_tokens, 64); n *= 2) sizes.push_back(n);
+  if (sizes.empty()) return absl::InvalidArgumentError("step cost: no token count to measure");
+  const int largest = sizes.back();
+  std::vector<int32_t> tokens(largest, 0), blocks((largest + block_size - 1) / block_size);
+  for (size_t b = 0; b < blocks.size(); ++b) blocks[b] = static_cast<int32_t>(b);
+  std::vector<float> logits(static_cast<size_t>(largest) * backend.config().vocab_size);
+  constexpr int kRounds = 3;  // plus one warm-up round
+  std::vector<std::vector<double>> ms(sizes.size());
+  for (int round = 0; round <= kRounds; ++round) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ForwardSequence f;
+      f.tokens = std::span<const int32_t>(tokens).first(sizes[i]);
+      f.block_table = blocks;
+      f.num_logits = sizes[i];
+      const auto t0 = Clock::now();
+      absl::Status status = backend.Forward({&f, 1}, logits.data());
+      if (!status.ok()) return status;
+      if (round > 0) ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  }
+  std::vector<std::pair<int, double>> points;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::nth_element(ms[i].begin(), ms[i].begin() + kRounds / 2, ms[i].end());
+    // Non-decreasing: a step never runs faster for running more.
+    const double t = std::max(ms[i][kRounds / 2], points.empty() ? 0.0 : points.back().second);
+    points.emplace_back(sizes[i], std::max(t, 1e-3));
+  }
+  return StepCostCurve::FromPoints(std::move(points));
+}
+
 absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
     std::unique_ptr<Backend> backend, EngineOptions options, std::vector<std::unique_ptr<Proposer>> proposers) {
   if (options.block_size <= 0 || options.block_size > 1024)
@@ -31,6 +65,14 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
         options.block_size, " tokens (", backend->KvBytesPerBlock(options.block_size), " bytes each)"));
   auto status = backend->AllocateKvCache(num_blocks, options.block_size);
   if (!status.ok()) return status;
+  if (options.measure_step_cost && options.speculative_step_cost_curve.empty() && !proposers.empty() &&
+      options.num_speculative_tokens > 0 && options.speculative_step_overhead_tokens >= 0) {
+    const int max_tokens = std::min({options.max_num_batched_tokens, options.speculative_token_threshold,
+                                     num_blocks * options.block_size});
+    auto curve = MeasureStepCost(*backend, options.block_size, max_tokens);
+    if (!curve.ok()) return curve.status();
+    options.speculative_step_cost_curve = curve->points();
+  }
   return std::unique_ptr<EngineCore>(
       new EngineCore(std::move(backend), std::move(options), num_blocks, std::move(proposers)));
 }

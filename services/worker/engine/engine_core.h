@@ -79,6 +79,12 @@ struct EngineCounters {
   std::vector<SpeculationCounters> speculation;  // one per installed proposer, in order
 };
 
+// The step cost curve (tokens run -> ms) of `backend`: one sequence of 1, 2,
+// 4, ... up to min(max_tokens, 64) tokens, every row with logits, the median
+// of 3 rounds after a warm-up. Writes KV into the first blocks of the pool,
+// so it runs before any request. draft_budget.h extrapolates past 64.
+absl::StatusOr<StepCostCurve> MeasureStepCost(Backend& backend, int block_size, int max_tokens);
+
 class EngineCore {
  public:
   // `proposers` (possibly none) draft for speculative decoding, see

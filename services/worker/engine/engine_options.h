@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace floe {
@@ -28,16 +29,18 @@ struct EngineOptions {
   //   max(0, speculative_token_threshold - T)
   // draft tokens in total, T being the tokens the step would run without
   // drafts (decodes + pending prefill, capped at max_num_batched_tokens), and
-  // within that only draft positions whose measured acceptance beats their
-  // cost: P_j > E / (speculative_step_overhead_tokens + N) (E: tokens the step
-  // emits, N: tokens it runs). Defaults fit the CPU backend, where a verified
-  // token costs about a prefill token and a step's fixed cost is 1-3 tokens'
-  // worth (bench_verify_cost, llama-3.2-1b shape; docs/speculative-decoding.md).
-  // A memory-bound GPU step would take a threshold in the hundreds and an
-  // overhead of tens to hundreds of tokens.
-  int speculative_token_threshold = 32;
-  // < 0: threshold only (no acceptance-aware trimming).
+  // within that the draft tokens that maximize expected emitted tokens per
+  // unit of step time, from each request's measured acceptance and the step
+  // cost curve: speculative_step_cost_curve (tokens run, ms) where set
+  // (measured by the worker at start, or loaded from a file), else the line
+  // speculative_step_overhead_tokens + N.
+  int speculative_token_threshold = 512;
+  // < 0: threshold only (no cost model).
   double speculative_step_overhead_tokens = 1.0;
+  std::vector<std::pair<int, double>> speculative_step_cost_curve;
+  // EngineCore::Create measures speculative_step_cost_curve on the backend
+  // (a few forward passes) when it is empty and speculation is on.
+  bool measure_step_cost = false;
   // Where several proposers draft for one sequence (suffix+lstm), which
   // draft it verifies (draft_selector.h): measured acceptance per request
   // and proposer, or each proposer's own score.

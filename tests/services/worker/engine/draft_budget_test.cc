@@ -1,5 +1,9 @@
 #include "services/worker/engine/draft_budget.h"
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -8,123 +12,124 @@
 namespace floe {
 namespace {
 
-// Drafts of `length` whose tokens are each accepted with probability `rate`
-// (given the previous ones were), `count` times.
-DraftAcceptanceStats StatsWith(int k, double rate, int count = 400, int length = 16) {
-  DraftAcceptanceStats stats(k);
-  std::mt19937 rng(1);
-  std::bernoulli_distribution accept(rate);
-  for (int i = 0; i < count; ++i) {
-    int a = 0;
-    while (a < length && accept(rng)) ++a;
-    stats.Record(length, a);
-  }
-  return stats;
-}
-
 int Total(const std::vector<int>& v) { return std::accumulate(v.begin(), v.end(), 0); }
 
-TEST(DraftBudgetTest, OptimisticUntilMeasuredThenFollowsAcceptance) {
-  DraftAcceptanceStats fresh(16);
-  EXPECT_EQ(fresh.Cumulative(0), 1.0);
-  const std::vector<int> caps = {16};
-  EXPECT_EQ(PlanDraftLengths(1, 1, caps, fresh, {}), std::vector<int>{16});
-
-  DraftAcceptanceStats rejected = StatsWith(16, 0.0);
-  EXPECT_EQ(rejected.Cumulative(0), 0.0);
-  EXPECT_EQ(PlanDraftLengths(1, 1, caps, rejected, {}), std::vector<int>{0});
-  // Without the cost model only the threshold limits drafts.
-  EXPECT_EQ(PlanDraftLengths(1, 1, caps, rejected, {.threshold = 10, .step_overhead_tokens = -1}), std::vector<int>{9});
+// The CPU backend's shape at Llama-3.2-1B (bench_verify_cost): flat while
+// the weights stream, then linear in the tokens run.
+StepCostCurve CpuLike() {
+  return *StepCostCurve::FromPoints({{1, 70}, {2, 71}, {4, 73}, {8, 80}, {16, 130}, {32, 230}, {64, 430}});
 }
 
-TEST(DraftBudgetTest, DraftsShrinkWithLoadAndLowAcceptance) {
-  const DraftAcceptanceStats agentic = StatsWith(16, 0.95), chat = StatsWith(16, 0.35);
-  const DraftCostModel cpu{.threshold = 64, .step_overhead_tokens = 3};
-  std::vector<int> one = {16}, sixteen(16, 16);
-  const int agentic_alone = Total(PlanDraftLengths(1, 1, one, agentic, cpu));
-  const int chat_alone = Total(PlanDraftLengths(1, 1, one, chat, cpu));
-  EXPECT_GE(agentic_alone, 8);
-  EXPECT_GE(chat_alone, 1);
-  EXPECT_LT(chat_alone, agentic_alone);
-  // At batch 16 a chat-like draft never pays: P_0 = 0.35 < 16 / (3 + 16).
-  EXPECT_EQ(Total(PlanDraftLengths(16, 16, sixteen, chat, cpu)), 0);
-  const int agentic_loaded = Total(PlanDraftLengths(16, 16, sixteen, agentic, cpu));
-  EXPECT_GT(agentic_loaded, 0);
-  EXPECT_LT(agentic_loaded, 16 * agentic_alone);
-  // The hard threshold: never more than threshold - T draft tokens.
-  EXPECT_LE(Total(PlanDraftLengths(50, 16, sixteen, agentic, cpu)), 14);
-  EXPECT_EQ(Total(PlanDraftLengths(64, 16, sixteen, agentic, cpu)), 0);
+TEST(StepCostCurveTest, InterpolatesAndExtrapolatesTheLastSlope) {
+  const StepCostCurve curve = CpuLike();
+  EXPECT_DOUBLE_EQ(curve.Time(1), 70);
+  EXPECT_DOUBLE_EQ(curve.Time(0), 70);
+  EXPECT_DOUBLE_EQ(curve.Time(3), 72);
+  EXPECT_DOUBLE_EQ(curve.Time(24), 180);
+  EXPECT_DOUBLE_EQ(curve.Time(128), 430 + 64 * 200.0 / 32);
+  const StepCostCurve line = StepCostCurve::Linear(3);
+  EXPECT_DOUBLE_EQ(line.Time(1), 4);
+  EXPECT_DOUBLE_EQ(line.Time(100), 103);
 }
 
-// The plan maximizes the step's expected tokens per unit of cost, E / (R + N),
-// over position-major allocations: checked against brute force.
+TEST(StepCostCurveTest, RejectsBadPointsAndFilesNamingTheProblem) {
+  EXPECT_FALSE(StepCostCurve::FromPoints({}).ok());
+  EXPECT_FALSE(StepCostCurve::FromPoints({{0, 1.0}}).ok());
+  EXPECT_FALSE(StepCostCurve::FromPoints({{1, -1.0}}).ok());
+  EXPECT_FALSE(StepCostCurve::FromPoints({{4, 1.0}, {2, 2.0}}).ok());
+  EXPECT_FALSE(StepCostCurve::FromPoints({{1, NAN}}).ok());
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/curve_good.json", bad = dir + "/curve_bad.json";
+  std::ofstream(good) << CpuLike().ToJson();
+  auto loaded = StepCostCurve::Load(good);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->points(), CpuLike().points());
+  std::ofstream(bad) << R"({"step_cost_curve": [[1, "fast"]]})";
+  auto refused = StepCostCurve::Load(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("[tokens, ms]"), std::string::npos) << refused.status();
+  EXPECT_EQ(StepCostCurve::Load(dir + "/missing.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+// An agent session that copies at 0.95 keeps long drafts while chat requests
+// beside it in the same batch (0.35) draft nothing; alone, chat drafts a little.
+TEST(DraftBudgetTest, PerRequestRatesSplitOneBatch) {
+  const DraftCostModel cpu{.threshold = 1 << 20, .enabled = true, .curve = CpuLike()};
+  std::vector<int> caps(16, 32);
+  std::vector<double> rates(16, 0.35);
+  rates[3] = 0.95;
+  const std::vector<int> lengths = PlanDraftLengths(16, 16, caps, rates, cpu);
+  EXPECT_GT(lengths[3], 0);
+  EXPECT_EQ(Total(lengths), lengths[3]) << "only the agent drafts";
+  // Alone on a flat curve, an agent drafts until the curve turns linear.
+  const std::vector<int> one = {32};
+  EXPECT_GE(PlanDraftLengths(1, 1, one, std::vector<double>{0.95}, cpu)[0], 7);
+  EXPECT_GT(PlanDraftLengths(1, 1, one, std::vector<double>{0.35}, cpu)[0], 0);
+  // Never anything at rate 0; drafts shrink as the batch grows.
+  EXPECT_EQ(PlanDraftLengths(1, 1, one, std::vector<double>{0.0}, cpu)[0], 0);
+  const std::vector<double> agents(16, 0.95);
+  const std::vector<int> four(4, 32);
+  EXPECT_GT(Total(PlanDraftLengths(4, 4, four, std::vector<double>(4, 0.95), cpu)) / 4.0,
+            Total(PlanDraftLengths(16, 16, caps, agents, cpu)) / 16.0);
+}
+
+TEST(DraftBudgetTest, ThresholdCapsAndCostModelOff) {
+  const std::vector<int> caps = {16, 16};
+  const std::vector<double> rates = {0.0, 0.0};
+  DraftCostModel off{.threshold = 12, .enabled = false};
+  EXPECT_EQ(Total(PlanDraftLengths(2, 2, caps, rates, off)), 10) << "threshold only";
+  DraftCostModel on{.threshold = 12, .enabled = true, .curve = StepCostCurve::Linear(1)};
+  EXPECT_EQ(Total(PlanDraftLengths(2, 2, caps, rates, on)), 0);
+  EXPECT_EQ(Total(PlanDraftLengths(12, 2, caps, std::vector<double>{1.0, 1.0}, on)), 0) << "at the threshold";
+  EXPECT_EQ(Total(PlanDraftLengths(2, 2, caps, std::vector<double>{1.0, 1.0}, on)), 10);
+}
+
+// The plan maximizes expected emitted tokens per unit of step time over every
+// allocation of draft tokens (each sequence's a prefix of its cap), on
+// random curves, convex or not: checked against brute force.
 TEST(DraftBudgetTest, MatchesBruteForceThroughputOptimum) {
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int k = 1 + static_cast<int>(rng() % 12);
-    const DraftAcceptanceStats stats = StatsWith(k, 0.05 + 0.9 * (rng() % 1000) / 1000.0, 300, k);
-    const int batch = 1 + static_cast<int>(rng() % 8);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int batch = 1 + static_cast<int>(rng() % 4);
     std::vector<int> caps(batch);
-    for (int& c : caps) c = static_cast<int>(rng() % (k + 1));
-    const int64_t step_tokens = batch + static_cast<int64_t>(rng() % 3) * 7;  // some prefill too
-    const DraftCostModel model{.threshold = 1 << 20, .step_overhead_tokens = 0.5 + (rng() % 80) / 10.0};
-    // Position-major order of draft tokens, then the best prefix of it.
-    std::vector<double> order;
-    for (int j = 0; j < k; ++j)
-      for (int c : caps)
-        if (c > j) order.push_back(stats.Cumulative(j));
-    double best = batch / (model.step_overhead_tokens + step_tokens);
-    size_t best_m = 0;
-    double e = batch, n = static_cast<double>(step_tokens);
-    for (size_t m = 1; m <= order.size(); ++m) {
-      e += order[m - 1];
-      n += 1;
-      if (e / (model.step_overhead_tokens + n) > best + 1e-12) {
-        best = e / (model.step_overhead_tokens + n);
-        best_m = m;
-      }
+    std::vector<double> rates(batch);
+    for (int i = 0; i < batch; ++i) {
+      caps[i] = static_cast<int>(rng() % 6);
+      rates[i] = (rng() % 1001) / 1000.0;
     }
-    EXPECT_EQ(static_cast<size_t>(Total(PlanDraftLengths(step_tokens, batch, caps, stats, model))), best_m)
-        << "trial " << trial;
+    const int64_t step_tokens = batch + static_cast<int64_t>(rng() % 3) * 7;  // some prefill too
+    std::vector<std::pair<int, double>> points;
+    double t = 1 + rng() % 50;
+    for (int n = 1; n <= 40; n += 1 + static_cast<int>(rng() % 6)) {
+      points.emplace_back(n, t);
+      t += (rng() % 3 == 0) ? (rng() % 40) : (rng() % 4);  // flat stretches and jumps
+    }
+    const DraftCostModel model{.threshold = 1 << 20, .enabled = true, .curve = *StepCostCurve::FromPoints(points)};
+    auto value = [&](const std::vector<int>& lengths) {
+      double e = batch;
+      int64_t n = step_tokens;
+      for (int i = 0; i < batch; ++i) {
+        double p = 1;
+        for (int j = 0; j < lengths[i]; ++j) e += (p *= rates[i]);
+        n += lengths[i];
+      }
+      return e / model.curve.Time(n);
+    };
+    double best = 0;
+    std::vector<int> lengths(batch, 0);
+    std::function<void(int)> search = [&](int i) {
+      if (i == batch) {
+        best = std::max(best, value(lengths));
+        return;
+      }
+      for (lengths[i] = 0; lengths[i] <= caps[i]; ++lengths[i]) search(i + 1);
+      lengths[i] = 0;
+    };
+    search(0);
+    const std::vector<int> plan = PlanDraftLengths(step_tokens, batch, caps, rates, model);
+    for (int i = 0; i < batch; ++i) ASSERT_LE(plan[i], caps[i]);
+    EXPECT_NEAR(value(plan), best, best * 1e-9) << "trial " << trial;
   }
-}
-
-TEST(DraftBudgetTest, WindowForgetsSoUndraftedPositionsAreRetried) {
-  DraftAcceptanceStats stats(4, /*window=*/64);
-  for (int i = 0; i < 40; ++i) stats.Record(4, 0);
-  EXPECT_EQ(stats.Cumulative(3), 0.0);
-  // From now on only 1-token drafts (later positions too costly to try).
-  for (int i = 0; i < 400; ++i) stats.Record(1, 1);
-  EXPECT_GT(stats.Cumulative(0), 0.99);
-  EXPECT_GT(stats.Cumulative(3), 0.99) << "position 3's old evidence has decayed below kMinSamples";
-}
-
-// Switched off, position 0 gets no drafts and so no new evidence: after
-// idle_tokens emitted tokens without a draft the counts halve, until the prior
-// lets a step probe again; a workload that became draftable is then measured
-// and keeps its drafts. Tokens emitted while drafting do not age the stats.
-TEST(DraftBudgetTest, SwitchedOffDraftsAreProbedAgainAfterIdleTokens) {
-  DraftAcceptanceStats stats(4, /*window=*/4096, /*idle_tokens=*/1000);
-  for (int i = 0; i < 40; ++i) stats.Record(4, 0);
-  const std::vector<int> caps = {4, 4};
-  ASSERT_EQ(PlanDraftLengths(2, 2, caps, stats, {}), (std::vector<int>{0, 0}));
-  stats.Age(999);
-  EXPECT_EQ(PlanDraftLengths(2, 2, caps, stats, {}), (std::vector<int>{0, 0})) << "aged before idle_tokens";
-  stats.Age(1);  // 40 -> 20 drafts of evidence: still measured
-  EXPECT_EQ(stats.Cumulative(0), 0.0);
-  stats.Age(1000);  // 20 -> 10 < kMinSamples: the optimistic prior again
-  EXPECT_EQ(stats.Cumulative(0), 1.0);
-  EXPECT_GT(Total(PlanDraftLengths(2, 2, caps, stats, {})), 0);
-  // The probe finds drafts accepted now; they stay on.
-  for (int i = 0; i < 40; ++i) {
-    stats.Record(4, 4);
-    stats.Age(5);
-  }
-  EXPECT_GT(stats.Cumulative(3), 0.7);
-  EXPECT_EQ(PlanDraftLengths(2, 2, caps, stats, {}), (std::vector<int>{4, 4}));
-  // Drafting resets the idle count: 40 steps of 5 tokens never halved them.
-  stats.Age(999);
-  EXPECT_GT(stats.Cumulative(3), 0.7);
 }
 
 }  // namespace

@@ -300,6 +300,59 @@ TEST_F(SpeculativeDecodingTest, SuffixProposerDraftsFromEarlierResponsesPerNames
   EXPECT_GE(accepted_same, 12);
 }
 
+// Drafts from the reference for requests named "agent*", always wrong
+// (every token off by one) for the others.
+class AgentChatProposer final : public Proposer {
+ public:
+  explicit AgentChatProposer(std::map<std::string, Result> reference) : reference_(std::move(reference)) {}
+  std::string_view name() const override { return "agent-chat"; }
+  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::string id(batch[i].request_id);
+      const std::vector<int32_t>& want = reference_.at(id).tokens;
+      const size_t produced = batch[i].tokens.size() - batch[i].prompt_len;
+      for (int j = 0; j < batch[i].max_draft; ++j) {
+        int32_t t = produced + j < want.size() ? want[produced + j] : 7;
+        if (id.rfind("agent", 0) != 0) t = (t + 1) % 128000;
+        out[i].tokens.push_back(t);
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, Result> reference_;
+};
+
+// Draft budgets follow each request's own acceptance: an agent session whose
+// drafts are always right keeps drafting k tokens while chat requests beside
+// it in the same batch, whose drafts are always wrong, stop after a probe or
+// two (pooled statistics would have switched the agent off too).
+TEST_F(SpeculativeDecodingTest, DraftBudgetsFollowEachRequestsOwnAcceptance) {
+  std::mt19937 rng(5);
+  std::vector<EngineRequest> requests;
+  for (const char* id : {"agent", "chat-1", "chat-2", "chat-3"}) {
+    requests.push_back(MakeRequest(id, RandomPrompt(rng, 10), 48));
+    requests.back().speculation.ns = std::string(id).substr(0, 4);
+  }
+  EngineOptions options = SpecOptions(8);  // the default cost model: the line 1 + N
+  auto want = RunWithoutSpeculation(requests, options);
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<AgentChatProposer>(want));
+  auto core = MakeEngine(options, std::move(p));
+  auto got = Run(*core, requests);
+  ExpectSameTokens(got, want);
+  const SpeculationCounters& c = Only(*core);
+  // The agent's 48 tokens come in steps of up to 9.
+  EXPECT_LE(got["agent"].outputs, 10) << "the agent kept its drafts";
+  EXPECT_GE(c.accepted_tokens, 38);
+  // Each chat request verifies a draft or two (probes of up to k tokens)
+  // before its own rate (shrunk towards its namespace's, then all
+  // requests') rules drafts out; the agent drafted in at most all its steps.
+  EXPECT_LE(c.drafts, got["agent"].outputs + 3 * 2) << "chat requests kept drafting";
+  EXPECT_LE(c.draft_tokens - c.accepted_tokens, 3 * 2 * 8);
+  EXPECT_EQ(got["chat-1"].outputs, 48);
+}
+
 // The hidden state a proposer receives is the target's at the position that
 // produced the sequence's newest token, also when that token came out of a
 // verified draft (row 2 of every verification here): bit-identical to the
@@ -313,7 +366,11 @@ TEST_F(SpeculativeDecodingTest, ProposersThatAskGetTheTargetsLastHiddenState) {
     const HiddenStateRecorder* view = recorder.get();
     std::vector<std::unique_ptr<Proposer>> p;
     p.push_back(std::move(recorder));
-    auto core = MakeEngine(SpecOptions(4), std::move(p));
+    EngineOptions options = SpecOptions(4);
+    // Every step drafts (2 of 4 tokens accepted would read as a rate of 2/3,
+    // which the cost model at batch 4 declines).
+    options.speculative_step_overhead_tokens = -1;
+    auto core = MakeEngine(options, std::move(p));
     ExpectSameTokens(Run(*core, requests), want);
     ASSERT_GT(Only(*core).accepted_tokens, 0);
     ASSERT_GE(view->seen().size(), 8u);
