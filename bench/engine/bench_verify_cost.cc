@@ -30,13 +30,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <queue>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/numbers.h"
+#include "services/worker/engine/draft_budget.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/engine/dummy_model.h"
@@ -160,6 +164,7 @@ struct Options {
   std::vector<int> drafts = {0, 4, 8, 16, 32};
   int tree_branching = 0;  // >= 2: a tree of the same token count beside every chain
   int repeats = 1;         // rounds over the whole grid (samples per cell = steps x repeats)
+  std::string write_curve;  // the worker's --speculative-cost-curve file, from the chain rows
 };
 
 // "1,4,16" -> {1, 4, 16}; empty when an item is not a number >= minimum.
@@ -414,9 +419,11 @@ std::string Benefit(const Options& opt) {
 constexpr char kUsage[] =
     "Usage: bench_verify_cost [--model mid|llama-3.2-1b] [--threads N] [--steps N] [--k N]\n"
     "                         [--only cost|benefit] [--batches 1,4,16] [--drafts 0,4,8,16,32]\n"
-    "                         [--tree-branching B] [--repeats N]\n"
+    "                         [--tree-branching B] [--repeats N] [--write-curve FILE]\n"
     "Step cost of verifying draft tokens (per batch size and draft length; with --tree-branching also as\n"
-    "trees of the same token count) and the benefit of the proposers on the tiny model. JSON on stdout.\n";
+    "trees of the same token count) and the benefit of the proposers on the tiny model. JSON on stdout.\n"
+    "--write-curve FILE: also writes the step cost curve (tokens run -> median ms, chain rows; the\n"
+    "lowest time per token count, made non-decreasing) for floe-worker --speculative-cost-curve FILE.\n";
 
 int Main(int argc, char** argv) {
   Options opt;
@@ -437,6 +444,7 @@ int Main(int argc, char** argv) {
     else if (flag == "--steps") opt.steps = std::atoi(argv[i + 1]);
     else if (flag == "--k") opt.k = std::atoi(argv[i + 1]);
     else if (flag == "--only") opt.only = argv[i + 1];
+    else if (flag == "--write-curve") opt.write_curve = argv[i + 1];
     else if (flag == "--batches") opt.batches = ParseList(argv[i + 1], 1);
     else if (flag == "--drafts") opt.drafts = ParseList(argv[i + 1], 0);
     else if (flag == "--tree-branching" || flag == "--repeats") {
@@ -461,7 +469,33 @@ int Main(int argc, char** argv) {
   if (opt.only.empty() || opt.only == "cost") parts.push_back(StepCost(opt));
   std::string out = "{\n";
   for (size_t i = 0; i < parts.size(); ++i) absl::StrAppend(&out, parts[i], i + 1 < parts.size() ? ",\n" : "\n");
-  std::fputs((out + "}\n").c_str(), stdout);
+  out += "}\n";
+  std::fputs(out.c_str(), stdout);
+  if (!opt.write_curve.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("step_cost")) {
+      std::fprintf(stderr, "--write-curve needs the cost part (not --only benefit)\n");
+      return 2;
+    }
+    // Several (batch, draft) cells may run the same token count: the step
+    // runs them at the lower time (the curve is what a step of N tokens costs
+    // at best; its shape, not its batch, is what the planner compares).
+    std::map<int, double> by_tokens;
+    for (const nlohmann::json& row : j["step_cost"]["rows"]) {
+      if (!row.contains("shape") || row["shape"] != "chain") continue;
+      const int tokens = row["tokens_per_step"].get<int>();
+      const double ms = row["median_step_ms"].get<double>();
+      auto [it, fresh] = by_tokens.emplace(tokens, ms);
+      if (!fresh) it->second = std::min(it->second, ms);
+    }
+    std::vector<std::pair<int, double>> points;
+    for (const auto& [tokens, ms] : by_tokens)
+      points.emplace_back(tokens, std::max(ms, points.empty() ? 0.0 : points.back().second));
+    auto curve = StepCostCurve::FromPoints(std::move(points));
+    if (!curve.ok()) Die(curve.status());
+    std::ofstream(opt.write_curve) << curve->ToJson() << "\n";
+    std::fprintf(stderr, "step cost curve written to %s\n", opt.write_curve.c_str());
+  }
   return 0;
 }
 

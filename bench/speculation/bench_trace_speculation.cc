@@ -22,6 +22,7 @@
 // Every pass reports, per proposer, drafts and acceptance per draft position.
 //
 // JSON on stdout; progress on stderr.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -55,7 +56,7 @@ struct Flags {
   int max_requests = 0;
   int concurrency = 1;
   std::string proposer = "suffix";
-  int k = 16;
+  int k = 32;
   int threshold = 0;  // 0: the worker's default
   std::string overhead;  // --speculative-step-overhead-tokens; empty: the worker's default
   std::string mode = "forced";
@@ -66,6 +67,10 @@ struct Flags {
   std::string floe;
   int timeout_s = 1800;
   bool reference_compatible = false;
+  std::string model;  // empty: the built-in tiny model
+  int workers = 1;
+  std::string router_policy, suffix_tree, speculative_cost_curve;
+  int max_prompt_tokens = 0, max_output_tokens = 0;
 };
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -116,6 +121,9 @@ json ProposerFigures(const std::map<std::string, double>& before, const std::map
 struct PassResult {
   int64_t requests = 0, failed = 0, tokens = 0, steps = 0;
   double wall_s = 0;
+  // Per request with at least 2 tokens: (last token's time - first's) /
+  // (tokens - 1), the time per output token after the first.
+  std::vector<double> tpot_ms;
   uint64_t output_hash = 1469598103934665603ull;  // FNV-1a over (request index, tokens) in trace order
   std::string first_error;
 };
@@ -125,6 +133,7 @@ PassResult RunPass(floe::v1::Floe::Stub& stub, const std::vector<suffix_cache::T
   PassResult result;
   std::vector<std::vector<int32_t>> outputs(trace.size());
   std::vector<int64_t> steps(trace.size(), 0);
+  std::vector<double> tpot(trace.size(), -1.0);
   std::atomic<size_t> next{0};
   std::mutex mu;
   const double t0 = Now();
@@ -147,12 +156,18 @@ PassResult RunPass(floe::v1::Floe::Stub& stub, const std::vector<suffix_cache::T
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(f.timeout_s));
       auto reader = stub.Generate(&context, request);
       floe::v1::GenerateResponse response;
+      double first = 0, last = 0;
       while (reader->Read(&response)) {
         if (!response.has_chunk() || response.chunk().token_ids_size() == 0) continue;
+        last = Now();
+        if (steps[i] == 0) first = last;
         ++steps[i];
         outputs[i].insert(outputs[i].end(), response.chunk().token_ids().begin(), response.chunk().token_ids().end());
       }
       grpc::Status status = reader->Finish();
+      // The first chunk carries the prefill's token (and any tokens of
+      // the first verified draft after it): TPOT counts the rest.
+      if (outputs[i].size() >= 2) tpot[i] = (last - first) * 1000.0 / static_cast<double>(outputs[i].size() - 1);
       std::lock_guard<std::mutex> lock(mu);
       if (!status.ok() || (f.mode == "forced" && outputs[i] != t.output)) {
         ++result.failed;
@@ -168,6 +183,8 @@ PassResult RunPass(floe::v1::Floe::Stub& stub, const std::vector<suffix_cache::T
   for (std::thread& t : threads) t.join();
   result.wall_s = Now() - t0;
   result.requests = static_cast<int64_t>(trace.size());
+  for (double t : tpot)
+    if (t >= 0) result.tpot_ms.push_back(t);
   for (size_t i = 0; i < trace.size(); ++i) {
     result.tokens += static_cast<int64_t>(outputs[i].size());
     result.steps += steps[i];
@@ -177,6 +194,14 @@ PassResult RunPass(floe::v1::Floe::Stub& stub, const std::vector<suffix_cache::T
     result.output_hash = (result.output_hash ^ (0x9e3779b9u + i)) * 1099511628211ull;
   }
   return result;
+}
+
+// The q-quantile (nearest rank) of `v`; 0 for none.
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
 }
 
 // Median step time (ms) at `batch` and `draft` tokens per request, linear in
@@ -247,6 +272,15 @@ int Main(int argc, char** argv) {
   parser.AddInt("passes", &f.passes, "send the requests this many times (own mode: an agent re-asking)");
   parser.AddInt("own-max-tokens", &f.own_max_tokens, "own mode: max_tokens per request");
   parser.AddString("cost-curve", &f.cost_curve, "bench_verify_cost JSON (step_cost rows) for the projected speedup");
+  parser.AddString("model", &f.model, "checkpoint folder to serve (default: the built-in tiny model)");
+  parser.AddInt("workers", &f.workers, "floe local --workers");
+  parser.AddString("router-policy", &f.router_policy, "floe local --router-policy (e.g. least-outstanding)");
+  parser.AddString("suffix-tree", &f.suffix_tree, "floe local --suffix-tree: shared|private");
+  parser.AddString("speculative-cost-curve", &f.speculative_cost_curve,
+                   "the workers' --speculative-cost-curve: measure|linear|FILE (empty: their default)");
+  parser.AddInt("max-prompt-tokens", &f.max_prompt_tokens,
+                "keep only each prompt's last N tokens (0: whole), so a big model's grid fits the time");
+  parser.AddInt("max-output-tokens", &f.max_output_tokens, "keep only each output's first N tokens (0: whole)");
   parser.AddString("floe", &f.floe, "the floe binary (default: next to this one)");
   parser.AddInt("timeout-s", &f.timeout_s, "per-request deadline");
   parser.AddBool("reference-compatible", &f.reference_compatible,
@@ -261,10 +295,25 @@ int Main(int argc, char** argv) {
   auto trace = suffix_cache::LoadTrace(f.trace);
   if (!trace.ok()) return std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str()), 1;
   if (f.max_requests > 0 && static_cast<size_t>(f.max_requests) < trace->size()) trace->resize(f.max_requests);
+  for (suffix_cache::TraceRequest& t : *trace) {
+    if (f.max_prompt_tokens > 0 && t.prompt.size() > static_cast<size_t>(f.max_prompt_tokens))
+      t.prompt.erase(t.prompt.begin(), t.prompt.end() - f.max_prompt_tokens);
+    if (f.max_output_tokens > 0 && t.output.size() > static_cast<size_t>(f.max_output_tokens))
+      t.output.resize(f.max_output_tokens);
+  }
 
   if (f.floe.empty()) f.floe = (fs::read_symlink("/proc/self/exe").parent_path() / "floe").string();
-  std::vector<std::string> local = {f.floe, "local", "--builtin", "tiny", "--speculative", f.proposer,
-                                    "--num-speculative-tokens", std::to_string(f.k), "--kv-cache-gb", "2"};
+  std::vector<std::string> local = {f.floe, "local", "--speculative", f.proposer, "--num-speculative-tokens",
+                                    std::to_string(f.k), "--kv-cache-gb", "2", "--workers", std::to_string(f.workers)};
+  if (f.model.empty()) {
+    local.insert(local.end(), {"--builtin", "tiny"});
+  } else {
+    local.insert(local.end(), {"--model", f.model});
+  }
+  if (!f.router_policy.empty()) local.insert(local.end(), {"--router-policy", f.router_policy});
+  if (!f.suffix_tree.empty()) local.insert(local.end(), {"--suffix-tree", f.suffix_tree});
+  if (!f.speculative_cost_curve.empty())
+    local.insert(local.end(), {"--speculative-cost-curve", f.speculative_cost_curve});
   if (f.threshold > 0) local.insert(local.end(), {"--speculative-token-threshold", std::to_string(f.threshold)});
   if (!f.overhead.empty()) local.insert(local.end(), {"--speculative-step-overhead-tokens", f.overhead});
   if (f.mode == "forced") local.push_back("--benchmark-forced-decoding");
@@ -302,8 +351,26 @@ int Main(int argc, char** argv) {
               {"preemptions", delta("floe_num_preemptions_total")},
               {"wall_s", r.wall_s},
               {"tokens_per_s", r.tokens / r.wall_s},
+              {"tpot_ms_p50", Quantile(r.tpot_ms, 0.50)},
+              {"tpot_ms_p99", Quantile(r.tpot_ms, 0.99)},
               {"output_hash", absl::StrCat(r.output_hash)}};
     if (!r.first_error.empty()) p["first_error"] = r.first_error;
+    {
+      // The engine thread waits for each step's batched suffix-cache Step
+      // before its forward: the share of the pass spent there is what
+      // overlapping it with the forward could win at most.
+      auto rpc = [&](const char* name) {
+        const double a = SumByLabels(after, name, {"call=\"step\""}), b = SumByLabels(before, name, {"call=\"step\""});
+        return std::isnan(a) ? 0.0 : a - (std::isnan(b) ? 0.0 : b);
+      };
+      const double wait_s = rpc("floe_suffix_cache_client_rpc_latency_seconds_sum");
+      const double calls = rpc("floe_suffix_cache_client_rpc_latency_seconds_count");
+      if (calls > 0)
+        p["suffix_cache_step_rpc"] = {{"calls", calls},
+                                      {"seconds", wait_s},
+                                      {"mean_ms", wait_s * 1000 / calls},
+                                      {"share_of_wall", wait_s / r.wall_s / f.workers}};
+    }
     json by_proposer = json::object();
     for (const char* name : {"ngram", "suffix", "lstm"})
       if (f.proposer.find(name) != std::string::npos) by_proposer[name] = ProposerFigures(before, after, name, f.k);
@@ -341,6 +408,10 @@ int Main(int argc, char** argv) {
               {"threshold", f.threshold},
               {"overhead", f.overhead},
               {"mode", f.mode},
+              {"model", f.model.empty() ? "builtin tiny" : f.model},
+              {"workers", f.workers},
+              {"max_prompt_tokens", f.max_prompt_tokens},
+              {"max_output_tokens", f.max_output_tokens},
               {"passes", passes}};
   if (f.mode == "forced" && f.proposer != "off") out["replay"] = ReplayFigures(*trace, f);
   std::printf("%s\n", out.dump(2).c_str());

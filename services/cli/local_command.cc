@@ -137,7 +137,8 @@ int RunLocal(int argc, char** argv) {
   int64_t shift_threshold = 0;
   std::string shift_profile;
   bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
-  std::string speculative_step_overhead_tokens;
+  std::string speculative_step_overhead_tokens, speculative_cost_curve, router_policy;
+  std::string suffix_tree = "shared";
   double kv_cache_gb = 0.5;
   TlsOptions tls;
   std::string admin_key_file;
@@ -178,6 +179,12 @@ int RunLocal(int argc, char** argv) {
                 "workers' --speculative-token-threshold (0: the worker's default)");
   parser.AddString("speculative-step-overhead-tokens", &speculative_step_overhead_tokens,
                    "workers' draft cost model (see floe-worker --help; -1: off; empty: the worker's default)");
+  parser.AddString("speculative-cost-curve", &speculative_cost_curve,
+                   "workers' --speculative-cost-curve: measure|linear|FILE (empty: the worker's default)");
+  parser.AddString("suffix-tree", &suffix_tree,
+                   "suffix drafts: shared (one floe-suffix-cache for all workers) | private (each worker keeps its "
+                   "own global tree in process; for comparison)");
+  parser.AddString("router-policy", &router_policy, "router's --policy: session-affinity|least-outstanding");
   parser.AddInt("tensor-parallel-size", &tensor_parallel_size,
                 "T: each worker's weights are sharded over T ranks (processes)");
   parser.AddInt("sequence-parallel-size", &sequence_parallel_size,
@@ -210,7 +217,13 @@ int RunLocal(int argc, char** argv) {
     std::fprintf(stderr, "floe local: --speculative must be off, ngram, suffix, lstm or suffix+lstm\n");
     return 2;
   }
-  const bool suffix_drafts = speculative == "suffix" || speculative == "suffix+lstm";
+  if (suffix_tree != "shared" && suffix_tree != "private") {
+    std::fprintf(stderr, "floe local: --suffix-tree must be shared or private, got \"%s\"\n", suffix_tree.c_str());
+    return 2;
+  }
+  // A private tree needs no suffix-cache service: each worker's proposer
+  // keeps its own global tree.
+  const bool suffix_drafts = (speculative == "suffix" || speculative == "suffix+lstm") && suffix_tree == "shared";
   if ((speculative == "lstm" || speculative == "suffix+lstm") == speculator.empty()) {
     std::fprintf(stderr, "floe local: --speculator DIR goes with --speculative lstm or suffix+lstm, and only there\n");
     return 2;
@@ -255,6 +268,9 @@ int RunLocal(int argc, char** argv) {
   if (!speculative_step_overhead_tokens.empty()) {
     speculation_args.insert(speculation_args.end(),
                             {"--speculative-step-overhead-tokens", speculative_step_overhead_tokens});
+  }
+  if (!speculative_cost_curve.empty()) {
+    speculation_args.insert(speculation_args.end(), {"--speculative-cost-curve", speculative_cost_curve});
   }
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
@@ -313,6 +329,7 @@ int RunLocal(int argc, char** argv) {
   if (!api_key_file.empty()) router_argv.insert(router_argv.end(), {"--api-key-file", api_key_file});
   if (rate_limit_rps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-rps", absl::StrCat(rate_limit_rps)});
   if (rate_limit_tps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-tps", absl::StrCat(rate_limit_tps)});
+  if (!router_policy.empty()) router_argv.insert(router_argv.end(), {"--policy", router_policy});
   auto router = Subprocess::Spawn(router_argv);
   if (!router.ok()) return std::fprintf(stderr, "floe local: %s\n", std::string(router.status().message()).c_str()), shutdown(1);
   auto router_address = (*router)->WaitForLine("router bound to ", std::chrono::seconds(60));

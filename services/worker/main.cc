@@ -329,6 +329,15 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "floe-worker: --parallel-mode: %s\n", std::string(pin.status().message()).c_str());
     return 2;
   }
+  std::vector<std::pair<int, double>> cost_curve;
+  if (f.speculative_cost_curve != "measure" && f.speculative_cost_curve != "linear") {
+    auto curve = StepCostCurve::Load(f.speculative_cost_curve);
+    if (!curve.ok()) {
+      std::fprintf(stderr, "floe-worker: --speculative-cost-curve: %s\n", std::string(curve.status().message()).c_str());
+      return 2;
+    }
+    cost_curve = curve->points();
+  }
   if (f.shift_threshold < 0) {
     std::fprintf(stderr, "floe-worker: --shift-threshold must be >= 0, got %lld\n",
                  static_cast<long long>(f.shift_threshold));
@@ -591,16 +600,8 @@ int Run(int argc, char** argv) {
   engine_options.num_speculative_tokens = proposers->empty() ? 0 : f.num_speculative_tokens;
   engine_options.speculative_token_threshold = f.speculative_token_threshold;
   engine_options.speculative_step_overhead_tokens = f.speculative_step_overhead_tokens;
-  if (f.speculative_cost_curve == "measure") {
-    engine_options.measure_step_cost = true;
-  } else if (f.speculative_cost_curve != "linear") {
-    auto curve = StepCostCurve::Load(f.speculative_cost_curve);
-    if (!curve.ok()) {
-      std::fprintf(stderr, "floe-worker: --speculative-cost-curve: %s\n", std::string(curve.status().message()).c_str());
-      return 2;
-    }
-    engine_options.speculative_step_cost_curve = curve->points();
-  }
+  engine_options.measure_step_cost = f.speculative_cost_curve == "measure";
+  engine_options.speculative_step_cost_curve = cost_curve;
   engine_options.draft_selection = f.speculative_selection == "score" ? EngineOptions::DraftSelection::kScore
                                                                         : EngineOptions::DraftSelection::kAcceptance;
   auto engine = Engine::Create(std::move(backend).value(), engine_options, std::move(proposers).value());

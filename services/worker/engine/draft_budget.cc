@@ -92,7 +92,7 @@ std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<c
   // Take draft tokens in that order; the plan is the best prefix of it.
   std::vector<size_t> order;
   double expected = std::max(1, emitting);
-  double best_value = expected / model.curve.Time(std::max<int64_t>(1, step_tokens));
+  double best_value = expected / model.Time(std::max<int64_t>(1, step_tokens));
   size_t best = 0;
   while (!next.empty() && static_cast<int64_t>(order.size()) < budget) {
     const Next n = next.top();
@@ -104,7 +104,7 @@ std::vector<int> PlanDraftLengths(int64_t step_tokens, int emitting, std::span<c
       best = order.size();
       continue;
     }
-    const double value = expected / model.curve.Time(step_tokens + static_cast<int64_t>(order.size()));
+    const double value = expected / model.Time(step_tokens + static_cast<int64_t>(order.size()));
     if (value > best_value * (1 + 1e-12)) {
       best_value = value;
       best = order.size();

@@ -55,6 +55,10 @@ struct DraftCostModel {
   // False: only the threshold applies (every draft token within it runs).
   bool enabled = true;
   StepCostCurve curve = StepCostCurve::Linear(1.0);
+  // Added to every step's curve time: what a step costs outside the
+  // measured part (the engine's own work around the forward).
+  double step_overhead = 0.0;
+  double Time(int64_t tokens) const { return curve.Time(tokens) + step_overhead; }
 };
 
 // Draft lengths for the step's drafting sequences, parallel to `caps` (each

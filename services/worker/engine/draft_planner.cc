@@ -19,6 +19,7 @@ DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique
   cost_.enabled = options.speculative_step_overhead_tokens >= 0;
   if (auto curve = StepCostCurve::FromPoints(options.speculative_step_cost_curve); curve.ok()) {
     cost_.curve = *std::move(curve);
+    curve_in_ms_ = true;
   } else {
     cost_.curve = StepCostCurve::Linear(options.speculative_step_overhead_tokens);
   }
@@ -83,7 +84,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
   double overhead = -1.0;
   if (cost_.enabled) {
     const int64_t n = std::max<int64_t>(1, step_tokens);
-    const double t = cost_.curve.Time(n), dt = cost_.curve.Time(n + 1) - t;
+    const double t = cost_.Time(n), dt = cost_.Time(n + 1) - t;
     const double fixed = dt > 0 ? t / dt - static_cast<double>(n) : 1e6;
     overhead = std::clamp(fixed, 0.0, 1e6) / std::max(1, emitting);
   }
@@ -179,6 +180,12 @@ void DraftPlanner::Assign(Sequence& seq, const DraftProposal& proposal, int32_t 
     node = static_cast<int32_t>(i);
   }
   seq.draft = std::move(path);
+}
+
+void DraftPlanner::ObserveStep(double step_ms, double forward_ms) {
+  if (!curve_in_ms_ || !(step_ms >= forward_ms) || !(forward_ms >= 0)) return;
+  constexpr double kAlpha = 0.05;  // about the last 20 steps
+  cost_.step_overhead = (1 - kAlpha) * cost_.step_overhead + kAlpha * std::min(step_ms - forward_ms, 1e4);
 }
 
 void DraftPlanner::Finish(const Sequence& seq) {

@@ -45,6 +45,10 @@ class DraftPlanner {
     rates_->Record(seq, seq.draft_source, drafted, accepted);
     if (selector_) selector_->Record(seq, seq.draft_source, drafted, accepted);
   }
+  // A step took `step_ms`, `forward_ms` of it in the backend's forward.
+  // Where the cost curve is measured in ms, the rest (a moving average) is
+  // added to every step's cost: drafts then pay for their share of it.
+  void ObserveStep(double step_ms, double forward_ms);
   // The request ended: proposers learn its tokens.
   void Finish(const Sequence& seq);
 
@@ -57,6 +61,7 @@ class DraftPlanner {
   bool tree_verify_;
   bool wants_last_hidden_ = false;
   DraftCostModel cost_;
+  bool curve_in_ms_ = false;
   // Per-request acceptance (the draft budget's rates), and the selector
   // where it is another policy (null: rates_ selects too).
   std::unique_ptr<AcceptanceRateSelector> rates_;

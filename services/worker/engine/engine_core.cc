@@ -184,6 +184,7 @@ void EngineCore::BuildBatch(const std::vector<Planned>& plan, std::vector<Forwar
 }
 
 absl::Status EngineCore::Step() {
+  const Clock::time_point step_start = Clock::now();
   drafts_->Plan(scheduler_->running(), scheduler_->waiting(), max_model_len_);
   const std::vector<Planned> plan = scheduler_->Schedule();
   counters_.preemptions = scheduler_->preemptions();
@@ -194,7 +195,9 @@ absl::Status EngineCore::Step() {
   for (const ForwardSequence& f : batch) logit_rows += f.num_logits;
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   if (logits_.size() < logit_rows * vocab) logits_.resize(logit_rows * vocab);
+  const Clock::time_point forward_start = Clock::now();
   absl::Status status = backend_->Forward(batch, logits_.data());
+  const Clock::time_point forward_end = Clock::now();
   ++counters_.steps;
   if (!status.ok()) {
     for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status);
@@ -231,6 +234,11 @@ absl::Status EngineCore::Step() {
   }
   counters_.prefix_query_tokens = blocks_->prefix_queries_tokens();
   counters_.prefix_hit_tokens = blocks_->prefix_hit_tokens();
+  // What the step spent outside the forward (drafting and its RPC, planning,
+  // sampling, verification, streaming): the draft budget adds it to the
+  // measured forward curve.
+  drafts_->ObserveStep(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count(),
+                       std::chrono::duration<double, std::milli>(forward_end - forward_start).count());
   return absl::OkStatus();
 }
 

@@ -353,6 +353,32 @@ TEST_F(SpeculativeDecodingTest, DraftBudgetsFollowEachRequestsOwnAcceptance) {
   EXPECT_EQ(got["chat-1"].outputs, 48);
 }
 
+// With measure_step_cost the engine times its backend at creation (1, 2, 4,
+// ... 64 tokens: a non-decreasing curve) and plans on it; output is still
+// exactly plain decoding's.
+TEST_F(SpeculativeDecodingTest, MeasuredStepCostCurvePlansLosslessly) {
+  auto requests = RepetitiveBatch(4, /*seeded=*/false);
+  EngineOptions options = SpecOptions(8);
+  auto want = RunWithoutSpeculation(requests, options);
+  options.measure_step_cost = true;
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<OracleProposer>(want, 1000));
+  auto core = MakeEngine(options, std::move(p));
+  const auto& curve = core->options().speculative_step_cost_curve;
+  ASSERT_EQ(curve.size(), 7u);
+  for (size_t i = 0; i < curve.size(); ++i) {
+    EXPECT_EQ(curve[i].first, 1 << i);
+    EXPECT_GT(curve[i].second, 0.0);
+    if (i > 0) EXPECT_GE(curve[i].second, curve[i - 1].second);
+  }
+  ExpectSameTokens(Run(*core, requests), want);
+  EXPECT_GT(Only(*core).accepted_tokens, 0) << "right drafts pay on any measured curve";
+  // Without proposers nothing is measured (speculation is off).
+  EngineOptions plain = SpecOptions(8);
+  plain.measure_step_cost = true;
+  EXPECT_TRUE(MakeEngine(plain)->options().speculative_step_cost_curve.empty());
+}
+
 // The hidden state a proposer receives is the target's at the position that
 // produced the sequence's newest token, also when that token came out of a
 // verified draft (row 2 of every verification here): bit-identical to the
