@@ -45,8 +45,12 @@ const std::string& TinyModelDir() {
 LocalCluster::LocalCluster(int num_workers, std::vector<std::string> worker_args,
                            std::vector<std::string> router_args) {
   for (int i = 0; i < num_workers; ++i) {
+    // The linear cost curve: how many drafts a test's steps verify must not
+    // depend on how busy the host was when a worker timed its forward
+    // (the measured curve has its own test, speculative_decoding_test).
     std::vector<std::string> argv = {BinaryPath("floe-worker"), "--model", TinyModelDir(), "--port", "0",
-                                     "--threads", "1", "--kv-cache-gb", "0.1", "--max-model-len", "1024"};
+                                     "--threads", "1", "--kv-cache-gb", "0.1", "--max-model-len", "1024",
+                                     "--speculative-cost-curve", "linear"};
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     auto child = Subprocess::Spawn(argv);
     if (!child.ok()) return;

@@ -74,9 +74,11 @@ const std::vector<std::string>& Prompts() {
   return prompts;
 }
 
+// Measures the step cost curve at start (the production default), so the
+// leader's timing forwards run over both ranks.
 std::vector<std::string> TpArgs() {
   return {"--tensor-parallel-size", "2", "--threads-per-rank", "1", "--speculative", "ngram",
-          "--max-num-batched-tokens", "16"};
+          "--max-num-batched-tokens", "16", "--speculative-cost-curve", "measure"};
 }
 
 std::vector<std::string> SpArgs() {

@@ -3,6 +3,24 @@
 #include <algorithm>
 
 namespace floe {
+namespace {
+
+// The per-token rate c of a chain of `length` tokens expected to accept
+// `score` of them: sum_{j=1..length} c^j = score (bisection; monotone in c).
+double ImpliedRate(double score, int length) {
+  if (length <= 0 || !(score > 0)) return 0.0;
+  if (score >= length) return 1.0;
+  double lo = 0.0, hi = 1.0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const double c = (lo + hi) / 2;
+    double sum = 0, term = 1;
+    for (int j = 0; j < length; ++j) sum += (term *= c);
+    (sum < score ? lo : hi) = c;
+  }
+  return lo;
+}
+
+}  // namespace
 
 DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique_ptr<Proposer>> proposers,
                            int32_t vocab_size, bool tree_verify)
@@ -41,7 +59,6 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
   spec_seqs_.clear();
   candidates_.clear();
   caps_.clear();
-  rates_scratch_.clear();
   int emitting = 0;
   for (Sequence* seq : running) {
     if (seq->pending() != 1) continue;
@@ -55,19 +72,16 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     if (max_draft <= 0) continue;
     candidates_.push_back(seq);
     caps_.push_back(static_cast<int>(max_draft));
-    double rate = 0.0;
-    for (size_t p = 0; p < proposers_.size(); ++p) rate = std::max(rate, rates_->Rate(*seq, static_cast<int>(p)));
-    rates_scratch_.push_back(rate);
   }
   rates_->Age(emitting);
   if (selector_) selector_->Age(emitting);
-  // Who drafts at all: the plan as if every draft were as long as its cap,
-  // at the request's best proposer's rate. Those ask for their whole cap;
-  // the final plan, below, trims what came back.
-  const std::vector<int> optimistic = PlanDraftLengths(step_tokens, emitting, caps_, rates_scratch_, cost_);
+  // Every candidate asks for its whole cap (an expensive proposer only where
+  // the selector might take its draft, below); the plan then trims the
+  // drafts as they came back. Asking is what lets a request whose rate
+  // reads low (a namespace of chat) find a draft its proposer is sure of
+  // (an agent re-asking a question the suffix tree has the answer to).
   for (size_t c = 0; c < candidates_.size(); ++c) {
     Sequence* seq = candidates_[c];
-    if (optimistic[c] <= 0) continue;
     SpecSequence s;
     s.request_id = seq->request.id;
     s.ns = seq->request.speculation.ns;
@@ -130,8 +144,19 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     const int chosen = proposers_.size() == 1 ? 0 : selector().Choose(seq, choices, overhead);
     if (chosen < 0) continue;
     chosen_[i] = chosen;
-    chosen_caps_[i] = choices[chosen].length;
-    chosen_rates_[i] = rates_->Rate(seq, choices[chosen].proposer);
+    const DraftCandidate& choice = choices[chosen];
+    chosen_caps_[i] = choice.length;
+    // The prior of this draft: the namespace's rate, or, where the proposer
+    // scores its draft as expected accepted tokens and is surer than that,
+    // the rate its score implies (an agent re-asking what the suffix tree
+    // has seen, in a namespace whose other requests drafted badly). The
+    // request's own counts outweigh either as they grow.
+    chosen_rates_[i] = rates_->Rate(seq, choice.proposer);
+    if (proposers_[choice.proposer]->scores_expected_accepted()) {
+      const double namespace_prior = rates_->Rate(seq, choice.proposer, /*own=*/false);
+      const double implied = ImpliedRate(choice.proposal->score, choice.length);
+      if (implied > namespace_prior) chosen_rates_[i] = rates_->RateWithPrior(seq, choice.proposer, implied);
+    }
   }
   const std::vector<int> lengths = PlanDraftLengths(step_tokens, emitting, chosen_caps_, chosen_rates_, cost_);
   for (size_t i = 0; i < spec_seqs_.size(); ++i) {

@@ -68,13 +68,17 @@ void AcceptanceRateSelector::Age(int64_t emitted) {
   }
 }
 
-double AcceptanceRateSelector::Rate(const Sequence& seq, int proposer) const {
+double AcceptanceRateSelector::Rate(const Sequence& seq, int proposer, bool own) const {
+  const double prior = PriorRate(seq.request.speculation.ns, proposer);
+  return own ? RateWithPrior(seq, proposer, prior) : prior;
+}
+
+double AcceptanceRateSelector::RateWithPrior(const Sequence& seq, int proposer, double prior) const {
   double successes = 0, failures = 0;
-  if (proposer < static_cast<int>(seq.proposer_acceptance.size())) {
+  if (proposer >= 0 && proposer < static_cast<int>(seq.proposer_acceptance.size())) {
     successes = seq.proposer_acceptance[proposer].successes;
     failures = seq.proposer_acceptance[proposer].failures;
   }
-  const double prior = PriorRate(seq.request.speculation.ns, proposer);
   return (successes + prior_weight_ * prior) / (successes + failures + prior_weight_);
 }
 

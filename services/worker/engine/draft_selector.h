@@ -89,8 +89,12 @@ class AcceptanceRateSelector : public DraftSelector {
   // for the proposers it is asked about).
   void AgeRequest(Sequence& seq, int proposer);
 
-  // The rate Choose uses for this sequence and proposer.
-  double Rate(const Sequence& seq, int proposer) const;
+  // The rate Choose uses for this sequence and proposer (own = false: the
+  // prior alone, the request's namespace's rate).
+  double Rate(const Sequence& seq, int proposer, bool own = true) const;
+  // The same, with `prior` in place of the namespace's rate (the request's
+  // own counts still outweigh it as they grow).
+  double RateWithPrior(const Sequence& seq, int proposer, double prior) const;
   // Expected emitted tokens per verification cost (token rows) of a draft
   // of `length` tokens at per-token acceptance `rate`.
   static double Value(double rate, int length, double overhead_tokens);

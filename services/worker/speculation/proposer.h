@@ -63,6 +63,11 @@ class Proposer {
   // Cheap proposers are asked for every drafting sequence, which also keeps
   // their per-request state (a suffix tree) current.
   virtual bool expensive() const { return false; }
+  // True: DraftProposal::score is the draft's expected accepted tokens from
+  // the proposer's own evidence (a suffix tree's path probabilities), so
+  // the draft budget can judge a request's draft before the request has
+  // any measured acceptance of its own (draft_planner.h).
+  virtual bool scores_expected_accepted() const { return false; }
   // out.size() == batch.size(); out[i] arrives empty.
   virtual void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) = 0;
   // The request's final tokens (prompt + output).

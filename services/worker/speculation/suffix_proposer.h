@@ -42,6 +42,7 @@ class SuffixProposer final : public Proposer {
   explicit SuffixProposer(SuffixProposerOptions options, std::unique_ptr<GlobalDraftSource> global = nullptr);
   ~SuffixProposer() override;
   std::string_view name() const override { return "suffix"; }
+  bool scores_expected_accepted() const override { return true; }
   void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override;
   void Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
               int32_t prompt_len) override;

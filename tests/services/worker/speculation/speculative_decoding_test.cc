@@ -304,8 +304,12 @@ TEST_F(SpeculativeDecodingTest, SuffixProposerDraftsFromEarlierResponsesPerNames
 // (every token off by one) for the others.
 class AgentChatProposer final : public Proposer {
  public:
-  explicit AgentChatProposer(std::map<std::string, Result> reference) : reference_(std::move(reference)) {}
+  // `calibrated`: scores are expected accepted tokens (sure for agents,
+  // zero for chat), as a suffix tree's are.
+  explicit AgentChatProposer(std::map<std::string, Result> reference, bool calibrated = false)
+      : reference_(std::move(reference)), calibrated_(calibrated) {}
   std::string_view name() const override { return "agent-chat"; }
+  bool scores_expected_accepted() const override { return calibrated_; }
   void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
     for (size_t i = 0; i < batch.size(); ++i) {
       const std::string id(batch[i].request_id);
@@ -316,11 +320,13 @@ class AgentChatProposer final : public Proposer {
         if (id.rfind("agent", 0) != 0) t = (t + 1) % 128000;
         out[i].tokens.push_back(t);
       }
+      out[i].score = id.rfind("agent", 0) == 0 ? static_cast<float>(out[i].tokens.size()) : 0.0f;
     }
   }
 
  private:
   std::map<std::string, Result> reference_;
+  bool calibrated_;
 };
 
 // Draft budgets follow each request's own acceptance: an agent session whose
@@ -351,6 +357,35 @@ TEST_F(SpeculativeDecodingTest, DraftBudgetsFollowEachRequestsOwnAcceptance) {
   EXPECT_LE(c.drafts, got["agent"].outputs + 3 * 2) << "chat requests kept drafting";
   EXPECT_LE(c.draft_tokens - c.accepted_tokens, 3 * 2 * 8);
   EXPECT_EQ(got["chat-1"].outputs, 48);
+}
+
+// A namespace whose chat requests drafted badly reads a low rate, so a new
+// request in it would never draft; a proposer that scores its draft as
+// expected accepted tokens (a suffix tree that has seen the answer) sets a
+// surer prior for that draft, and an agent request re-asking drafts again.
+TEST_F(SpeculativeDecodingTest, ASureDraftOutweighsABadNamespacePrior) {
+  std::mt19937 rng(6);
+  std::vector<EngineRequest> chats;
+  for (int i = 0; i < 4; ++i) chats.push_back(MakeRequest("chat-" + std::to_string(i), RandomPrompt(rng, 10), 24));
+  EngineRequest agent = MakeRequest("agent", RandomPrompt(rng, 10), 48);
+  std::vector<EngineRequest> all = chats;
+  all.push_back(agent);
+  EngineOptions options = SpecOptions(8);
+  auto want = RunWithoutSpeculation(all, options);
+  for (bool calibrated : {false, true}) {
+    SCOPED_TRACE(calibrated ? "calibrated scores" : "uncalibrated scores");
+    std::vector<std::unique_ptr<Proposer>> p;
+    p.push_back(std::make_unique<AgentChatProposer>(want, calibrated));
+    auto core = MakeEngine(options, std::move(p));
+    auto first = Run(*core, chats);  // same namespace (the default): its rate falls
+    auto second = Run(*core, {agent});
+    EXPECT_EQ(second["agent"].tokens, want["agent"].tokens);
+    if (calibrated) {
+      EXPECT_LE(second["agent"].outputs, 10) << "the sure draft was verified";
+    } else {
+      EXPECT_GT(second["agent"].outputs, 40) << "the namespace's low rate ruled drafts out";
+    }
+  }
 }
 
 // With measure_step_cost the engine times its backend at creation (1, 2, 4,
