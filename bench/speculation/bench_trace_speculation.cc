@@ -157,17 +157,19 @@ PassResult RunPass(floe::v1::Floe::Stub& stub, const std::vector<suffix_cache::T
       auto reader = stub.Generate(&context, request);
       floe::v1::GenerateResponse response;
       double first = 0, last = 0;
+      size_t first_chunk_tokens = 0;
       while (reader->Read(&response)) {
         if (!response.has_chunk() || response.chunk().token_ids_size() == 0) continue;
         last = Now();
-        if (steps[i] == 0) first = last;
+        if (steps[i] == 0) first = last, first_chunk_tokens = response.chunk().token_ids_size();
         ++steps[i];
         outputs[i].insert(outputs[i].end(), response.chunk().token_ids().begin(), response.chunk().token_ids().end());
       }
       grpc::Status status = reader->Finish();
-      // The first chunk carries the prefill's token (and any tokens of
-      // the first verified draft after it): TPOT counts the rest.
-      if (outputs[i].size() >= 2) tpot[i] = (last - first) * 1000.0 / static_cast<double>(outputs[i].size() - 1);
+      // The first chunk carries the prefill's token: TPOT is the time after
+      // it over the tokens that came after it (none: the request has none).
+      if (outputs[i].size() > first_chunk_tokens)
+        tpot[i] = (last - first) * 1000.0 / static_cast<double>(outputs[i].size() - first_chunk_tokens);
       std::lock_guard<std::mutex> lock(mu);
       if (!status.ok() || (f.mode == "forced" && outputs[i] != t.output)) {
         ++result.failed;

@@ -42,7 +42,11 @@ absl::StatusOr<StepCostCurve> StepCostCurve::Load(const std::string& path) {
   std::vector<std::pair<int, double>> points;
   for (const nlohmann::json& p : j["step_cost_curve"]) {
     if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number())
-      return absl::InvalidArgumentError(absl::StrCat(path, ": step_cost_curve entries are [tokens, ms]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": step_cost_curve[", points.size(), "] is not [tokens, ms]"));
+    if (!p[0].is_number_integer() || p[0].get<int64_t>() < 1 || p[0].get<int64_t>() > (int64_t{1} << 24))
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": step_cost_curve[", points.size(), "] tokens must be in [1, 2^24]"));
     points.emplace_back(p[0].get<int>(), p[1].get<double>());
   }
   auto curve = FromPoints(std::move(points));
@@ -52,6 +56,7 @@ absl::StatusOr<StepCostCurve> StepCostCurve::Load(const std::string& path) {
 
 double StepCostCurve::Time(int64_t tokens) const {
   const auto& p = points_;
+  if (p.empty()) return static_cast<double>(std::max<int64_t>(1, tokens));  // default-constructed: one per token
   if (tokens <= p.front().first || p.size() == 1) {
     if (p.size() == 1) return p.front().second * std::max<double>(1.0, static_cast<double>(tokens) / p.front().first);
     return p.front().second;

@@ -5,7 +5,8 @@
 // backend, tokens run -> step time, or the linear R + N). Sequence i's draft
 // token at position j (0-based) is accepted with probability a_i^(j+1), a_i
 // being that request's own acceptance rate (draft_selector.h: measured per
-// request and proposer, a namespace's rate as the prior for its first steps).
+// request and proposer, a namespace's rate as the prior for its first steps,
+// or the rate a suffix draft's own score implies where that is surer).
 // The step emits E = (decoding sequences) + (expected accepted draft tokens),
 // and the plan maximizes E / t(N) over every allocation of draft tokens:
 // since t depends only on how many tokens run, the best allocation of m

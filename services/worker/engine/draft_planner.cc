@@ -37,7 +37,9 @@ DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique
   cost_.enabled = options.speculative_step_overhead_tokens >= 0;
   if (auto curve = StepCostCurve::FromPoints(options.speculative_step_cost_curve); curve.ok()) {
     cost_.curve = *std::move(curve);
-    curve_in_ms_ = true;
+    // A curve measured at creation times the forward alone; a file from
+    // bench_verify_cost times whole engine steps already.
+    add_step_overhead_ = options.measure_step_cost;
   } else {
     cost_.curve = StepCostCurve::Linear(options.speculative_step_overhead_tokens);
   }
@@ -75,6 +77,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
   }
   rates_->Age(emitting);
   if (selector_) selector_->Age(emitting);
+  if (step_tokens >= options_.speculative_token_threshold) return;  // no room for a draft token
   // Every candidate asks for its whole cap (an expensive proposer only where
   // the selector might take its draft, below); the plan then trims the
   // drafts as they came back. Asking is what lets a request whose rate
@@ -154,7 +157,9 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     chosen_rates_[i] = rates_->Rate(seq, choice.proposer);
     if (proposers_[choice.proposer]->scores_expected_accepted()) {
       const double namespace_prior = rates_->Rate(seq, choice.proposer, /*own=*/false);
-      const double implied = ImpliedRate(choice.proposal->score, choice.length);
+      // The score is the whole draft's (the selector may have cut it).
+      const int offered = static_cast<int>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
+      const double implied = ImpliedRate(choice.proposal->score, offered);
       if (implied > namespace_prior) chosen_rates_[i] = rates_->RateWithPrior(seq, choice.proposer, implied);
     }
   }
@@ -208,7 +213,7 @@ void DraftPlanner::Assign(Sequence& seq, const DraftProposal& proposal, int32_t 
 }
 
 void DraftPlanner::ObserveStep(double step_ms, double forward_ms) {
-  if (!curve_in_ms_ || !(step_ms >= forward_ms) || !(forward_ms >= 0)) return;
+  if (!add_step_overhead_ || !(step_ms >= forward_ms) || !(forward_ms >= 0)) return;
   constexpr double kAlpha = 0.05;  // about the last 20 steps
   cost_.step_overhead = (1 - kAlpha) * cost_.step_overhead + kAlpha * std::min(step_ms - forward_ms, 1e4);
 }

@@ -46,8 +46,9 @@ class DraftPlanner {
     if (selector_) selector_->Record(seq, seq.draft_source, drafted, accepted);
   }
   // A step took `step_ms`, `forward_ms` of it in the backend's forward.
-  // Where the cost curve is measured in ms, the rest (a moving average) is
-  // added to every step's cost: drafts then pay for their share of it.
+  // Where the curve was measured on the forward alone (at creation), the
+  // rest (a moving average) is added to every step's cost as a fixed cost:
+  // the larger it is, the cheaper a draft token is relative to the step.
   void ObserveStep(double step_ms, double forward_ms);
   // The request ended: proposers learn its tokens.
   void Finish(const Sequence& seq);
@@ -61,7 +62,7 @@ class DraftPlanner {
   bool tree_verify_;
   bool wants_last_hidden_ = false;
   DraftCostModel cost_;
-  bool curve_in_ms_ = false;
+  bool add_step_overhead_ = false;
   // Per-request acceptance (the draft budget's rates), and the selector
   // where it is another policy (null: rates_ selects too).
   std::unique_ptr<AcceptanceRateSelector> rates_;

@@ -69,9 +69,11 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(
       options.num_speculative_tokens > 0 && options.speculative_step_overhead_tokens >= 0) {
     const int max_tokens = std::min({options.max_num_batched_tokens, options.speculative_token_threshold,
                                      num_blocks * options.block_size});
-    auto curve = MeasureStepCost(*backend, options.block_size, max_tokens);
-    if (!curve.ok()) return curve.status();
-    options.speculative_step_cost_curve = curve->points();
+    if (max_tokens >= 1) {  // else no step has room for a draft: nothing to plan on
+      auto curve = MeasureStepCost(*backend, options.block_size, max_tokens);
+      if (!curve.ok()) return curve.status();
+      options.speculative_step_cost_curve = curve->points();
+    }
   }
   return std::unique_ptr<EngineCore>(
       new EngineCore(std::move(backend), std::move(options), num_blocks, std::move(proposers)));

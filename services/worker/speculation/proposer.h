@@ -64,9 +64,10 @@ class Proposer {
   // their per-request state (a suffix tree) current.
   virtual bool expensive() const { return false; }
   // True: DraftProposal::score is the draft's expected accepted tokens from
-  // the proposer's own evidence (a suffix tree's path probabilities), so
-  // the draft budget can judge a request's draft before the request has
-  // any measured acceptance of its own (draft_planner.h).
+  // the proposer's own evidence (a suffix tree's path probabilities; with
+  // Floe's drafting mode a sum of p^1.5, so an underestimate), so the draft
+  // budget can judge a request's draft before the request has any measured
+  // acceptance of its own (draft_planner.h).
   virtual bool scores_expected_accepted() const { return false; }
   // out.size() == batch.size(); out[i] arrives empty.
   virtual void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) = 0;
