@@ -234,9 +234,19 @@ void SuffixCacheStore::ApplierLoop() {
       if (dirty_.empty()) return;  // stopping, nothing left
       ns = std::move(dirty_.front());
       dirty_.pop_front();
+      applying_ = true;
     }
     FlushPending(*ns);
+    std::lock_guard<std::mutex> l(dirty_mu_);
+    applying_ = false;
+    if (dirty_.empty()) idle_cv_.notify_all();
   }
+}
+
+void SuffixCacheStore::WaitForAppends() {
+  if (!options_.async_global_appends) return;
+  std::unique_lock<std::mutex> l(dirty_mu_);
+  idle_cv_.wait(l, [this] { return dirty_.empty() && !applying_; });
 }
 
 absl::Status SuffixCacheStore::StartRequest(const std::string& ns_name, const std::string& request_id,
@@ -612,6 +622,7 @@ std::pair<int64_t, int64_t> SuffixCacheStore::ClearNamespace(const std::string& 
     ns->active.clear();
   }
   for (auto& r : active) MarkDone(*r, /*expired=*/false);
+  FlushPending(*ns);
   int64_t cached = 0;
   {
     std::shared_lock<std::shared_mutex> t(ns->tree_mu);

@@ -196,8 +196,14 @@ class SuffixCacheStore {
   absl::StatusOr<bool> EndRequest(const std::string& ns, const std::string& request_id);
   // NotFound if not active.
   absl::Status AbortRequest(const std::string& ns, const std::string& request_id);
-  // Returns {dropped cached, dropped active}.
+  // Returns {dropped cached, dropped active}. Like EndRequest, it flushes
+  // the namespace's queued appends: their bytes are back on return.
   std::pair<int64_t, int64_t> ClearNamespace(const std::string& ns);
+  // async_global_appends: blocks until every append queued before the call
+  // is applied (and its bytes released). A Step on a namespace cleared under
+  // it queues appends no EndRequest flushes; only the applier does. Tests
+  // call this before they read the accounting.
+  void WaitForAppends();
 
   // Re-measures memory and evicts the oldest ended responses (any namespace)
   // until the global trees and the active requests together are within
@@ -279,6 +285,8 @@ class SuffixCacheStore {
   std::condition_variable dirty_cv_;
   std::deque<std::shared_ptr<Namespace>> dirty_;  // guarded by dirty_mu_
   bool stop_ = false;                             // guarded by dirty_mu_
+  bool applying_ = false;  // the applier holds a namespace popped from dirty_ (dirty_mu_)
+  std::condition_variable idle_cv_;  // dirty_ drained and nothing applying
   std::thread applier_;
 };
 

@@ -137,6 +137,25 @@ TEST(StoreMemoryTest, QueuedGlobalAppendsAreCountedUntilApplied) {
   EXPECT_TRUE(store.CheckIntegrity().ok()) << store.CheckIntegrity();
 }
 
+// A cleared namespace's queued appends are released at once, as an ended
+// request's are; appends a Step queues on it afterwards, by the applier.
+TEST(StoreMemoryTest, ClearingANamespaceReleasesItsQueuedAppends) {
+  StoreOptions options;
+  options.async_global_appends = true;
+  SuffixCacheStore store(options);
+  ASSERT_TRUE(store.StartRequest(kNs, "a", Tokens(1, 50)).ok());
+  const std::vector<int32_t> tokens = Tokens(500, 64);
+  for (int step = 0; step < 16; ++step) {
+    const auto part = absl::MakeConstSpan(tokens).subspan(4 * step, 4);
+    for (const StepOutcome& o : store.Step({Item("a", 4 * step, part, true)})) ASSERT_TRUE(o.status.ok()) << o.status;
+  }
+  EXPECT_EQ(store.ClearNamespace(kNs), (std::pair<int64_t, int64_t>{0, 1}));
+  EXPECT_EQ(store.Stats().active_bytes, 0);
+  store.WaitForAppends();
+  EXPECT_EQ(store.Stats().active_bytes, 0);
+  EXPECT_TRUE(store.CheckIntegrity().ok()) << store.CheckIntegrity();
+}
+
 // Any prompt length costs at most the cap; the admission estimate uses the
 // indexed length, so a very long prompt is admitted under a budget its whole
 // length would not fit.
