@@ -59,9 +59,12 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
   step_tokens = std::min<int64_t>(step_tokens, options_.max_num_batched_tokens);
   spec_batch_.clear();
   spec_seqs_.clear();
-  candidates_.clear();
-  caps_.clear();
   int emitting = 0;
+  // Every candidate asks for its whole cap (an expensive proposer only where
+  // the selector might take its draft, below); the plan then trims the
+  // drafts as they came back. Asking is what lets a request whose rate
+  // reads low (a namespace of chat) find a draft its proposer is sure of
+  // (an agent re-asking a question the suffix tree has the answer to).
   for (Sequence* seq : running) {
     if (seq->pending() != 1) continue;
     ++emitting;
@@ -72,28 +75,22 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     max_draft = std::min<int64_t>(max_draft, seq->request.stop.max_tokens - seq->output_len() - 1);
     max_draft = std::min<int64_t>(max_draft, max_model_len - seq->total_len());
     if (max_draft <= 0) continue;
-    candidates_.push_back(seq);
-    caps_.push_back(static_cast<int>(max_draft));
-  }
-  rates_->Age(emitting);
-  if (selector_) selector_->Age(emitting);
-  if (step_tokens >= options_.speculative_token_threshold) return;  // no room for a draft token
-  // Every candidate asks for its whole cap (an expensive proposer only where
-  // the selector might take its draft, below); the plan then trims the
-  // drafts as they came back. Asking is what lets a request whose rate
-  // reads low (a namespace of chat) find a draft its proposer is sure of
-  // (an agent re-asking a question the suffix tree has the answer to).
-  for (size_t c = 0; c < candidates_.size(); ++c) {
-    Sequence* seq = candidates_[c];
     SpecSequence s;
     s.request_id = seq->request.id;
     s.ns = seq->request.speculation.ns;
     s.tokens = seq->tokens;
     s.prompt_len = seq->prompt_len;
-    s.max_draft = static_cast<int32_t>(caps_[c]);
+    s.max_draft = static_cast<int32_t>(max_draft);
     s.last_hidden = seq->last_hidden;
     spec_batch_.push_back(s);
     spec_seqs_.push_back(seq);
+  }
+  rates_->Age(emitting);
+  if (selector_) selector_->Age(emitting);
+  if (step_tokens >= options_.speculative_token_threshold) {  // no room for a draft token
+    spec_batch_.clear();
+    spec_seqs_.clear();
+    return;
   }
   if (spec_batch_.empty()) return;
   // A sequence's share of the step's fixed cost in token rows (the curve's

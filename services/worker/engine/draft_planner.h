@@ -72,8 +72,6 @@ class DraftPlanner {
   std::vector<SpecSequence> spec_batch_;
   std::vector<Sequence*> spec_seqs_;
   std::vector<std::vector<DraftProposal>> proposals_;
-  std::vector<Sequence*> candidates_;
-  std::vector<int> caps_;
   std::vector<int> chosen_caps_;
   std::vector<double> chosen_rates_;
   std::vector<int> chosen_;  // per spec_batch_ entry: index into choices, -1 none
