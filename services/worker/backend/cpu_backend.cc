@@ -18,6 +18,7 @@
 #include "common/status/status_macros.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/rope.h"
+#include "services/worker/backend/backend_common.h"
 
 namespace floe {
 namespace {
@@ -114,15 +115,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
     }
     backend->cache_.reset();  // the views keep the mapping
   }
-  cpu::RopeParams rope_params;
-  rope_params.head_dim = config.head_dim;
-  rope_params.theta = config.rope_theta;
-  rope_params.scaling_type = config.rope_scaling.type;
-  rope_params.factor = config.rope_scaling.factor;
-  rope_params.low_freq_factor = config.rope_scaling.low_freq_factor;
-  rope_params.high_freq_factor = config.rope_scaling.high_freq_factor;
-  rope_params.original_max_position_embeddings = config.rope_scaling.original_max_position_embeddings;
-  backend->inv_freq_ = cpu::RopeInvFreq(rope_params);
+  backend->inv_freq_ = cpu::RopeInvFreq(RopeParamsOf(config));
   return backend;
 }
 
@@ -282,50 +275,6 @@ absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::ValidateBatch(std::span<const ForwardSequence> batch) const {
-  if (num_blocks_ == 0) return absl::FailedPreconditionError("Forward before AllocateKvCache");
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const ForwardSequence& seq = batch[s];
-    const int64_t n = seq.tokens.size();
-    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: no tokens"));
-    if (seq.start_pos < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: start_pos ", seq.start_pos, " < 0"));
-    }
-    if (seq.num_logits < 0 || seq.num_logits > n) {
-      return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: num_logits ", seq.num_logits,
-                                                     " outside [0, ", n, "]"));
-    }
-    const int64_t end = seq.start_pos + n;
-    const int64_t blocks_needed = (end + block_size_ - 1) / block_size_;
-    if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed) {
-      return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: block_table has ",
-                                                     seq.block_table.size(), " blocks, positions up to ",
-                                                     end, " need ", blocks_needed));
-    }
-    for (int64_t b = 0; b < blocks_needed; ++b) {
-      if (seq.block_table[b] < 0 || seq.block_table[b] >= num_blocks_) {
-        return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: block_table[", b, "] = ",
-                                                       seq.block_table[b], " outside [0, ",
-                                                       num_blocks_, ")"));
-      }
-    }
-    if (!seq.parents.empty()) {
-      if (static_cast<int64_t>(seq.parents.size()) != n || n > cpu::kMaxTreeTokens) {
-        return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: parents has ", seq.parents.size(),
-                                                       " entries for ", n, " tokens (at most ",
-                                                       cpu::kMaxTreeTokens, ")"));
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        if (i == 0 ? seq.parents[0] != -1 : seq.parents[i] < 0 || seq.parents[i] >= i) {
-          return absl::InvalidArgumentError(absl::StrCat("batch[", s, "]: parents[", i, "] = ", seq.parents[i],
-                                                         ", must be ", i == 0 ? "-1" : "in [0, index)"));
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 cpu::KvLayer CpuBackend::LayerKv(int layer) {
   const size_t layer_floats = KvBytesPerBlock(block_size_) / sizeof(float) * num_blocks_ / config_.num_layers;
   cpu::KvLayer kv;
@@ -338,14 +287,7 @@ cpu::KvLayer CpuBackend::LayerKv(int layer) {
 }
 
 absl::Status CpuBackend::CopyKvSlots(std::span<const KvSlotCopy> copies) {
-  for (const KvSlotCopy& c : copies) {
-    if (c.src_block < 0 || c.src_block >= num_blocks_ || c.dst_block < 0 || c.dst_block >= num_blocks_ ||
-        c.src_slot < 0 || c.src_slot >= block_size_ || c.dst_slot < 0 || c.dst_slot >= block_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("CopyKvSlots: (", c.src_block, ", ", c.src_slot, ") -> (",
-                                                     c.dst_block, ", ", c.dst_slot, ") outside ", num_blocks_,
-                                                     " blocks of ", block_size_, " slots"));
-    }
-  }
+  FLOE_RETURN_IF_ERROR(ValidateKvSlotCopies(copies, num_blocks_, block_size_));
   const size_t head_bytes = config_.head_dim * sizeof(float);
   for (int li = 0; li < config_.num_layers; ++li) {
     const cpu::KvLayer kv = LayerKv(li);
@@ -371,7 +313,8 @@ void CpuBackend::ForRows(int64_t rows, const Fn& fn) {
 
 absl::Status CpuBackend::Forward(std::span<const ForwardSequence> batch, float* logits) {
   hidden_rows_ = 0;
-  FLOE_RETURN_IF_ERROR(ValidateBatch(batch));
+  if (num_blocks_ == 0) return absl::FailedPreconditionError("Forward before AllocateKvCache");
+  FLOE_RETURN_IF_ERROR(ValidateForwardBatch(batch, num_blocks_, block_size_));
   step_status_ = absl::OkStatus();
   model_->Run(batch, logits, mode_);
   // A failed collective (a rank gone or late) fails the step: its outputs are not trusted.

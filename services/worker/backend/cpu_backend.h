@@ -107,7 +107,6 @@ class CpuBackend final : public Backend, private ModelOps {
 
  private:
   CpuBackend(const ModelConfig& config, int num_threads);
-  absl::Status ValidateBatch(std::span<const ForwardSequence> batch) const;
   cpu::KvLayer LayerKv(int layer);
   template <class Fn>
   void ForRows(int64_t rows, const Fn& fn);
