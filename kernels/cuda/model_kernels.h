@@ -1,0 +1,108 @@
+// The CUDA kernels of the Llama forward pass (services/worker/model), each
+// the device twin of a kernels/cpu op, callable from plain C++ (no CUDA
+// headers needed by callers).
+//
+// Layers, as FlashInfer's: a __global__ kernel (in the .cu), a launcher here
+// on raw device pointers that checks its arguments and returns 0
+// (cudaSuccess) or a cudaError_t code (see ErrorString in rmsnorm.h), and
+// the backend (services/worker/backend/cuda_backend.h), which validates a
+// step before it dispatches. Every launch is asynchronous on `stream` (a
+// cudaStream_t; nullptr: the default stream); none allocates.
+//
+// Numerics: f32 activations, as the CPU backend's. A bf16 matrix's input
+// is rounded to bf16 (F32ToBf16) before its GEMM, as the CPU kernels round
+// it; the GEMMs accumulate in f32.
+#pragma once
+
+#include <cstdint>
+
+namespace floe::cuda {
+
+enum class Dtype : int32_t { kF32 = 0, kBf16 = 1 };
+
+// The number of CUDA devices this process sees (0 when the driver or the
+// runtime is missing: the caller falls back to the CPU).
+int DeviceCount();
+
+// out[r, :] = table[tokens[r], :] widened to f32; table [vocab, hidden].
+int EmbedRows(const void* table, Dtype dtype, const int32_t* tokens, int rows, int hidden, float* out,
+              void* stream);
+
+// x[r] += delta[r]; out[r] = RMSNorm(x[r]) * weight (out may be delta).
+int AddRmsNormF32(float* x, const float* delta, const float* weight, float eps, int rows, int cols, float* out,
+                  void* stream);
+
+// out[i] = RMSNorm(in[index[i]]) * weight, i < rows.
+int GatherRmsNormF32(const float* in, const int64_t* index, const float* weight, float eps, int rows, int cols,
+                     float* out, void* stream);
+
+// Each row holds `groups` [gate | up] groups, each 2 * inter wide; group g's
+// silu(gate) * up lands at g * inter (in place, groups in order).
+int SiluMulF32(float* data, int rows, int groups, int inter, void* stream);
+
+// x += delta, n floats.
+int AddF32(float* x, const float* delta, int64_t n, void* stream);
+
+// out[r, c] = bf16(in[r * in_stride + c]) for c < cols (round to nearest
+// even, as the CPU's conversion); out is [rows, cols] bf16 (uint16 bits).
+int F32ToBf16(const float* in, int64_t in_stride, int rows, int cols, uint16_t* out, void* stream);
+
+// On every row of `qkv` ([q heads | k heads | v heads], each head_dim wide):
+// + bias (the row's width; null: none), per-head RMSNorm of q and k with
+// q_norm / k_norm (head_dim each; null: none), then RoPE (rotate_half) of q
+// and k with the row's cos / sin (head_dim / 2 each, rows of `cos`, `sin`).
+int PrepareQk(float* qkv, int rows, int heads, int kv_heads, int head_dim, const float* bias, const float* q_norm,
+              const float* k_norm, float eps, const float* cos, const float* sin, void* stream);
+
+// RoPE of `heads` heads at the start of each row (row r at x + r * stride).
+int ApplyRope(float* x, int64_t stride, int rows, int heads, int head_dim, const float* cos, const float* sin,
+              void* stream);
+
+// One layer's paged KV cache: K and V each [num_blocks][kv_heads][block_size][head_dim]
+// f32, the CPU backend's layout (kernels/cpu/attention.h).
+struct PagedKv {
+  float* k = nullptr;
+  float* v = nullptr;
+  int block_size = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+};
+
+// A step's attention layout on the device, per row r of the step:
+//   write_pos[r]   the cache position its K and V go to;
+//   table[r]       the offset in `tables` of its sequence's block table;
+//   context[r]     it attends to cache positions [0, context[r]) ...
+//   path_begin[r], path_end[r]  ... then to paths[path_begin[r], path_end[r])
+//                  (a tree token's ancestors and itself, root first; empty
+//                  for a chain token, whose context runs to itself).
+// The same keys, in the same order, as cpu::PagedAttention's.
+struct StepLayout {
+  int rows = 0;
+  const int32_t* write_pos = nullptr;
+  const int32_t* table = nullptr;
+  const int32_t* context = nullptr;
+  const int32_t* path_begin = nullptr;
+  const int32_t* path_end = nullptr;
+  const int32_t* tables = nullptr;
+  const int32_t* paths = nullptr;
+};
+
+// Stores every row's k and v (kv_heads * head_dim each, row r at
+// k + r * stride) in its cache slot.
+int WriteKv(const PagedKv& kv, const StepLayout& step, const float* k, const float* v, int64_t stride,
+            void* stream);
+
+// out[r, h] = softmax(q[r, h] . K^T * scale) V over row r's keys (see
+// StepLayout); q head h reads KV head h / (num_heads / kv_heads). One block
+// per (row, head); online softmax, so any context length fits.
+int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
+                   float scale, float* out, int64_t out_stride, void* stream);
+
+// Copies one token's KV per entry, entries in order, in every one of
+// `arrays` arrays of `array_floats` floats from `cache` (each layer's K,
+// then its V): copies holds [src_block, src_slot, dst_block, dst_slot] per
+// entry.
+int CopyKvSlots(float* cache, int64_t array_floats, int arrays, int block_size, int kv_heads, int head_dim,
+                const int32_t* copies, int num_copies, void* stream);
+
+}  // namespace floe::cuda

@@ -1,0 +1,302 @@
+// Each CUDA kernel of kernels/cuda/model_kernels.h against the CPU op it
+// mirrors, on seeded random inputs (label gpu; "skipped: no CUDA device"
+// where none is visible). Bounds, relative to 1 + |reference|: exact for
+// gathers, copies and the bf16 rounding; 1e-5 for norms, SiLU and RoPE
+// (expf / rsqrtf against the CPU's own); 1e-4 for attention (online
+// softmax against the CPU's two passes).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/tensor/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/model_kernels.h"
+#include "kernels/cuda/rmsnorm.h"
+
+namespace floe {
+namespace {
+
+#define FLOE_REQUIRE_CUDA_DEVICE() \
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device"
+#define ASSERT_CUDA(code) ASSERT_EQ((code), 0) << cuda::ErrorString(code)
+
+// Device copy of a host vector, freed with it.
+template <class T>
+class DeviceVec {
+ public:
+  explicit DeviceVec(const std::vector<T>& host) : size_(host.size()) {
+    cudaMalloc(&ptr_, std::max<size_t>(size_, 1) * sizeof(T));
+    cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  ~DeviceVec() { cudaFree(ptr_); }
+  T* get() const { return ptr_; }
+  std::vector<T> Host() const {
+    std::vector<T> out(size_);
+    cudaMemcpy(out.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return out;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_;
+};
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_LE(std::abs(got[i] - want[i]), tol * (1.0f + std::abs(want[i]))) << what << " at " << i;
+  }
+}
+
+TEST(CudaKernelsTest, EmbedRowsGathersExactly) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  const int vocab = 50, hidden = 72;
+  const std::vector<float> table = Random(vocab * hidden, 1);
+  std::vector<uint16_t> table_bf16(table.size());
+  for (size_t i = 0; i < table.size(); ++i) table_bf16[i] = F32ToBf16(table[i]);
+  const std::vector<int32_t> tokens = {3, 0, 49, 3, 17};
+  DeviceVec<int32_t> d_tokens(tokens);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    TensorView view{dtype, {vocab, hidden}, dtype == DType::kF32 ? static_cast<const void*>(table.data())
+                                                                 : static_cast<const void*>(table_bf16.data())};
+    std::vector<float> want(tokens.size() * hidden);
+    cpu::EmbeddingLookup(view, tokens, want.data());
+    DeviceVec<float> d_f32(table);
+    DeviceVec<uint16_t> d_bf16(table_bf16);
+    DeviceVec<float> out(std::vector<float>(want.size()));
+    const void* d_table = dtype == DType::kF32 ? static_cast<const void*>(d_f32.get()) : d_bf16.get();
+    ASSERT_CUDA(cuda::EmbedRows(d_table, dtype == DType::kF32 ? cuda::Dtype::kF32 : cuda::Dtype::kBf16,
+                                d_tokens.get(), static_cast<int>(tokens.size()), hidden, out.get(), nullptr));
+    EXPECT_EQ(out.Host(), want) << DTypeName(dtype);
+  }
+}
+
+TEST(CudaKernelsTest, NormsMatchTheCpu) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  for (int cols : {16, 257, 2048}) {
+    const int rows = 6;
+    const std::vector<float> x = Random(rows * cols, cols), delta = Random(rows * cols, cols + 1);
+    std::vector<float> w = Random(cols, cols + 2, 0.1f);
+    for (float& v : w) v += 1.0f;
+    // AddRmsNorm, with out aliasing delta as the model calls it.
+    std::vector<float> want_x = x, want_out(rows * cols);
+    for (int r = 0; r < rows; ++r) {
+      cpu::AddInPlace(&want_x[r * cols], &delta[r * cols], cols);
+      cpu::RmsNorm(&want_x[r * cols], w.data(), 1e-5f, cols, &want_out[r * cols]);
+    }
+    DeviceVec<float> dx(x), dd(delta), dw(w);
+    ASSERT_CUDA(cuda::AddRmsNormF32(dx.get(), dd.get(), dw.get(), 1e-5f, rows, cols, dd.get(), nullptr));
+    ExpectNear(dx.Host(), want_x, 1e-6f, "AddRmsNorm x");
+    ExpectNear(dd.Host(), want_out, 1e-5f, "AddRmsNorm out");
+    // GatherRmsNorm over rows 4, 1, 4.
+    const std::vector<int64_t> index = {4, 1, 4};
+    std::vector<float> want_g(index.size() * cols);
+    for (size_t i = 0; i < index.size(); ++i) cpu::RmsNorm(&x[index[i] * cols], w.data(), 1e-5f, cols, &want_g[i * cols]);
+    DeviceVec<float> dx2(x), dg(std::vector<float>(want_g.size()));
+    DeviceVec<int64_t> di(index);
+    ASSERT_CUDA(cuda::GatherRmsNormF32(dx2.get(), di.get(), dw.get(), 1e-5f, 3, cols, dg.get(), nullptr));
+    ExpectNear(dg.Host(), want_g, 1e-5f, "GatherRmsNorm");
+  }
+}
+
+TEST(CudaKernelsTest, SiluMulAndAddMatchTheCpu) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  for (int groups : {1, 3}) {
+    const int rows = 5, inter = 40, width = 2 * groups * inter;
+    const std::vector<float> data = Random(rows * width, groups, 3.0f);
+    std::vector<float> want = data;
+    for (int r = 0; r < rows; ++r) {
+      float* row = &want[r * width];
+      for (int g = 0; g < groups; ++g) cpu::SiluMul(row + 2 * g * inter, row + (2 * g + 1) * inter, inter, row + g * inter);
+    }
+    DeviceVec<float> d(data);
+    ASSERT_CUDA(cuda::SiluMulF32(d.get(), rows, groups, inter, nullptr));
+    const std::vector<float> got = d.Host();
+    for (int r = 0; r < rows; ++r) {  // the first groups * inter of each row are defined
+      ExpectNear(std::vector<float>(got.begin() + r * width, got.begin() + r * width + groups * inter),
+                 std::vector<float>(want.begin() + r * width, want.begin() + r * width + groups * inter), 1e-5f,
+                 "SiluMul");
+    }
+  }
+  const std::vector<float> x = Random(100000, 5), y = Random(100000, 6);
+  std::vector<float> want = x;
+  cpu::AddInPlace(want.data(), y.data(), static_cast<int64_t>(want.size()));
+  DeviceVec<float> dx(x), dy(y);
+  ASSERT_CUDA(cuda::AddF32(dx.get(), dy.get(), static_cast<int64_t>(x.size()), nullptr));
+  EXPECT_EQ(dx.Host(), want);
+}
+
+TEST(CudaKernelsTest, Bf16RoundingIsTheCpusBitForBit) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  const int rows = 4, cols = 33, stride = 40;
+  std::vector<float> in = Random(rows * stride, 9, 100.0f);
+  in[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even
+  std::vector<uint16_t> want(rows * cols);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) want[r * cols + c] = F32ToBf16(in[r * stride + c]);
+  DeviceVec<float> din(in);
+  DeviceVec<uint16_t> out(std::vector<uint16_t>(want.size()));
+  ASSERT_CUDA(cuda::F32ToBf16(din.get(), stride, rows, cols, out.get(), nullptr));
+  EXPECT_EQ(out.Host(), want);
+}
+
+TEST(CudaKernelsTest, PrepareQkMatchesTheCpuSequence) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  const int rows = 7, heads = 4, kv_heads = 2, hd = 64, half = hd / 2;
+  const int width = (heads + 2 * kv_heads) * hd;
+  const std::vector<float> qkv = Random(rows * width, 21);
+  const std::vector<float> bias = Random(width, 22, 0.1f);
+  std::vector<float> qn = Random(hd, 23, 0.1f), kn = Random(hd, 24, 0.1f);
+  for (float& v : qn) v += 1.0f;
+  for (float& v : kn) v += 1.0f;
+  cpu::RopeParams rope;
+  rope.head_dim = hd;
+  rope.theta = 500000.0f;
+  rope.scaling_type = "llama3";
+  rope.factor = 32.0f;
+  const std::vector<float> inv_freq = cpu::RopeInvFreq(rope);
+  std::vector<float> cos(rows * half), sin(rows * half);
+  for (int r = 0; r < rows; ++r) cpu::RopeCosSin(inv_freq, 1000 * r + 3, &cos[r * half], &sin[r * half]);
+  std::vector<float> want = qkv;
+  for (int r = 0; r < rows; ++r) {
+    float* row = &want[r * width];
+    cpu::AddInPlace(row, bias.data(), width);
+    for (int h = 0; h < heads; ++h) cpu::RmsNorm(row + h * hd, qn.data(), 1e-6f, hd, row + h * hd);
+    for (int h = 0; h < kv_heads; ++h) cpu::RmsNorm(row + (heads + h) * hd, kn.data(), 1e-6f, hd, row + (heads + h) * hd);
+    cpu::ApplyRope(row, heads, hd, &cos[r * half], &sin[r * half]);
+    cpu::ApplyRope(row + heads * hd, kv_heads, hd, &cos[r * half], &sin[r * half]);
+  }
+  DeviceVec<float> d(qkv), db(bias), dqn(qn), dkn(kn), dcos(cos), dsin(sin);
+  ASSERT_CUDA(cuda::PrepareQk(d.get(), rows, heads, kv_heads, hd, db.get(), dqn.get(), dkn.get(), 1e-6f, dcos.get(),
+                              dsin.get(), nullptr));
+  ExpectNear(d.Host(), want, 1e-5f, "PrepareQk");
+  // ApplyRope alone on the k heads at a row stride.
+  std::vector<float> want_rope = qkv;
+  for (int r = 0; r < rows; ++r) cpu::ApplyRope(&want_rope[r * width], kv_heads, hd, &cos[r * half], &sin[r * half]);
+  DeviceVec<float> d2(qkv);
+  ASSERT_CUDA(cuda::ApplyRope(d2.get(), width, rows, kv_heads, hd, dcos.get(), dsin.get(), nullptr));
+  ExpectNear(d2.Host(), want_rope, 1e-5f, "ApplyRope");
+}
+
+// A chain sequence (a prefill over cached context), a decode, and a tree, in
+// one step: the KV writes and the attention against the CPU kernels.
+TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuOnChainsAndTrees) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  for (int hd : {16, 64, 128}) {
+    const int heads = 8, kv_heads = 2, bs = 4, blocks = 64;
+    const int kv_dim = kv_heads * hd, q_dim = heads * hd, width = q_dim + 2 * kv_dim;
+    // Sequences: A 9 new tokens at 5 (chain); B one token at 30; C a tree of
+    // 5 at 12 (parents -1, 0, 0, 1, 2).
+    const std::vector<int32_t> table_a = {10, 3, 7, 1}, table_b = {20, 21, 22, 23, 24, 25, 26, 27, 28},
+                               table_c = {40, 41, 42, 43, 44};
+    const std::vector<int32_t> parents_c = {-1, 0, 0, 1, 2};
+    struct Seq {
+      const std::vector<int32_t>* table;
+      int32_t start, n;
+      bool tree;
+    };
+    const Seq seqs[] = {{&table_a, 5, 9, false}, {&table_b, 30, 1, false}, {&table_c, 12, 5, true}};
+    const int rows = 15;
+    // The context already cached: every slot of every block random.
+    const int64_t array = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
+    std::vector<float> cache_k = Random(array, hd), cache_v = Random(array, hd + 1);
+    const std::vector<float> qkv = Random(rows * width, hd + 2);
+    // CPU.
+    std::vector<cpu::AttentionSeq> cpu_seqs;
+    std::vector<int32_t> tree_begin, tree_paths;
+    cpu::AppendTreePaths(parents_c, 12, tree_begin, tree_paths);
+    int64_t first = 0;
+    for (const Seq& s : seqs) {
+      cpu::AttentionSeq a;
+      a.first_row = first;
+      a.num_tokens = s.n;
+      a.start_pos = s.start;
+      a.block_table = s.table->data();
+      if (s.tree) {
+        a.tree_path_begin = tree_begin.data();
+        a.tree_paths = tree_paths.data();
+      }
+      cpu_seqs.push_back(a);
+      first += s.n;
+    }
+    std::vector<float> ck = cache_k, cv = cache_v, want(rows * q_dim);
+    cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd};
+    cpu::WriteKv(kv, cpu_seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
+    cpu::ThreadPool pool(2);
+    std::vector<float> scratch(2 * 64);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    cpu::PagedAttention(qkv.data(), width, cpu_seqs, kv, heads, scale, want.data(), q_dim, scratch.data(), 64, pool);
+    // CUDA: the same layout as the backend builds it.
+    std::vector<int32_t> write_pos, table_at, context, path_begin, path_end, tables;
+    for (const Seq& s : seqs) {
+      const int32_t at = static_cast<int32_t>(tables.size());
+      tables.insert(tables.end(), s.table->begin(), s.table->end());
+      for (int32_t i = 0; i < s.n; ++i) {
+        write_pos.push_back(s.start + i);
+        table_at.push_back(at);
+        context.push_back(s.tree ? s.start : s.start + i + 1);
+        path_begin.push_back(s.tree ? tree_begin[i] : 0);
+        path_end.push_back(s.tree ? tree_begin[i + 1] : 0);
+      }
+    }
+    DeviceVec<int32_t> d_write(write_pos), d_table(table_at), d_context(context), d_begin(path_begin),
+        d_end(path_end), d_tables(tables), d_paths(tree_paths);
+    cuda::StepLayout layout{rows, d_write.get(), d_table.get(), d_context.get(), d_begin.get(), d_end.get(),
+                            d_tables.get(), d_paths.get()};
+    DeviceVec<float> dk(cache_k), dv(cache_v), dq(qkv), dout(std::vector<float>(rows * q_dim));
+    cuda::PagedKv dkv{dk.get(), dv.get(), bs, kv_heads, hd};
+    ASSERT_CUDA(cuda::WriteKv(dkv, layout, dq.get() + q_dim, dq.get() + q_dim + kv_dim, width, nullptr));
+    EXPECT_EQ(dk.Host(), ck) << "head_dim " << hd;
+    EXPECT_EQ(dv.Host(), cv) << "head_dim " << hd;
+    ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, dout.get(), q_dim, nullptr));
+    ExpectNear(dout.Host(), want, 1e-4f, "PagedAttention");
+
+    // CopyKvSlots: in order, the second copy reading the first's destination.
+    const std::vector<int32_t> copies = {10, 1, 11, 2, 11, 2, 12, 0};
+    std::vector<float> both = ck;
+    both.insert(both.end(), cv.begin(), cv.end());
+    std::vector<float> want_copy = both;
+    for (int c = 0; c < 2; ++c) {
+      for (int arr = 0; arr < 2; ++arr) {
+        for (int h = 0; h < kv_heads; ++h) {
+          const int32_t* e = &copies[4 * c];
+          const int64_t src = arr * array + ((static_cast<int64_t>(e[0]) * kv_heads + h) * bs + e[1]) * hd;
+          const int64_t dst = arr * array + ((static_cast<int64_t>(e[2]) * kv_heads + h) * bs + e[3]) * hd;
+          std::copy(want_copy.begin() + src, want_copy.begin() + src + hd, want_copy.begin() + dst);
+        }
+      }
+    }
+    DeviceVec<float> d_both(both);
+    DeviceVec<int32_t> d_copies(copies);
+    ASSERT_CUDA(cuda::CopyKvSlots(d_both.get(), array, 2, bs, kv_heads, hd, d_copies.get(), 2, nullptr));
+    EXPECT_EQ(d_both.Host(), want_copy) << "head_dim " << hd;
+  }
+}
+
+TEST(CudaKernelsTest, LaunchersRefuseBadArguments) {
+  // No device needed: the launchers check before they launch.
+  EXPECT_NE(cuda::EmbedRows(nullptr, cuda::Dtype::kF32, nullptr, 1, 1, nullptr, nullptr), 0);
+  EXPECT_NE(cuda::PrepareQk(nullptr, 1, 1, 1, 3, nullptr, nullptr, nullptr, 0, nullptr, nullptr, nullptr), 0);
+  EXPECT_NE(cuda::F32ToBf16(nullptr, 1, 1, 2, nullptr, nullptr), 0);
+  cuda::PagedKv kv{reinterpret_cast<float*>(16), reinterpret_cast<float*>(16), 4, 2, 512};  // head_dim > 256
+  cuda::StepLayout step;
+  EXPECT_NE(cuda::PagedAttention(nullptr, 0, step, kv, 2, 1.0f, nullptr, 0, nullptr), 0);
+  EXPECT_EQ(cuda::AddF32(nullptr, nullptr, 0, nullptr), static_cast<int>(cudaErrorInvalidValue));
+}
+
+}  // namespace
+}  // namespace floe
