@@ -140,6 +140,8 @@ int RunLocal(int argc, char** argv) {
   std::string speculative_step_overhead_tokens, speculative_cost_curve, router_policy;
   std::string suffix_tree = "shared";
   double kv_cache_gb = 0.5;
+  std::string device;                 // empty: the workers' default (auto)
+  double gpu_memory_utilization = 0;  // 0: the workers' default
   TlsOptions tls;
   std::string admin_key_file;
   ArgParser parser("floe local [--model DIR | --builtin tiny] [--workers N] [--port P]",
@@ -162,6 +164,10 @@ int RunLocal(int argc, char** argv) {
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
   parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
+  parser.AddString("device", &device, "workers' --device: auto|cpu|cuda (empty: the worker's default, auto)");
+  parser.AddDouble("gpu-memory-utilization", &gpu_memory_utilization,
+                   "workers' --gpu-memory-utilization with --device cuda (0: the worker's default): each worker's "
+                   "share of its GPU, so with N workers on one GPU give each at most 1/N");
   parser.AddString("weight-cache", &weight_cache,
                    "workers' --weight-cache: repacked weights kept for the next start (auto: MODEL/.floe-cache | off | DIR)");
   parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
@@ -308,6 +314,10 @@ int RunLocal(int argc, char** argv) {
       if (threads_per_rank > 0) argv.insert(argv.end(), {"--threads-per-rank", std::to_string(threads_per_rank)});
       if (!parallel_mode.empty()) argv.insert(argv.end(), {"--parallel-mode", parallel_mode});
       if (shift_threshold > 0) argv.insert(argv.end(), {"--shift-threshold", std::to_string(shift_threshold)});
+    }
+    if (!device.empty()) argv.insert(argv.end(), {"--device", device});
+    if (gpu_memory_utilization > 0) {
+      argv.insert(argv.end(), {"--gpu-memory-utilization", absl::StrCat(gpu_memory_utilization)});
     }
     // Passed on whatever the grid, so a worker that cannot use it says so.
     if (!shift_profile.empty()) argv.insert(argv.end(), {"--shift-profile", shift_profile});

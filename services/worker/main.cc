@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include "common/rpc/termination_signal.h"
 #include "common/rpc/tls.h"
 #include "services/worker/backend/cpu_backend.h"
+#include "services/worker/backend/device_choice.h"
 #include "services/worker/backend/rank_group.h"
 #include "services/worker/parallel/cost_model.h"
 #include "services/worker/parallel/gloo_communicator.h"
@@ -41,6 +43,10 @@
 #include "services/worker/speculation/make_proposers.h"
 #include "services/worker/model/checkpoint.h"
 #include "services/worker/worker_service.h"
+#ifdef FLOE_HAVE_CUDA
+#include "kernels/cuda/model_kernels.h"
+#include "services/worker/backend/cuda_backend.h"
+#endif
 
 namespace floe {
 namespace {
@@ -57,6 +63,8 @@ struct WorkerFlags {
   int threads = 0;
   int block_size = 16;
   double kv_cache_gb = 1.0;
+  std::string device = "auto";
+  double gpu_memory_utilization = 0.9;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 64;
   int max_waiting = 256;
@@ -124,6 +132,46 @@ void LogWeightCache(const CpuBackend& backend, int rank) {
               {"evicted", absl::StrJoin(r.evicted, ",")}});
   }
 }
+
+#ifdef FLOE_HAVE_CUDA
+struct MadeCudaBackend {
+  std::unique_ptr<CudaBackend> backend;
+  int64_t kv_cache_bytes = 0;  // what --gpu-memory-utilization leaves for the KV cache
+};
+
+// The GPU worker's backend: weights uploaded, activations reserved for the
+// largest step, the KV budget measured after both. A CUDA fault in a step
+// turns the worker NOT_SERVING and exits it (its supervisor restarts it).
+absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const ModelWeights& weights,
+                                                const WorkerFlags& f, ServerRunner* server) {
+  auto on_fault = [server](const absl::Status& status) {
+    server->SetServing(false);
+    LogEvent(LogLevel::kError, "worker", "device_failed", {{"error", std::string(status.message())}});
+    // The step's requests get this status first (the engine answers them
+    // once Forward returns); then the process goes.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::_Exit(1);
+    }).detach();
+  };
+  auto created = CudaBackend::Create(config, weights, {.device = 0, .on_fault = on_fault});
+  if (!created.ok()) return created.status();
+  std::unique_ptr<CudaBackend> backend = std::move(created).value();
+  // A step runs at most the token budget; its logits rows are one per
+  // sequence plus the drafts under verification (more grows the buffers).
+  const int64_t rows = std::max(1, f.max_num_batched_tokens);
+  const int64_t logit_rows = std::min<int64_t>(rows, int64_t{f.max_num_seqs} + std::max(0, f.speculative_token_threshold));
+  if (absl::Status s = backend->ReserveActivations(rows, logit_rows); !s.ok()) return s;
+  auto kv = backend->KvCacheBudget(f.gpu_memory_utilization);
+  if (!kv.ok()) return kv.status();
+  LogEvent(LogLevel::kInfo, "worker", "cuda_backend",
+           {{"device", backend->device_name()},
+            {"weight_bytes", static_cast<int64_t>(backend->WeightBytes())},
+            {"gpu_memory_utilization", f.gpu_memory_utilization},
+            {"kv_cache_budget_bytes", *kv}});
+  return MadeCudaBackend{std::move(backend), *kv};
+}
+#endif
 
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
 // them (exit 0) or the group fails (exit 1). They die with rank 0 (PDEATHSIG).
@@ -215,7 +263,13 @@ int Run(int argc, char** argv) {
   parser.AddInt("port", &f.port, "port to bind (0: any free port)");
   parser.AddInt("threads", &f.threads, "compute threads (0: all cores)");
   parser.AddInt("block-size", &f.block_size, "KV cache block size in tokens");
-  parser.AddDouble("kv-cache-gb", &f.kv_cache_gb, "KV cache memory budget in GiB");
+  parser.AddDouble("kv-cache-gb", &f.kv_cache_gb, "KV cache memory budget in GiB (--device cpu)");
+  parser.AddString("device", &f.device,
+                   "auto|cpu|cuda: where the model runs (auto: cuda where this build has it, a device is visible "
+                   "and the worker is one rank; the 'device' log line says which and why)");
+  parser.AddDouble("gpu-memory-utilization", &f.gpu_memory_utilization,
+                   "--device cuda: the share of the GPU's memory this worker may use (weights, activations and the "
+                   "KV cache, which gets the rest), as vLLM's");
   parser.AddInt("max-num-batched-tokens", &f.max_num_batched_tokens, "token budget of one engine step");
   parser.AddInt("max-num-seqs", &f.max_num_seqs, "most sequences in one batch");
   parser.AddInt("max-waiting", &f.max_waiting, "bound of the waiting queue (beyond: RESOURCE_EXHAUSTED)");
@@ -369,6 +423,23 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "floe-worker: --weight-cache-max-gb must be in [0, 1e6], got %g\n", f.weight_cache_max_gb);
     return 2;
   }
+#ifdef FLOE_HAVE_CUDA
+  constexpr bool kBuiltWithCuda = true;
+  const int visible_gpus = f.device == "cpu" ? 0 : cuda::DeviceCount();
+#else
+  constexpr bool kBuiltWithCuda = false;
+  const int visible_gpus = 0;
+#endif
+  auto device = ChooseDevice(f.device, kBuiltWithCuda, visible_gpus, ranks);
+  if (!device.ok()) {
+    std::fprintf(stderr, "floe-worker: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
+    std::fprintf(stderr, "floe-worker: --gpu-memory-utilization must be in (0, 1], got %g\n",
+                 f.gpu_memory_utilization);
+    return 2;
+  }
   if (f.rank > 0) {
     if (f.rank >= ranks || f.rank_dir.empty() == f.rank_store.empty()) {
       std::fprintf(stderr, "floe-worker: --rank %d needs one of --rank-dir and --rank-store, and more than %d ranks\n",
@@ -462,6 +533,7 @@ int Run(int argc, char** argv) {
   std::printf("worker listening on %s\n", (*runner)->address().c_str());
   std::fflush(stdout);
   startup.Phase("grpc_start");
+  LogEvent(LogLevel::kInfo, "worker", "device", {{"device", std::string(DeviceName(device->device))}, {"why", device->why}});
   LogEvent(LogLevel::kInfo, "worker", "loading", {{"model", f.model}, {"load_format", f.load_format}});
 
   // Tensor parallel: start the other ranks now, so they load while we do.
@@ -549,26 +621,45 @@ int Run(int argc, char** argv) {
     grid = std::move(connected).value();
     startup.Phase("rank_connect");
   }
-  auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
-                                {.num_threads = threads,
-                                 .communicator = timing(grid.world.get()),
-                                 .sequence_parallel_size = f.sequence_parallel_size,
-                                 .sequence_group = timing(grid.sequence.get()),
-                                 .tensor_group = timing(grid.tensor.get()),
-                                 .weight_cache_dir = WeightCacheDir(f),
-                                 .weights_fingerprint = (*checkpoint)->fingerprint(),
-                                 .weight_cache_max_bytes = WeightCacheMaxBytes(f),
-                                 .release_source_pages = [&] { (*checkpoint)->ReleasePages(); }});
-  if (!cpu.ok()) {
-    LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
-    return 1;
+  absl::StatusOr<std::unique_ptr<Backend>> backend;
+  int64_t weight_bytes = 0, kv_block_bytes = 0;
+  WeightCacheReport::Outcome cache_outcome = WeightCacheReport::Outcome::kOff;
+  std::optional<int64_t> device_kv_bytes;  // --device cuda: what --gpu-memory-utilization leaves
+  if (device->device == Device::kCuda) {
+#ifdef FLOE_HAVE_CUDA
+    auto made = MakeCudaBackend(config, (*checkpoint)->weights(), f, server);
+    if (!made.ok()) {
+      LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(made.status().message())}});
+      return 1;
+    }
+    weight_bytes = static_cast<int64_t>(made->backend->WeightBytes());
+    kv_block_bytes = static_cast<int64_t>(made->backend->KvBytesPerBlock(f.block_size));
+    device_kv_bytes = made->kv_cache_bytes;
+    startup.Phase("upload_weights");
+    backend = std::unique_ptr<Backend>(std::move(made->backend));
+#endif
+  } else {
+    auto cpu = CpuBackend::Create(config, (*checkpoint)->weights(),
+                                  {.num_threads = threads,
+                                   .communicator = timing(grid.world.get()),
+                                   .sequence_parallel_size = f.sequence_parallel_size,
+                                   .sequence_group = timing(grid.sequence.get()),
+                                   .tensor_group = timing(grid.tensor.get()),
+                                   .weight_cache_dir = WeightCacheDir(f),
+                                   .weights_fingerprint = (*checkpoint)->fingerprint(),
+                                   .weight_cache_max_bytes = WeightCacheMaxBytes(f),
+                                   .release_source_pages = [&] { (*checkpoint)->ReleasePages(); }});
+    if (!cpu.ok()) {
+      LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(cpu.status().message())}});
+      return 1;
+    }
+    cache_outcome = (*cpu)->weight_cache().outcome;
+    startup.Phase(cache_outcome == WeightCacheReport::Outcome::kHit ? "map_weights" : "repack");
+    LogWeightCache(**cpu, 0);
+    weight_bytes = static_cast<int64_t>((*cpu)->WeightBytes());
+    kv_block_bytes = static_cast<int64_t>((*cpu)->KvBytesPerBlock(f.block_size));
+    backend = std::unique_ptr<Backend>(std::move(cpu).value());
   }
-  const WeightCacheReport::Outcome cache_outcome = (*cpu)->weight_cache().outcome;
-  startup.Phase(cache_outcome == WeightCacheReport::Outcome::kHit ? "map_weights" : "repack");
-  LogWeightCache(**cpu, 0);
-  const int64_t weight_bytes = static_cast<int64_t>((*cpu)->WeightBytes());
-  const int64_t kv_block_bytes = static_cast<int64_t>((*cpu)->KvBytesPerBlock(f.block_size));
-  absl::StatusOr<std::unique_ptr<Backend>> backend = std::unique_ptr<Backend>(std::move(cpu).value());
   if (ranks > 1) {
     const Grid shape{f.tensor_parallel_size, f.sequence_parallel_size};
     policy.threshold = f.shift_threshold > 0 ? f.shift_threshold : PredictShiftThreshold(config, CpuRankThread(), shape);
@@ -590,7 +681,8 @@ int Run(int argc, char** argv) {
   }
   EngineOptions engine_options;
   engine_options.block_size = f.block_size;
-  engine_options.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_gb * (1 << 30));
+  engine_options.kv_cache_bytes =
+      device_kv_bytes ? *device_kv_bytes : static_cast<int64_t>(f.kv_cache_gb * (1 << 30));
   engine_options.max_num_batched_tokens = f.max_num_batched_tokens;
   engine_options.max_num_seqs = f.max_num_seqs;
   engine_options.max_waiting = f.max_waiting;

@@ -1,0 +1,865 @@
+#include "services/worker/backend/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status/status_macros.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/model_kernels.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "services/worker/backend/backend_common.h"
+#include "services/worker/model/llama_forward.h"
+#include "services/worker/model/model_ops.h"
+#include "services/worker/model/parallel_layout.h"
+
+namespace floe {
+namespace {
+
+std::string ErrorText(cudaError_t e) { return absl::StrCat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"); }
+std::string Gib(double bytes) { return absl::StrFormat("%.2f GiB", bytes / (1 << 30)); }
+
+// Device memory, freed with its owner. Growing waits for the device first:
+// kernels already queued may still read the old allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    Reset();
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    return *this;
+  }
+  ~DeviceBuffer() { Reset(); }
+  // At least `bytes` (contents not kept when it grows).
+  cudaError_t Reserve(size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    if (ptr_) cudaDeviceSynchronize();
+    Reset();
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) return e;
+    ptr_ = p;
+    bytes_ = bytes;
+    return cudaSuccess;
+  }
+  void Reset() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory: the step plan's copies run asynchronously.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  cudaError_t Reserve(size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    const cudaError_t e = cudaMallocHost(&ptr_, std::max<size_t>(bytes, 1 << 16));
+    if (e == cudaSuccess) bytes_ = std::max<size_t>(bytes, 1 << 16);
+    return e;
+  }
+  char* data() const { return static_cast<char*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A matrix in device memory: row r at data + r * ld elements.
+struct DeviceMatrix {
+  const void* data = nullptr;
+  cuda::Dtype dtype = cuda::Dtype::kF32;
+  int64_t rows = 0, cols = 0, ld = 0;
+};
+
+size_t ElementBytes(cuda::Dtype d) { return d == cuda::Dtype::kBf16 ? 2 : 4; }
+
+// The largest power of two (up to 256) dividing the address: cuBLASLt picks
+// kernels by the operands' alignment.
+uint32_t Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// y[m, n] = x[m, k] W^T through cuBLASLt, W [n, k] row-major; f32 output,
+// f32 accumulation. Plans (descriptors and the heuristic's algorithm) are
+// cached per shape and alignment, at most kMaxPlans.
+class GemmRunner {
+ public:
+  ~GemmRunner() {
+    Clear();
+    if (handle_) cublasLtDestroy(handle_);
+  }
+  absl::Status Init() {
+    if (cublasStatus_t s = cublasLtCreate(&handle_); s != CUBLAS_STATUS_SUCCESS) {
+      return absl::InternalError(absl::StrCat("cublasLtCreate: ", cublasLtGetStatusString(s)));
+    }
+    if (cudaError_t e = workspace_.Reserve(kWorkspaceBytes); e != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat("cuBLASLt workspace (32 MiB): ", ErrorText(e)));
+    }
+    return absl::OkStatus();
+  }
+  // `x` holds W's dtype, row r at x + r * x_ld elements; y is [m, W.rows].
+  std::string Run(const void* x, int64_t x_ld, int64_t m, const DeviceMatrix& w, float* y, cudaStream_t stream) {
+    if (m == 0) return "";
+    const Key key{m, w.rows, w.cols, w.ld, x_ld, static_cast<int>(w.dtype), Alignment(w.data), Alignment(x),
+                  Alignment(y)};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      if (plans_.size() >= kMaxPlans) Clear();
+      Plan plan;
+      if (std::string error = MakePlan(key, plan); !error.empty()) return error;
+      it = plans_.emplace(key, plan).first;
+    }
+    const Plan& p = it->second;
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t s = cublasLtMatmul(handle_, p.op, &alpha, w.data, p.a, x, p.b, &beta, y, p.c, y, p.c,
+                                            &p.algo, workspace_.as<void>(), workspace_.bytes(), stream);
+    return s == CUBLAS_STATUS_SUCCESS ? "" : absl::StrCat("cublasLtMatmul: ", cublasLtGetStatusString(s));
+  }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  static constexpr size_t kMaxPlans = 4096;
+  // m, n, k, ld of W, ld of x, dtype, alignments of W, x, y.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t>;
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  // Column-major view: y^T [n, m] = W (stored k x n, transposed) * x^T (stored k x m).
+  std::string MakePlan(const Key& key, Plan& p) {
+    const auto [m, n, k, w_ld, x_ld, dtype, align_w, align_x, align_y] = key;
+    const cudaDataType_t type = dtype == static_cast<int>(cuda::Dtype::kBf16) ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+    bool ok = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p.a, type, k, n, w_ld) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p.b, type, k, m, x_ld) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    const uint64_t workspace = kWorkspaceBytes;
+    const uint32_t aligns[] = {align_w, align_x, align_y, align_y};
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                    sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < 4; ++i) {
+      ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i], sizeof(aligns[i])) ==
+                     CUBLAS_STATUS_SUCCESS;
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    ok = ok && cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found) ==
+                   CUBLAS_STATUS_SUCCESS;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok || found == 0) {
+      Destroy(p);
+      return absl::StrCat("cuBLASLt has no algorithm for ", m, " x ", k, " by ", n, " x ", k,
+                          dtype == static_cast<int>(cuda::Dtype::kBf16) ? " bf16" : " f32");
+    }
+    p.algo = result.algo;
+    return "";
+  }
+  static void Destroy(Plan& p) {
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+    p = Plan{};
+  }
+  void Clear() {
+    for (auto& [key, plan] : plans_) Destroy(plan);
+    plans_.clear();
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;
+  std::map<Key, Plan> plans_;
+};
+
+class CudaBackendImpl final : public CudaBackend, private ModelOps {
+ public:
+  CudaBackendImpl(const ModelConfig& config, const CudaBackendOptions& options)
+      : config_(config), device_(options.device), on_fault_(options.on_fault) {}
+  ~CudaBackendImpl() override {
+    cudaSetDevice(device_);
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  absl::Status Init(const ModelWeights& weights) {
+    cudaSetDevice(device_);
+    cudaDeviceProp prop{};
+    if (cudaError_t e = cudaGetDeviceProperties(&prop, device_); e != cudaSuccess) {
+      return absl::FailedPreconditionError(absl::StrCat("CUDA device ", device_, ": ", ErrorText(e)));
+    }
+    device_name_ = absl::StrCat(prop.name, " (device ", device_, ", ", Gib(static_cast<double>(prop.totalGlobalMem)), ")");
+    // The context exists once the stream does: what is free then is this
+    // worker's starting point (KvCacheBudget).
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaStreamCreate: ", ErrorText(e)));
+    }
+    size_t total = 0;
+    if (cudaError_t e = cudaMemGetInfo(&free_at_init_, &total); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", ErrorText(e)));
+    }
+    FLOE_RETURN_IF_ERROR(gemm_.Init());
+    FLOE_ASSIGN_OR_RETURN(RankLayout layout, ShiftRankLayout(config_, 0, 1, 1));
+    heads_ = layout.heads.num_heads();
+    kv_heads_ = layout.heads.num_kv_heads();
+    inter_ = layout.heads.intermediate();
+    q_dim_ = heads_ * config_.head_dim;
+    kv_dim_ = kv_heads_ * config_.head_dim;
+    inv_freq_ = cpu::RopeInvFreq(RopeParamsOf(config_));
+    FLOE_ASSIGN_OR_RETURN(model_, LlamaForward::Create(config_, weights, *this, &layout));
+    if (!prepare_status_.ok()) return prepare_status_;
+    whole_sources_.clear();
+    return absl::OkStatus();
+  }
+
+  // Backend.
+  const ModelConfig& config() const override { return config_; }
+  size_t KvBytesPerBlock(int block_size) const override {
+    return static_cast<size_t>(config_.num_layers) * 2 * block_size * kv_dim_ * sizeof(float);
+  }
+  absl::Status AllocateKvCache(int num_blocks, int block_size) override;
+  absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override;
+  std::span<const float> LastHiddenStates() const override {
+    return {hidden_.data(), static_cast<size_t>(hidden_rows_ * config_.hidden_size)};
+  }
+  absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
+
+  // CudaBackend.
+  const std::string& device_name() const override { return device_name_; }
+  size_t WeightBytes() const override { return weight_bytes_; }
+  absl::Status ReserveActivations(int64_t max_rows, int64_t max_logit_rows) override;
+  absl::StatusOr<int64_t> KvCacheBudget(double utilization) const override;
+  bool healthy() const override { return healthy_; }
+
+ private:
+  // ModelOps.
+  WeightId PrepareMatrix(std::span<const TensorView> parts) override;
+  WeightId PrepareVector(std::span<const TensorView> parts) override;
+  void PrepareEmbedding(const TensorView& table) override;
+  WeightId SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                       int64_t col_end) override;
+  void BeginStep(const StepRows& rows) override;
+  void Embed(Activation x) override;
+  void RmsNorm(Activation in, WeightId weight, Activation out) override;
+  void Matmul(Activation in, WeightId matrix, Activation out) override;
+  void PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) override;
+  void SequenceToHeads(Activation, Activation) override {}  // one rank: no SP
+  void HeadsToSequence(Activation, Activation) override {}
+  void WriteKv(int layer, Activation qkv) override;
+  void Attention(int layer, Activation qkv, Activation out) override;
+  void AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) override;
+  void SiluMul(Activation gate_up, int groups) override;
+  void Add(Activation x, Activation delta) override;
+  void GatherRmsNorm(Activation in, WeightId weight, Activation out) override;
+  void Logits(Activation in, WeightId matrix, float* logits) override;
+  void ProjectKv(int layer, Activation in, WeightId kv_matrix) override;
+  void NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) override;
+  void AllReduce(Activation) override { Fail("AllReduce", "a one-rank CUDA backend has no peers"); }
+
+  float* Rows(Activation a) const;
+  int64_t Width(Activation a) const;
+  cuda::PagedKv LayerKv(int layer) const;
+  // y = x W^T over `rows` rows of x (row stride x_ld floats).
+  void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y);
+  // Records the first failure of the step (and of the device: not healthy).
+  void Check(int code, const char* op) {
+    if (code != 0) Fail(op, ErrorText(static_cast<cudaError_t>(code)));
+  }
+  void Fail(const char* op, const std::string& error) {
+    if (step_status_.ok()) step_status_ = absl::InternalError(absl::StrCat("CUDA step failed in ", op, ": ", error));
+  }
+  void Prepared(cudaError_t e, const std::string& what, size_t bytes);
+
+  // A step failed on the device: no later step runs; the owner hears once.
+  void Faulted() {
+    if (!healthy_) return;
+    healthy_ = false;
+    if (on_fault_) on_fault_(step_status_);
+  }
+
+  ModelConfig config_;
+  int device_;
+  std::function<void(const absl::Status&)> on_fault_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  GemmRunner gemm_;
+  std::unique_ptr<LlamaForward> model_;
+  int heads_ = 0, kv_heads_ = 0;
+  int64_t inter_ = 0, q_dim_ = 0, kv_dim_ = 0;
+  std::vector<float> inv_freq_;
+  bool healthy_ = true;
+  absl::Status step_status_;
+  size_t free_at_init_ = 0;                          // device memory free before the weights
+  static constexpr double kFreeMargin = 256 << 20;  // left free for the CUDA runtime's own needs
+
+  // Weights.
+  std::vector<DeviceBuffer> owned_;
+  std::vector<DeviceMatrix> matrices_;           // by WeightId
+  std::vector<const float*> vectors_;            // by WeightId
+  std::vector<std::pair<TensorView, WeightId>> whole_sources_;  // during Init: a tied embedding
+  absl::Status prepare_status_;
+  size_t weight_bytes_ = 0;
+  const void* embed_ = nullptr;
+  cuda::Dtype embed_dtype_ = cuda::Dtype::kF32;
+
+  // KV cache: [layer][K|V][num_blocks][kv_heads][block_size][head_dim] f32.
+  DeviceBuffer kv_cache_;
+  int num_blocks_ = 0, block_size_ = 0;
+  int64_t kv_array_floats_ = 0;  // one layer's K (or V)
+
+  // The step.
+  int64_t rows_ = 0, logit_rows_ = 0;
+  std::vector<int32_t> h_tokens_, h_write_pos_, h_table_, h_context_, h_path_begin_, h_path_end_, h_tables_,
+      h_paths_, tree_begin_;
+  std::vector<int64_t> h_logit_index_;
+  std::vector<float> h_cos_, h_sin_;
+  PinnedBuffer plan_host_;
+  DeviceBuffer plan_dev_;
+  bool plan_in_flight_ = false;  // plan_host_ is being copied (synchronize before rewriting it)
+  const int32_t* tokens_dev_ = nullptr;
+  const int64_t* logit_index_dev_ = nullptr;
+  const float *cos_dev_ = nullptr, *sin_dev_ = nullptr;
+  cuda::StepLayout layout_;
+
+  // Activations, by Activation, and scratch.
+  int64_t reserved_rows_ = 0, reserved_logit_rows_ = 0;
+  DeviceBuffer x_, xn_, qkv_, attn_, gate_up_, final_, kv_rows_, bf16_, logits_dev_, copies_dev_;
+  int64_t max_matrix_cols_ = 0;
+  std::vector<float> hidden_;
+  int64_t hidden_rows_ = 0;
+};
+
+void CudaBackendImpl::Prepared(cudaError_t e, const std::string& what, size_t bytes) {
+  if (e == cudaSuccess) {
+    weight_bytes_ += bytes;
+    return;
+  }
+  if (!prepare_status_.ok()) return;
+  size_t free = 0, total = 0;
+  cudaMemGetInfo(&free, &total);
+  prepare_status_ = e == cudaErrorMemoryAllocation
+                        ? absl::ResourceExhaustedError(absl::StrCat(
+                              "out of device memory uploading the weights: ", what, " needs ", Gib(bytes), " with ",
+                              Gib(weight_bytes_), " uploaded, ", Gib(free), " free of ", Gib(total), " on ",
+                              device_name_))
+                        : absl::InternalError(absl::StrCat("uploading ", what, ": ", ErrorText(e)));
+}
+
+WeightId CudaBackendImpl::PrepareMatrix(std::span<const TensorView> parts) {
+  const WeightId id = static_cast<WeightId>(matrices_.size());
+  matrices_.emplace_back();
+  const DType dtype = parts.front().dtype;
+  if (dtype != DType::kBF16 && dtype != DType::kF32) {
+    if (prepare_status_.ok()) {
+      prepare_status_ = absl::UnimplementedError(absl::StrCat(
+          "the CUDA backend takes bf16 or f32 matrices; this checkpoint has ", DTypeName(dtype),
+          " (quantized checkpoints run on --device cpu)"));
+    }
+    return id;
+  }
+  DeviceMatrix& m = matrices_.back();
+  m.dtype = dtype == DType::kBF16 ? cuda::Dtype::kBf16 : cuda::Dtype::kF32;
+  m.cols = parts.front().cols();
+  m.ld = m.cols;
+  for (const TensorView& p : parts) m.rows += p.rows();
+  const size_t bytes = static_cast<size_t>(m.rows * m.cols) * ElementBytes(m.dtype);
+  DeviceBuffer buffer;
+  cudaError_t e = buffer.Reserve(bytes);
+  size_t offset = 0;
+  for (const TensorView& p : parts) {
+    if (e != cudaSuccess) break;
+    e = cudaMemcpy(buffer.as<char>() + offset, p.data, p.bytes(), cudaMemcpyHostToDevice);
+    offset += p.bytes();
+  }
+  Prepared(e, absl::StrCat("a ", m.rows, " x ", m.cols, " matrix"), bytes);
+  m.data = buffer.as<void>();
+  owned_.push_back(std::move(buffer));
+  max_matrix_cols_ = std::max(max_matrix_cols_, m.cols);
+  if (parts.size() == 1) whole_sources_.emplace_back(parts.front(), id);
+  return id;
+}
+
+WeightId CudaBackendImpl::PrepareVector(std::span<const TensorView> parts) {
+  std::vector<float> v;
+  for (const TensorView& p : parts) {
+    const size_t at = v.size();
+    v.resize(at + p.numel());
+    if (!WidenToF32(p.dtype, p.data, 0, p.numel(), v.data() + at) && prepare_status_.ok()) {
+      prepare_status_ = absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(p.dtype), " norm or bias vector"));
+    }
+  }
+  DeviceBuffer buffer;
+  cudaError_t e = buffer.Reserve(std::max<size_t>(v.size(), 1) * sizeof(float));
+  if (e == cudaSuccess) e = cudaMemcpy(buffer.as<void>(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
+  Prepared(e, "a vector", v.size() * sizeof(float));
+  vectors_.push_back(buffer.as<float>());
+  owned_.push_back(std::move(buffer));
+  return static_cast<WeightId>(vectors_.size() - 1);
+}
+
+void CudaBackendImpl::PrepareEmbedding(const TensorView& table) {
+  // A tied embedding is the lm_head already on the device: held once.
+  for (const auto& [view, id] : whole_sources_) {
+    if (view.data == table.data && view.dtype == table.dtype && view.shape == table.shape) {
+      embed_ = matrices_[id].data;
+      embed_dtype_ = matrices_[id].dtype;
+      return;
+    }
+  }
+  std::vector<float> widened;
+  const void* source = table.data;
+  size_t bytes = table.bytes();
+  embed_dtype_ = table.dtype == DType::kBF16 ? cuda::Dtype::kBf16 : cuda::Dtype::kF32;
+  if (table.dtype != DType::kBF16 && table.dtype != DType::kF32) {  // f16: widened once
+    widened.resize(table.numel());
+    WidenToF32(table.dtype, table.data, 0, table.numel(), widened.data());
+    source = widened.data();
+    bytes = widened.size() * sizeof(float);
+  }
+  DeviceBuffer buffer;
+  cudaError_t e = buffer.Reserve(bytes);
+  if (e == cudaSuccess) e = cudaMemcpy(buffer.as<void>(), source, bytes, cudaMemcpyHostToDevice);
+  Prepared(e, "the embedding table", bytes);
+  embed_ = buffer.as<void>();
+  owned_.push_back(std::move(buffer));
+}
+
+WeightId CudaBackendImpl::SliceMatrix(WeightId matrix, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                                      int64_t col_end) {
+  DeviceMatrix slice = matrices_[matrix];
+  slice.data = static_cast<const char*>(slice.data) + (row_begin * slice.ld + col_begin) * ElementBytes(slice.dtype);
+  slice.rows = row_end - row_begin;
+  slice.cols = col_end - col_begin;
+  matrices_.push_back(slice);
+  return static_cast<WeightId>(matrices_.size() - 1);
+}
+
+absl::Status CudaBackendImpl::ReserveActivations(int64_t max_rows, int64_t max_logit_rows) {
+  cudaSetDevice(device_);
+  const int64_t h = config_.hidden_size;
+  const std::pair<DeviceBuffer*, int64_t> rows[] = {
+      {&x_, h}, {&xn_, h}, {&qkv_, q_dim_ + 2 * kv_dim_}, {&attn_, q_dim_}, {&gate_up_, 2 * inter_},
+      {&kv_rows_, 2 * kv_dim_}};
+  size_t total = 0;
+  cudaError_t e = cudaSuccess;
+  for (const auto& [buffer, width] : rows) {
+    total += max_rows * width * sizeof(float);
+    if (e == cudaSuccess) e = buffer->Reserve(max_rows * width * sizeof(float));
+  }
+  total += max_rows * max_matrix_cols_ * 2 + max_logit_rows * (h + config_.vocab_size) * sizeof(float);
+  if (e == cudaSuccess) e = bf16_.Reserve(max_rows * max_matrix_cols_ * 2);
+  if (e == cudaSuccess) e = final_.Reserve(max_logit_rows * h * sizeof(float));
+  if (e == cudaSuccess) e = logits_dev_.Reserve(max_logit_rows * config_.vocab_size * sizeof(float));
+  if (e != cudaSuccess) {
+    size_t free = 0, device_total = 0;
+    cudaMemGetInfo(&free, &device_total);
+    return absl::ResourceExhaustedError(absl::StrCat("out of device memory for a step of ", max_rows, " tokens (",
+                                                     max_logit_rows, " logits rows): ", Gib(total), " of activations, ",
+                                                     Gib(free), " free of ", Gib(device_total), ": ", ErrorText(e)));
+  }
+  reserved_rows_ = std::max(reserved_rows_, max_rows);
+  reserved_logit_rows_ = std::max(reserved_logit_rows_, max_logit_rows);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaBackendImpl::KvCacheBudget(double utilization) const {
+  if (!(utilization > 0.0 && utilization <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu-memory-utilization ", utilization, " is outside (0, 1]"));
+  }
+  cudaSetDevice(device_);
+  size_t free = 0, total = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free, &total); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", ErrorText(e)));
+  }
+  // This worker's share, less what it holds already (weights, activations,
+  // cuBLASLt's workspace: all allocated since Init measured the free
+  // memory), and never more than is free: several workers may share a GPU,
+  // each with its own share, as vLLM's instances do.
+  const double own = static_cast<double>(free_at_init_) - static_cast<double>(free);
+  const double share = utilization * static_cast<double>(total) - own;
+  const double budget = std::min(share, static_cast<double>(free) - kFreeMargin);
+  if (budget < 1.0 * (1 << 20)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no device memory is left for the KV cache on ", device_name_, ": --gpu-memory-utilization ", utilization,
+        " allows this worker ", Gib(utilization * static_cast<double>(total)), ", it holds ", Gib(own),
+        " already (weights ", Gib(static_cast<double>(weight_bytes_)), ", the rest activations), and ", Gib(free),
+        " are free"));
+  }
+  return static_cast<int64_t>(budget);
+}
+
+absl::Status CudaBackendImpl::AllocateKvCache(int num_blocks, int block_size) {
+  if (num_blocks <= 0 || block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AllocateKvCache: num_blocks (", num_blocks, ") and block_size (",
+                                                   block_size, ") must be positive"));
+  }
+  cudaSetDevice(device_);
+  const size_t bytes = KvBytesPerBlock(block_size) * num_blocks;
+  kv_cache_.Reset();
+  if (cudaError_t e = kv_cache_.Reserve(bytes); e != cudaSuccess) {
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate the KV cache on ", device_name_, ": ",
+                                                     num_blocks, " blocks of ", KvBytesPerBlock(block_size),
+                                                     " bytes = ", Gib(bytes), ", ", Gib(free), " free: ",
+                                                     ErrorText(e)));
+  }
+  if (cudaError_t e = cudaMemset(kv_cache_.as<void>(), 0, bytes); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("clearing the KV cache: ", ErrorText(e)));
+  }
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  kv_array_floats_ = static_cast<int64_t>(num_blocks) * kv_heads_ * block_size * config_.head_dim;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::Forward(std::span<const ForwardSequence> batch, float* logits) {
+  if (!healthy_) {  // step_status_ still holds the fault
+    return absl::FailedPreconditionError(absl::StrCat("the CUDA device failed in an earlier step: ",
+                                                      step_status_.message()));
+  }
+  if (num_blocks_ == 0) return absl::FailedPreconditionError("Forward before AllocateKvCache");
+  FLOE_RETURN_IF_ERROR(ValidateForwardBatch(batch, num_blocks_, block_size_));
+  for (const ForwardSequence& seq : batch) {
+    for (int32_t t : seq.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {  // an index into the embedding table on the device
+        return absl::InvalidArgumentError(absl::StrCat("token id ", t, " outside [0, ", config_.vocab_size, ")"));
+      }
+    }
+  }
+  cudaSetDevice(device_);
+  step_status_ = absl::OkStatus();
+  hidden_rows_ = 0;
+  model_->Run(batch, logits, ParallelMode::kTensor);
+  Check(cudaStreamSynchronize(stream_), "the step's synchronize");
+  plan_in_flight_ = false;
+  if (!step_status_.ok()) {
+    Faulted();  // a kernel fault leaves the context unusable; never serve wrong output
+    return step_status_;
+  }
+  hidden_rows_ = model_->num_logit_rows();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::CopyKvSlots(std::span<const KvSlotCopy> copies) {
+  if (!healthy_) return absl::FailedPreconditionError("the CUDA device failed in an earlier step");
+  FLOE_RETURN_IF_ERROR(ValidateKvSlotCopies(copies, num_blocks_, block_size_));
+  if (copies.empty()) return absl::OkStatus();
+  cudaSetDevice(device_);
+  std::vector<int32_t> flat;
+  for (const KvSlotCopy& c : copies) flat.insert(flat.end(), {c.src_block, c.src_slot, c.dst_block, c.dst_slot});
+  step_status_ = absl::OkStatus();
+  Check(copies_dev_.Reserve(flat.size() * sizeof(int32_t)), "CopyKvSlots (allocate)");
+  if (step_status_.ok()) {
+    Check(cudaMemcpyAsync(copies_dev_.as<void>(), flat.data(), flat.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          stream_),
+          "CopyKvSlots (upload)");
+  }
+  if (step_status_.ok()) {
+    Check(cuda::CopyKvSlots(kv_cache_.as<float>(), kv_array_floats_, 2 * config_.num_layers, block_size_, kv_heads_,
+                            config_.head_dim, copies_dev_.as<int32_t>(), static_cast<int>(copies.size()), stream_),
+          "CopyKvSlots");
+  }
+  Check(cudaStreamSynchronize(stream_), "CopyKvSlots (synchronize)");
+  if (!step_status_.ok()) Faulted();
+  return step_status_;
+}
+
+float* CudaBackendImpl::Rows(Activation a) const {
+  switch (a) {
+    case Activation::kX: return x_.as<float>();
+    case Activation::kXn: return xn_.as<float>();
+    case Activation::kQkv:
+    case Activation::kQkvHeads: return qkv_.as<float>();
+    case Activation::kAttn:
+    case Activation::kAttnHeads: return attn_.as<float>();
+    case Activation::kGateUp: return gate_up_.as<float>();
+    case Activation::kFinal: return final_.as<float>();
+  }
+  return nullptr;
+}
+
+int64_t CudaBackendImpl::Width(Activation a) const {
+  switch (a) {
+    case Activation::kX:
+    case Activation::kXn:
+    case Activation::kFinal: return config_.hidden_size;
+    case Activation::kQkv:
+    case Activation::kQkvHeads: return q_dim_ + 2 * kv_dim_;
+    case Activation::kAttn:
+    case Activation::kAttnHeads: return q_dim_;
+    case Activation::kGateUp: return 2 * inter_;
+  }
+  return 0;
+}
+
+cuda::PagedKv CudaBackendImpl::LayerKv(int layer) const {
+  cuda::PagedKv kv;
+  kv.k = kv_cache_.as<float>() + 2 * layer * kv_array_floats_;
+  kv.v = kv.k + kv_array_floats_;
+  kv.block_size = block_size_;
+  kv.kv_heads = kv_heads_;
+  kv.head_dim = config_.head_dim;
+  return kv;
+}
+
+void CudaBackendImpl::BeginStep(const StepRows& rows) {
+  rows_ = static_cast<int64_t>(rows.tokens.size());
+  logit_rows_ = static_cast<int64_t>(rows.logit_rows.size());
+  if (rows_ > reserved_rows_ || logit_rows_ > reserved_logit_rows_) {
+    if (absl::Status s = ReserveActivations(std::max(rows_, reserved_rows_), std::max(logit_rows_, reserved_logit_rows_));
+        !s.ok()) {
+      Fail("BeginStep", std::string(s.message()));
+    }
+  }
+  // The attention layout, as cpu::PagedAttention reads it.
+  h_tokens_.assign(rows.tokens.begin(), rows.tokens.end());
+  h_logit_index_.assign(rows.logit_rows.begin(), rows.logit_rows.end());
+  h_write_pos_.clear();
+  h_table_.clear();
+  h_context_.clear();
+  h_path_begin_.clear();
+  h_path_end_.clear();
+  h_tables_.clear();
+  h_paths_.clear();
+  for (const ForwardSequence& seq : rows.batch) {
+    const int32_t table = static_cast<int32_t>(h_tables_.size());
+    h_tables_.insert(h_tables_.end(), seq.block_table.begin(), seq.block_table.end());
+    const int32_t n = static_cast<int32_t>(seq.tokens.size());
+    tree_begin_.clear();  // indices into all of h_paths_
+    if (!seq.parents.empty()) cpu::AppendTreePaths(seq.parents, seq.start_pos, tree_begin_, h_paths_);
+    for (int32_t i = 0; i < n; ++i) {
+      h_write_pos_.push_back(seq.start_pos + i);
+      h_table_.push_back(table);
+      if (seq.parents.empty()) {
+        h_context_.push_back(seq.start_pos + i + 1);
+        h_path_begin_.push_back(0);
+        h_path_end_.push_back(0);
+      } else {
+        h_context_.push_back(seq.start_pos);
+        h_path_begin_.push_back(tree_begin_[i]);
+        h_path_end_.push_back(tree_begin_[i + 1]);
+      }
+    }
+  }
+  const int64_t half = config_.head_dim / 2;
+  h_cos_.resize(rows_ * half);
+  h_sin_.resize(rows_ * half);
+  for (int64_t r = 0; r < rows_; ++r) cpu::RopeCosSin(inv_freq_, rows.positions[r], &h_cos_[r * half], &h_sin_[r * half]);
+
+  // One copy of the whole plan, 256-byte aligned arrays.
+  struct Part {
+    const void* data;
+    size_t bytes;
+    size_t offset = 0;
+  };
+  Part parts[] = {{h_tokens_.data(), h_tokens_.size() * 4},         {h_logit_index_.data(), h_logit_index_.size() * 8},
+                  {h_write_pos_.data(), h_write_pos_.size() * 4},   {h_table_.data(), h_table_.size() * 4},
+                  {h_context_.data(), h_context_.size() * 4},       {h_path_begin_.data(), h_path_begin_.size() * 4},
+                  {h_path_end_.data(), h_path_end_.size() * 4},     {h_tables_.data(), h_tables_.size() * 4},
+                  {h_paths_.data(), h_paths_.size() * 4},           {h_cos_.data(), h_cos_.size() * 4},
+                  {h_sin_.data(), h_sin_.size() * 4}};
+  size_t total = 0;
+  for (Part& p : parts) {
+    p.offset = total;
+    total += (p.bytes + 255) / 256 * 256 + 256;  // never empty: every pointer is valid
+  }
+  if (plan_in_flight_) Check(cudaStreamSynchronize(stream_), "BeginStep (synchronize)");  // NarrowStep: reused
+  Check(plan_host_.Reserve(total), "BeginStep (pinned plan)");
+  Check(plan_dev_.Reserve(total), "BeginStep (device plan)");
+  if (!step_status_.ok()) return;
+  for (const Part& p : parts) {
+    if (p.bytes) std::memcpy(plan_host_.data() + p.offset, p.data, p.bytes);
+  }
+  Check(cudaMemcpyAsync(plan_dev_.as<void>(), plan_host_.data(), total, cudaMemcpyHostToDevice, stream_),
+        "BeginStep (upload)");
+  plan_in_flight_ = true;
+  char* base = plan_dev_.as<char>();
+  auto at = [&](int i) { return base + parts[i].offset; };
+  tokens_dev_ = reinterpret_cast<const int32_t*>(at(0));
+  logit_index_dev_ = reinterpret_cast<const int64_t*>(at(1));
+  layout_.rows = static_cast<int>(rows_);
+  layout_.write_pos = reinterpret_cast<const int32_t*>(at(2));
+  layout_.table = reinterpret_cast<const int32_t*>(at(3));
+  layout_.context = reinterpret_cast<const int32_t*>(at(4));
+  layout_.path_begin = reinterpret_cast<const int32_t*>(at(5));
+  layout_.path_end = reinterpret_cast<const int32_t*>(at(6));
+  layout_.tables = reinterpret_cast<const int32_t*>(at(7));
+  layout_.paths = reinterpret_cast<const int32_t*>(at(8));
+  cos_dev_ = reinterpret_cast<const float*>(at(9));
+  sin_dev_ = reinterpret_cast<const float*>(at(10));
+}
+
+void CudaBackendImpl::Embed(Activation x) {
+  Check(cuda::EmbedRows(embed_, embed_dtype_, tokens_dev_, static_cast<int>(rows_), config_.hidden_size, Rows(x),
+                        stream_),
+        "Embed");
+}
+
+void CudaBackendImpl::RmsNorm(Activation in, WeightId weight, Activation out) {
+  Check(cuda::RmsNormF32(Rows(in), vectors_[weight], config_.rms_norm_eps, static_cast<int>(rows_),
+                         static_cast<int>(Width(in)), Rows(out), stream_),
+        "RmsNorm");
+}
+
+void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y) {
+  if (rows == 0 || !step_status_.ok()) return;
+  const void* input = x;
+  int64_t input_ld = x_ld;
+  if (w.dtype == cuda::Dtype::kBf16) {  // the CPU kernels round a bf16 matrix's input the same way
+    Check(cuda::F32ToBf16(x, x_ld, static_cast<int>(rows), static_cast<int>(w.cols), bf16_.as<uint16_t>(), stream_),
+          "Matmul (input to bf16)");
+    input = bf16_.as<void>();
+    input_ld = w.cols;
+  }
+  if (std::string error = gemm_.Run(input, input_ld, rows, w, y, stream_); !error.empty()) Fail("Matmul", error);
+}
+
+void CudaBackendImpl::Matmul(Activation in, WeightId matrix, Activation out) {
+  Gemm(Rows(in), Width(in), rows_, matrices_[matrix], Rows(out));
+}
+
+void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
+  Check(cuda::PrepareQk(Rows(qkv), static_cast<int>(rows_), heads_, kv_heads_, config_.head_dim,
+                        bias == kNoWeight ? nullptr : vectors_[bias], q_norm == kNoWeight ? nullptr : vectors_[q_norm],
+                        k_norm == kNoWeight ? nullptr : vectors_[k_norm], config_.rms_norm_eps, cos_dev_, sin_dev_,
+                        stream_),
+        "PrepareQk");
+}
+
+void CudaBackendImpl::WriteKv(int layer, Activation qkv) {
+  const float* rows = Rows(qkv);
+  Check(cuda::WriteKv(LayerKv(layer), layout_, rows + q_dim_, rows + q_dim_ + kv_dim_, Width(qkv), stream_),
+        "WriteKv");
+}
+
+void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+  Check(cuda::PagedAttention(Rows(qkv), Width(qkv), layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
+                             stream_),
+        "Attention");
+}
+
+void CudaBackendImpl::AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) {
+  Check(cuda::AddRmsNormF32(Rows(x), Rows(delta), vectors_[weight], config_.rms_norm_eps, static_cast<int>(rows_),
+                            config_.hidden_size, Rows(out), stream_),
+        "AddRmsNorm");
+}
+
+void CudaBackendImpl::SiluMul(Activation gate_up, int groups) {
+  Check(cuda::SiluMulF32(Rows(gate_up), static_cast<int>(rows_), groups,
+                         static_cast<int>(Width(gate_up) / (2 * groups)), stream_),
+        "SiluMul");
+}
+
+void CudaBackendImpl::Add(Activation x, Activation delta) {
+  Check(cuda::AddF32(Rows(x), Rows(delta), rows_ * config_.hidden_size, stream_), "Add");
+}
+
+void CudaBackendImpl::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
+  Check(cuda::GatherRmsNormF32(Rows(in), logit_index_dev_, vectors_[weight], config_.rms_norm_eps,
+                               static_cast<int>(logit_rows_), config_.hidden_size, Rows(out), stream_),
+        "GatherRmsNorm");
+}
+
+void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
+  const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
+  Gemm(Rows(in), h, logit_rows_, matrices_[matrix], logits_dev_.as<float>());
+  if (!step_status_.ok()) return;
+  // The final hidden states too (model-based speculators read them).
+  hidden_.resize(logit_rows_ * h);
+  Check(cudaMemcpyAsync(hidden_.data(), Rows(in), hidden_.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "Logits (hidden states)");
+  if (logits) {
+    Check(cudaMemcpyAsync(logits, logits_dev_.as<float>(), logit_rows_ * vocab * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          "Logits (download)");
+  }
+}
+
+void CudaBackendImpl::ProjectKv(int layer, Activation in, WeightId kv_matrix) {
+  if (rows_ == 0) return;
+  float* kv = kv_rows_.as<float>();
+  Gemm(Rows(in), Width(in), rows_, matrices_[kv_matrix], kv);
+  Check(cuda::ApplyRope(kv, 2 * kv_dim_, static_cast<int>(rows_), kv_heads_, config_.head_dim, cos_dev_, sin_dev_,
+                        stream_),
+        "ProjectKv (RoPE)");
+  Check(cuda::WriteKv(LayerKv(layer), layout_, kv, kv + kv_dim_, 2 * kv_dim_, stream_), "ProjectKv (WriteKv)");
+}
+
+void CudaBackendImpl::NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) {
+  // Kept rows move down in order (kept[i] >= i), each copy queued after the
+  // last: none overwrites a row before it is read.
+  const int64_t h = Width(x);
+  float* xr = Rows(x);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] == static_cast<int64_t>(i)) continue;
+    Check(cudaMemcpyAsync(xr + i * h, xr + kept[i] * h, h * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+          "NarrowStep");
+  }
+  BeginStep(rows);  // grows, never shrinks: x's rows stay
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& config,
+                                                                 const ModelWeights& weights,
+                                                                 const CudaBackendOptions& options) {
+  const int count = cuda::DeviceCount();
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible (run with --device cpu)");
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist: ", count,
+                                                   " visible"));
+  }
+  auto backend = std::make_unique<CudaBackendImpl>(config, options);
+  FLOE_RETURN_IF_ERROR(backend->Init(weights));
+  return std::unique_ptr<CudaBackend>(std::move(backend));
+}
+
+}  // namespace floe

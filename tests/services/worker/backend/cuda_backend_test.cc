@@ -1,0 +1,178 @@
+// The CUDA backend against the CPU backend, the reference, on the same
+// seeded models (label gpu; each test reports "skipped: no CUDA device"
+// where none is visible). Tolerances, relative to the step's largest |logit|:
+// f32 weights 1e-4 (only the summation order differs), bf16 weights 2e-2
+// (a matmul input rounded to bf16 may land on the other side of a rounding
+// boundary than on the CPU). Greedy tokens must agree wherever the CPU's
+// top-two margin exceeds that tolerance; the first step within it ends the
+// comparison of that generation (the two may then diverge legitimately).
+#include <algorithm>
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/model_kernels.h"
+#include "services/worker/backend/cpu_backend.h"
+#include "services/worker/backend/cuda_backend.h"
+#include "tests/services/worker/backend/test_model.h"
+
+namespace floe {
+namespace {
+
+using testing_model::Flavor;
+using testing_model::Generate;
+using testing_model::Generation;
+using testing_model::TestModel;
+
+#define FLOE_REQUIRE_CUDA_DEVICE()                                            \
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device"
+
+std::vector<int32_t> Prompt(int n, int seed, int vocab) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (seed * 131 + i * 37) % vocab;
+  return p;
+}
+
+float Tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-4f : 2e-2f; }
+
+// Max |a - b| over the row, relative to 1 + max |b|.
+float RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  float scale = 1.0f, diff = 0.0f;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::abs(b[i]));
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+  }
+  return diff / scale;
+}
+
+// The gap between the largest and second-largest logit, relative as above.
+float Margin(const std::vector<float>& v) {
+  float top = -INFINITY, second = -INFINITY, scale = 1.0f;
+  for (float x : v) {
+    scale = std::max(scale, std::abs(x));
+    if (x > top) {
+      second = top;
+      top = x;
+    } else if (x > second) {
+      second = x;
+    }
+  }
+  return (top - second) / scale;
+}
+
+void ExpectAgree(const Generation& gpu, const Generation& cpu, DType dtype, const std::string& what) {
+  const float tol = Tolerance(dtype);
+  ASSERT_EQ(gpu.prompt_logits.size(), cpu.prompt_logits.size());
+  for (size_t i = 0; i < cpu.prompt_logits.size(); ++i) {
+    EXPECT_LE(RelativeError(gpu.prompt_logits[i], cpu.prompt_logits[i]), tol) << what << " prompt row " << i;
+    EXPECT_LE(RelativeError(gpu.prompt_hidden[i], cpu.prompt_hidden[i]), tol) << what << " hidden row " << i;
+  }
+  for (size_t s = 0; s < cpu.tokens.size(); ++s) {
+    // Both backends fed their own tokens: equal so far, so the same inputs.
+    EXPECT_LE(RelativeError(gpu.step_logits[s], cpu.step_logits[s]), tol) << what << " step " << s;
+    if (Margin(cpu.step_logits[s]) <= 2 * tol) break;  // a near tie: either token is right
+    ASSERT_EQ(gpu.tokens[s], cpu.tokens[s]) << what << " step " << s;
+  }
+}
+
+struct Case {
+  Flavor flavor;
+  DType dtype;
+};
+
+class CudaBackendTest : public ::testing::TestWithParam<Case> {};
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaBackendTest,
+                         ::testing::Values(Case{Flavor::kLlama3, DType::kF32}, Case{Flavor::kLlama3, DType::kBF16},
+                                           Case{Flavor::kQwen2, DType::kBF16}, Case{Flavor::kQwen3, DType::kBF16},
+                                           Case{Flavor::kSwiftKV, DType::kBF16}));
+
+TEST_P(CudaBackendTest, PrefillAndGreedyDecodeMatchTheCpuBackend) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  TestModel model(GetParam().flavor, GetParam().dtype, 7);
+  auto cpu = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = CudaBackend::Create(model.config(), model.weights(), {});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int bs = 4;
+  ASSERT_TRUE((*cpu)->AllocateKvCache(128, bs).ok());
+  ASSERT_TRUE((*gpu)->AllocateKvCache(128, bs).ok());
+  // Several prompts; chunked prefill (5 tokens per step) and whole; 64 greedy tokens.
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::vector<int32_t> prompt = Prompt(17 + 5 * seed, seed, model.config().vocab_size);
+    const int chunk = seed == 2 ? 5 : 0;
+    const Generation want = Generate(**cpu, prompt, 64, chunk, bs, 0, 32);
+    const Generation got = Generate(**gpu, prompt, 64, chunk, bs, 0, 32);
+    ExpectAgree(got, want, GetParam().dtype, "seed " + std::to_string(seed));
+  }
+  EXPECT_TRUE((*gpu)->healthy());
+}
+
+TEST_P(CudaBackendTest, TreeVerificationMatchesTheCpuBackend) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  if (GetParam().flavor == Flavor::kSwiftKV) GTEST_SKIP() << "SwiftKV trees are covered by the CPU tests";
+  TestModel model(GetParam().flavor, GetParam().dtype, 11);
+  auto cpu = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  auto gpu = CudaBackend::Create(model.config(), model.weights(), {});
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const int bs = 4;
+  Backend* backends[] = {cpu->get(), gpu->get()};
+  std::vector<float> logits[2], after[2];
+  const int vocab = model.config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(9, 5, vocab);
+  const std::vector<int32_t> table = {3, 1, 4, 0, 2, 5};
+  // A tree of 6 under the last prompt token (position 8): 0 -> {1, 2},
+  // 1 -> {3, 4}, 2 -> {5}; token i's KV at position 8 + i.
+  const std::vector<int32_t> tree = {prompt.back(), 7, 9, 11, 13, 15};
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2};
+  const int32_t next = 17;
+  for (int b = 0; b < 2; ++b) {
+    ASSERT_TRUE(backends[b]->AllocateKvCache(16, bs).ok());
+    ForwardSequence pre{{prompt.data(), prompt.size() - 1}, 0, {table.data(), 2}, 0};
+    ASSERT_TRUE(backends[b]->Forward({&pre, 1}, nullptr).ok());
+    ForwardSequence verify{tree, 8, {table.data(), 4}, 6};
+    verify.parents = parents;
+    logits[b].resize(6 * vocab);
+    ASSERT_TRUE(backends[b]->Forward({&verify, 1}, logits[b].data()).ok());
+    // Accept the path 0 -> 1 -> 3: token 3's KV (position 11: block
+    // table[2] = 4, slot 3) moves to the chain's position 10 (slot 2), and
+    // the next token decodes at position 11 over that chain.
+    const KvSlotCopy copies[] = {{4, 3, 4, 2}};
+    ASSERT_TRUE(backends[b]->CopyKvSlots(copies).ok());
+    ForwardSequence decode{{&next, 1}, 11, {table.data(), 3}, 1};
+    after[b].resize(vocab);
+    ASSERT_TRUE(backends[b]->Forward({&decode, 1}, after[b].data()).ok());
+  }
+  for (int row = 0; row < 6; ++row) {
+    const std::vector<float> want(logits[0].begin() + row * vocab, logits[0].begin() + (row + 1) * vocab);
+    const std::vector<float> got(logits[1].begin() + row * vocab, logits[1].begin() + (row + 1) * vocab);
+    EXPECT_LE(RelativeError(got, want), Tolerance(GetParam().dtype)) << "tree row " << row;
+  }
+  EXPECT_LE(RelativeError(after[1], after[0]), Tolerance(GetParam().dtype)) << "decode after the copy";
+}
+
+TEST(CudaBackendInputTest, BadBatchesAreRefusedBeforeTheDevice) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  TestModel model(Flavor::kLlama3, DType::kBF16, 3);
+  auto gpu = CudaBackend::Create(model.config(), model.weights(), {});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::vector<int32_t> tokens = {1, 2, 3};
+  const std::vector<int32_t> table = {0};
+  ForwardSequence seq{tokens, 0, table, 1};
+  EXPECT_EQ((*gpu)->Forward({&seq, 1}, nullptr).code(), absl::StatusCode::kFailedPrecondition);  // no KV yet
+  ASSERT_TRUE((*gpu)->AllocateKvCache(4, 4).ok());
+  const std::vector<int32_t> far = {9};
+  ForwardSequence outside{tokens, 0, far, 1};
+  EXPECT_EQ((*gpu)->Forward({&outside, 1}, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> bad_token = {model.config().vocab_size};
+  ForwardSequence token{bad_token, 0, table, 1};
+  EXPECT_EQ((*gpu)->Forward({&token, 1}, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*gpu)->healthy());  // refused input is not a device fault
+  auto budget = (*gpu)->KvCacheBudget(1.5);
+  EXPECT_EQ(budget.status().code(), absl::StatusCode::kInvalidArgument);
+  auto tiny = (*gpu)->KvCacheBudget(1e-9);
+  EXPECT_EQ(tiny.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(tiny.status().message().find("--gpu-memory-utilization"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace floe
