@@ -158,9 +158,12 @@ absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const
   if (!created.ok()) return created.status();
   std::unique_ptr<CudaBackend> backend = std::move(created).value();
   // A step runs at most the token budget; its logits rows are one per
-  // sequence plus the drafts under verification (more grows the buffers).
+  // sequence and draft token (a larger step grows the buffers, or fails
+  // that step's requests with RESOURCE_EXHAUSTED once the KV cache took
+  // the memory).
   const int64_t rows = std::max(1, f.max_num_batched_tokens);
-  const int64_t logit_rows = std::min<int64_t>(rows, int64_t{f.max_num_seqs} + std::max(0, f.speculative_token_threshold));
+  const int64_t logit_rows =
+      std::min<int64_t>(rows, int64_t{f.max_num_seqs} * (1 + std::max(0, f.num_speculative_tokens)));
   if (absl::Status s = backend->ReserveActivations(rows, logit_rows); !s.ok()) return s;
   auto kv = backend->KvCacheBudget(f.gpu_memory_utilization);
   if (!kv.ok()) return kv.status();

@@ -49,7 +49,10 @@ class DeviceBuffer {
     Reset();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky: the next launch must not report it
+      return e;
+    }
     ptr_ = p;
     bytes_ = bytes;
     return cudaSuccess;
@@ -255,6 +258,11 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
     FLOE_ASSIGN_OR_RETURN(model_, LlamaForward::Create(config_, weights, *this, &layout));
     if (!prepare_status_.ok()) return prepare_status_;
     whole_sources_.clear();
+    // A copy from pageable memory may return before its DMA lands; the
+    // step stream (non-blocking) would not wait for it.
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("uploading the weights: ", ErrorText(e)));
+    }
     return absl::OkStatus();
   }
 
@@ -307,6 +315,9 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   cuda::PagedKv LayerKv(int layer) const;
   // y = x W^T over `rows` rows of x (row stride x_ld floats).
   void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y);
+  // After a failure the step's remaining ops do nothing (their inputs are not
+  // trusted); Forward reports the first failure.
+  bool Skip() const { return !step_status_.ok(); }
   // Records the first failure of the step (and of the device: not healthy).
   void Check(int code, const char* op) {
     if (code != 0) Fail(op, ErrorText(static_cast<cudaError_t>(code)));
@@ -497,6 +508,7 @@ absl::Status CudaBackendImpl::ReserveActivations(int64_t max_rows, int64_t max_l
   if (e == cudaSuccess) e = final_.Reserve(max_logit_rows * h * sizeof(float));
   if (e == cudaSuccess) e = logits_dev_.Reserve(max_logit_rows * config_.vocab_size * sizeof(float));
   if (e != cudaSuccess) {
+    reserved_rows_ = reserved_logit_rows_ = 0;  // some buffers were freed: grow again next step
     size_t free = 0, device_total = 0;
     cudaMemGetInfo(&free, &device_total);
     return absl::ResourceExhaustedError(absl::StrCat("out of device memory for a step of ", max_rows, " tokens (",
@@ -550,9 +562,10 @@ absl::Status CudaBackendImpl::AllocateKvCache(int num_blocks, int block_size) {
                                                      " bytes = ", Gib(bytes), ", ", Gib(free), " free: ",
                                                      ErrorText(e)));
   }
-  if (cudaError_t e = cudaMemset(kv_cache_.as<void>(), 0, bytes); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("clearing the KV cache: ", ErrorText(e)));
-  }
+  // On the step stream, and finished before the first step writes a block.
+  cudaError_t e = cudaMemsetAsync(kv_cache_.as<void>(), 0, bytes, stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) return absl::InternalError(absl::StrCat("clearing the KV cache: ", ErrorText(e)));
   num_blocks_ = num_blocks;
   block_size_ = block_size;
   kv_array_floats_ = static_cast<int64_t>(num_blocks) * kv_heads_ * block_size * config_.head_dim;
@@ -574,13 +587,17 @@ absl::Status CudaBackendImpl::Forward(std::span<const ForwardSequence> batch, fl
     }
   }
   cudaSetDevice(device_);
+  cudaGetLastError();  // a failed allocation's error is not this step's
   step_status_ = absl::OkStatus();
   hidden_rows_ = 0;
   model_->Run(batch, logits, ParallelMode::kTensor);
   Check(cudaStreamSynchronize(stream_), "the step's synchronize");
   plan_in_flight_ = false;
   if (!step_status_.ok()) {
-    Faulted();  // a kernel fault leaves the context unusable; never serve wrong output
+    // Too little memory for a step larger than any reserved for fails that
+    // step's requests only; any other error leaves the context unusable:
+    // never serve output from it.
+    if (!absl::IsResourceExhausted(step_status_)) Faulted();
     return step_status_;
   }
   hidden_rows_ = model_->num_logit_rows();
@@ -592,6 +609,7 @@ absl::Status CudaBackendImpl::CopyKvSlots(std::span<const KvSlotCopy> copies) {
   FLOE_RETURN_IF_ERROR(ValidateKvSlotCopies(copies, num_blocks_, block_size_));
   if (copies.empty()) return absl::OkStatus();
   cudaSetDevice(device_);
+  cudaGetLastError();
   std::vector<int32_t> flat;
   for (const KvSlotCopy& c : copies) flat.insert(flat.end(), {c.src_block, c.src_slot, c.dst_block, c.dst_slot});
   step_status_ = absl::OkStatus();
@@ -650,12 +668,15 @@ cuda::PagedKv CudaBackendImpl::LayerKv(int layer) const {
 }
 
 void CudaBackendImpl::BeginStep(const StepRows& rows) {
+  layout_ = {};  // until this step's plan is on the device, no op may read the last one's
+  if (Skip()) return;
   rows_ = static_cast<int64_t>(rows.tokens.size());
   logit_rows_ = static_cast<int64_t>(rows.logit_rows.size());
   if (rows_ > reserved_rows_ || logit_rows_ > reserved_logit_rows_) {
     if (absl::Status s = ReserveActivations(std::max(rows_, reserved_rows_), std::max(logit_rows_, reserved_logit_rows_));
         !s.ok()) {
-      Fail("BeginStep", std::string(s.message()));
+      step_status_ = s;  // RESOURCE_EXHAUSTED: this step's requests fail, the device is fine
+      return;
     }
   }
   // The attention layout, as cpu::PagedAttention reads it.
@@ -737,19 +758,21 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
 }
 
 void CudaBackendImpl::Embed(Activation x) {
+  if (Skip()) return;
   Check(cuda::EmbedRows(embed_, embed_dtype_, tokens_dev_, static_cast<int>(rows_), config_.hidden_size, Rows(x),
                         stream_),
         "Embed");
 }
 
 void CudaBackendImpl::RmsNorm(Activation in, WeightId weight, Activation out) {
+  if (Skip()) return;
   Check(cuda::RmsNormF32(Rows(in), vectors_[weight], config_.rms_norm_eps, static_cast<int>(rows_),
                          static_cast<int>(Width(in)), Rows(out), stream_),
         "RmsNorm");
 }
 
 void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y) {
-  if (rows == 0 || !step_status_.ok()) return;
+  if (rows == 0 || Skip()) return;
   const void* input = x;
   int64_t input_ld = x_ld;
   if (w.dtype == cuda::Dtype::kBf16) {  // the CPU kernels round a bf16 matrix's input the same way
@@ -766,6 +789,7 @@ void CudaBackendImpl::Matmul(Activation in, WeightId matrix, Activation out) {
 }
 
 void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
+  if (Skip()) return;
   Check(cuda::PrepareQk(Rows(qkv), static_cast<int>(rows_), heads_, kv_heads_, config_.head_dim,
                         bias == kNoWeight ? nullptr : vectors_[bias], q_norm == kNoWeight ? nullptr : vectors_[q_norm],
                         k_norm == kNoWeight ? nullptr : vectors_[k_norm], config_.rms_norm_eps, cos_dev_, sin_dev_,
@@ -774,12 +798,14 @@ void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, 
 }
 
 void CudaBackendImpl::WriteKv(int layer, Activation qkv) {
+  if (Skip()) return;
   const float* rows = Rows(qkv);
   Check(cuda::WriteKv(LayerKv(layer), layout_, rows + q_dim_, rows + q_dim_ + kv_dim_, Width(qkv), stream_),
         "WriteKv");
 }
 
 void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
+  if (Skip()) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
   Check(cuda::PagedAttention(Rows(qkv), Width(qkv), layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
                              stream_),
@@ -787,28 +813,33 @@ void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
 }
 
 void CudaBackendImpl::AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) {
+  if (Skip()) return;
   Check(cuda::AddRmsNormF32(Rows(x), Rows(delta), vectors_[weight], config_.rms_norm_eps, static_cast<int>(rows_),
                             config_.hidden_size, Rows(out), stream_),
         "AddRmsNorm");
 }
 
 void CudaBackendImpl::SiluMul(Activation gate_up, int groups) {
+  if (Skip()) return;
   Check(cuda::SiluMulF32(Rows(gate_up), static_cast<int>(rows_), groups,
                          static_cast<int>(Width(gate_up) / (2 * groups)), stream_),
         "SiluMul");
 }
 
 void CudaBackendImpl::Add(Activation x, Activation delta) {
+  if (Skip()) return;
   Check(cuda::AddF32(Rows(x), Rows(delta), rows_ * config_.hidden_size, stream_), "Add");
 }
 
 void CudaBackendImpl::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
+  if (Skip()) return;
   Check(cuda::GatherRmsNormF32(Rows(in), logit_index_dev_, vectors_[weight], config_.rms_norm_eps,
                                static_cast<int>(logit_rows_), config_.hidden_size, Rows(out), stream_),
         "GatherRmsNorm");
 }
 
 void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
+  if (Skip()) return;
   const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
   Gemm(Rows(in), h, logit_rows_, matrices_[matrix], logits_dev_.as<float>());
   if (!step_status_.ok()) return;
@@ -824,6 +855,7 @@ void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
 }
 
 void CudaBackendImpl::ProjectKv(int layer, Activation in, WeightId kv_matrix) {
+  if (Skip()) return;
   if (rows_ == 0) return;
   float* kv = kv_rows_.as<float>();
   Gemm(Rows(in), Width(in), rows_, matrices_[kv_matrix], kv);
@@ -834,6 +866,7 @@ void CudaBackendImpl::ProjectKv(int layer, Activation in, WeightId kv_matrix) {
 }
 
 void CudaBackendImpl::NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) {
+  if (Skip()) return;
   // Kept rows move down in order (kept[i] >= i), each copy queued after the
   // last: none overwrites a row before it is read.
   const int64_t h = Width(x);

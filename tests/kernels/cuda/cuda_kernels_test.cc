@@ -200,17 +200,19 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuOnChainsAndTrees) {
     const int heads = 8, kv_heads = 2, bs = 4, blocks = 64;
     const int kv_dim = kv_heads * hd, q_dim = heads * hd, width = q_dim + 2 * kv_dim;
     // Sequences: A 9 new tokens at 5 (chain); B one token at 30; C a tree of
-    // 5 at 12 (parents -1, 0, 0, 1, 2).
+    // 5 at 12 (parents -1, 0, 0, 1, 2); D a 2-token prompt (contexts of 1
+    // and 2 keys: warps without a key).
     const std::vector<int32_t> table_a = {10, 3, 7, 1}, table_b = {20, 21, 22, 23, 24, 25, 26, 27, 28},
-                               table_c = {40, 41, 42, 43, 44};
+                               table_c = {40, 41, 42, 43, 44}, table_d = {50};
     const std::vector<int32_t> parents_c = {-1, 0, 0, 1, 2};
     struct Seq {
       const std::vector<int32_t>* table;
       int32_t start, n;
       bool tree;
     };
-    const Seq seqs[] = {{&table_a, 5, 9, false}, {&table_b, 30, 1, false}, {&table_c, 12, 5, true}};
-    const int rows = 15;
+    const Seq seqs[] = {{&table_a, 5, 9, false}, {&table_b, 30, 1, false}, {&table_c, 12, 5, true},
+                        {&table_d, 0, 2, false}};
+    const int rows = 17;
     // The context already cached: every slot of every block random.
     const int64_t array = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
     std::vector<float> cache_k = Random(array, hd), cache_v = Random(array, hd + 1);

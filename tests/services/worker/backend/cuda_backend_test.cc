@@ -100,8 +100,11 @@ TEST_P(CudaBackendTest, PrefillAndGreedyDecodeMatchTheCpuBackend) {
   for (int seed = 1; seed <= 3; ++seed) {
     const std::vector<int32_t> prompt = Prompt(17 + 5 * seed, seed, model.config().vocab_size);
     const int chunk = seed == 2 ? 5 : 0;
-    const Generation want = Generate(**cpu, prompt, 64, chunk, bs, 0, 32);
-    const Generation got = Generate(**gpu, prompt, 64, chunk, bs, 0, 32);
+    // Seed 3 asks only the last prompt row's logits, as the engine does: a
+    // SwiftKV step then narrows to that row (rows move on the device).
+    const bool last_only = seed == 3;
+    const Generation want = Generate(**cpu, prompt, 64, chunk, bs, 0, 32, last_only);
+    const Generation got = Generate(**gpu, prompt, 64, chunk, bs, 0, 32, last_only);
     ExpectAgree(got, want, GetParam().dtype, "seed " + std::to_string(seed));
   }
   EXPECT_TRUE((*gpu)->healthy());
@@ -125,14 +128,20 @@ TEST_P(CudaBackendTest, TreeVerificationMatchesTheCpuBackend) {
   const std::vector<int32_t> tree = {prompt.back(), 7, 9, 11, 13, 15};
   const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2};
   const int32_t next = 17;
+  const std::vector<int32_t> other_prompt = Prompt(7, 6, vocab);
+  const std::vector<int32_t> other_table = {8, 9};
   for (int b = 0; b < 2; ++b) {
     ASSERT_TRUE(backends[b]->AllocateKvCache(16, bs).ok());
     ForwardSequence pre{{prompt.data(), prompt.size() - 1}, 0, {table.data(), 2}, 0};
     ASSERT_TRUE(backends[b]->Forward({&pre, 1}, nullptr).ok());
+    // In one step with another sequence's chain (a 7-token prompt in
+    // blocks 8 and 9): per-sequence block tables and masks side by side.
     ForwardSequence verify{tree, 8, {table.data(), 4}, 6};
     verify.parents = parents;
-    logits[b].resize(6 * vocab);
-    ASSERT_TRUE(backends[b]->Forward({&verify, 1}, logits[b].data()).ok());
+    ForwardSequence other{other_prompt, 0, other_table, 2};
+    const ForwardSequence batch[] = {other, verify};
+    logits[b].resize(8 * vocab);
+    ASSERT_TRUE(backends[b]->Forward(batch, logits[b].data()).ok());
     // Accept the path 0 -> 1 -> 3: token 3's KV (position 11: block
     // table[2] = 4, slot 3) moves to the chain's position 10 (slot 2), and
     // the next token decodes at position 11 over that chain.
@@ -142,10 +151,10 @@ TEST_P(CudaBackendTest, TreeVerificationMatchesTheCpuBackend) {
     after[b].resize(vocab);
     ASSERT_TRUE(backends[b]->Forward({&decode, 1}, after[b].data()).ok());
   }
-  for (int row = 0; row < 6; ++row) {
+  for (int row = 0; row < 8; ++row) {  // the chain's last 2 rows, then the tree's 6
     const std::vector<float> want(logits[0].begin() + row * vocab, logits[0].begin() + (row + 1) * vocab);
     const std::vector<float> got(logits[1].begin() + row * vocab, logits[1].begin() + (row + 1) * vocab);
-    EXPECT_LE(RelativeError(got, want), Tolerance(GetParam().dtype)) << "tree row " << row;
+    EXPECT_LE(RelativeError(got, want), Tolerance(GetParam().dtype)) << "logits row " << row;
   }
   EXPECT_LE(RelativeError(after[1], after[0]), Tolerance(GetParam().dtype)) << "decode after the copy";
 }
