@@ -47,6 +47,9 @@
 #include "kernels/cuda/model_kernels.h"
 #include "services/worker/backend/cuda_backend.h"
 #endif
+#ifdef FLOE_HAVE_NCCL
+#include "services/worker/parallel/nccl_communicator.h"
+#endif
 
 namespace floe {
 namespace {
@@ -143,9 +146,10 @@ struct MadeCudaBackend {
 // largest step, the KV budget measured after both. A CUDA fault in a step
 // turns the worker NOT_SERVING and exits it (its supervisor restarts it).
 absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const ModelWeights& weights,
-                                                const WorkerFlags& f, ServerRunner* server) {
+                                                const WorkerFlags& f, ServerRunner* server,
+                                                CudaBackendOptions options) {
   auto on_fault = [server](const absl::Status& status) {
-    server->SetServing(false);
+    if (server) server->SetServing(false);
     LogEvent(LogLevel::kError, "worker", "device_failed", {{"error", std::string(status.message())}});
     // The step's requests get this status first (the engine answers them
     // once Forward returns); then the process goes.
@@ -154,7 +158,8 @@ absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const
       std::_Exit(1);
     }).detach();
   };
-  auto created = CudaBackend::Create(config, weights, {.device = 0, .on_fault = on_fault});
+  options.on_fault = on_fault;
+  auto created = CudaBackend::Create(config, weights, options);
   if (!created.ok()) return created.status();
   std::unique_ptr<CudaBackend> backend = std::move(created).value();
   // A step runs at most the token budget; its logits rows are one per
@@ -168,17 +173,39 @@ absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const
   auto kv = backend->KvCacheBudget(f.gpu_memory_utilization);
   if (!kv.ok()) return kv.status();
   LogEvent(LogLevel::kInfo, "worker", "cuda_backend",
-           {{"device", backend->device_name()},
+           {{"rank", static_cast<int64_t>(f.rank)},
+            {"device", backend->device_name()},
             {"weight_bytes", static_cast<int64_t>(backend->WeightBytes())},
             {"gpu_memory_utilization", f.gpu_memory_utilization},
             {"kv_cache_budget_bytes", *kv}});
   return MadeCudaBackend{std::move(backend), *kv};
 }
+
+#ifdef FLOE_HAVE_NCCL
+// GPU ranks' communicators for the model's collectives, one per Gloo group
+// (which carries each NCCL id; every rank connects them in the same order).
+// The Gloo world still carries the leader's step plans.
+struct NcclGrid {
+  std::unique_ptr<NcclCommunicator> world, sequence, tensor;
+};
+absl::StatusOr<NcclGrid> ConnectNcclGrid(const GlooGrid& gloo, int device) {
+  NcclGrid grid;
+  const std::pair<GlooCommunicator*, std::unique_ptr<NcclCommunicator>*> groups[] = {
+      {gloo.world.get(), &grid.world}, {gloo.sequence.get(), &grid.sequence}, {gloo.tensor.get(), &grid.tensor}};
+  for (const auto& [bootstrap, out] : groups) {
+    if (!bootstrap) continue;
+    auto connected = NcclCommunicator::Connect({.device = device, .bootstrap = bootstrap});
+    if (!connected.ok()) return connected.status();
+    *out = std::move(connected).value();
+  }
+  return grid;
+}
+#endif
 #endif
 
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
 // them (exit 0) or the group fails (exit 1). They die with rank 0 (PDEATHSIG).
-int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
+int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads, const DeviceChoice& device, int gpus) {
   auto failed = [&](const char* event, const absl::Status& status) {
     LogEvent(LogLevel::kError, "worker", event,
              {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(status.message())}});
@@ -197,6 +224,32 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads) {
                                .hostname = f.rank_host},
                               f.sequence_parallel_size);
   if (!grid.ok()) return failed("rank_connect_failed", grid.status());
+  if (device.device == Device::kCuda) {
+#if defined(FLOE_HAVE_CUDA) && defined(FLOE_HAVE_NCCL)
+    const int gpu = f.rank % std::max(1, gpus);
+    auto nccl = ConnectNcclGrid(*grid, gpu);
+    if (!nccl.ok()) return failed("rank_connect_failed", nccl.status());
+    auto made = MakeCudaBackend((*checkpoint)->config(), (*checkpoint)->weights(), f, nullptr,
+                                {.device = gpu,
+                                 .communicator = nccl->world.get(),
+                                 .sequence_parallel_size = f.sequence_parallel_size,
+                                 .sequence_group = nccl->sequence.get(),
+                                 .tensor_group = nccl->tensor.get()});
+    if (!made.ok()) return failed("backend_failed", made.status());
+    // Rank 0 sizes the KV cache (the same on every rank): this rank's own
+    // budget is not used.
+    LogEvent(LogLevel::kInfo, "worker", "rank_ready",
+             {{"rank", static_cast<int64_t>(f.rank)},
+              {"weight_bytes", static_cast<int64_t>(made->backend->WeightBytes())}});
+    const absl::Status status = RunFollower(*made->backend, *grid->world);
+    LogEvent(status.ok() ? LogLevel::kInfo : LogLevel::kError, "worker", "rank_stopped",
+             {{"rank", static_cast<int64_t>(f.rank)}, {"status", status.ToString()}});
+    return status.ok() ? 0 : 1;
+#else
+    (void)gpus;
+    return failed("backend_failed", absl::FailedPreconditionError("built without CUDA and NCCL"));
+#endif
+  }
   auto backend = CpuBackend::Create((*checkpoint)->config(), (*checkpoint)->weights(),
                                     {.num_threads = threads,
                                      .communicator = grid->world.get(),
@@ -268,8 +321,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("block-size", &f.block_size, "KV cache block size in tokens");
   parser.AddDouble("kv-cache-gb", &f.kv_cache_gb, "KV cache memory budget in GiB (--device cpu)");
   parser.AddString("device", &f.device,
-                   "auto|cpu|cuda: where the model runs (auto: cuda where this build has it, a device is visible "
-                   "and the worker is one rank; the 'device' log line says which and why)");
+                   "auto|cpu|cuda: where the model runs (auto: cuda where this build has it and this machine has "
+                   "a GPU per rank, rank r on GPU r; the 'device' log line says which and why)");
   parser.AddDouble("gpu-memory-utilization", &f.gpu_memory_utilization,
                    "--device cuda: the share of the GPU's memory this worker may use (weights, activations and the "
                    "KV cache, which gets the rest), as vLLM's");
@@ -433,7 +486,14 @@ int Run(int argc, char** argv) {
   constexpr bool kBuiltWithCuda = false;
   const int visible_gpus = 0;
 #endif
-  auto device = ChooseDevice(f.device, kBuiltWithCuda, visible_gpus, ranks);
+#ifdef FLOE_HAVE_NCCL
+  constexpr bool kBuiltWithNccl = true;
+#else
+  constexpr bool kBuiltWithNccl = false;
+#endif
+  // Ranks started elsewhere (--rank-launch remote, --rank-store) bring their own GPU.
+  const int ranks_here = f.rank_launch == "remote" || !f.rank_store.empty() ? 1 : ranks;
+  auto device = ChooseDevice(f.device, {kBuiltWithCuda, kBuiltWithNccl, visible_gpus}, ranks, ranks_here);
   if (!device.ok()) {
     std::fprintf(stderr, "floe-worker: %s\n", std::string(device.status().message()).c_str());
     return 2;
@@ -449,7 +509,7 @@ int Run(int argc, char** argv) {
                    f.rank, f.rank);
       return 2;
     }
-    return RunRank(f, load, threads);
+    return RunRank(f, load, threads, *device, visible_gpus);
   }
   if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
@@ -603,7 +663,7 @@ int Run(int argc, char** argv) {
   auto parallel_stats = std::make_shared<ParallelStats>();
   GlooGrid grid;
   std::vector<std::unique_ptr<TimedCommunicator>> timed;
-  auto timing = [&](GlooCommunicator* c) -> Communicator* {
+  auto timing = [&](Communicator* c) -> Communicator* {
     if (!c) return nullptr;
     timed.push_back(std::make_unique<TimedCommunicator>(*c, parallel_stats->collective_ns));
     return timed.back().get();
@@ -628,9 +688,29 @@ int Run(int argc, char** argv) {
   int64_t weight_bytes = 0, kv_block_bytes = 0;
   WeightCacheReport::Outcome cache_outcome = WeightCacheReport::Outcome::kOff;
   std::optional<int64_t> device_kv_bytes;  // --device cuda: what --gpu-memory-utilization leaves
+  std::string gpu_name;  // the shift threshold's hardware model
+#if defined(FLOE_HAVE_CUDA) && defined(FLOE_HAVE_NCCL)
+  NcclGrid nccl;  // GPU ranks: the model's collectives (the Gloo world carries the plans)
+#endif
   if (device->device == Device::kCuda) {
 #ifdef FLOE_HAVE_CUDA
-    auto made = MakeCudaBackend(config, (*checkpoint)->weights(), f, server);
+    CudaBackendOptions cuda_options;
+#ifdef FLOE_HAVE_NCCL
+    if (ranks > 1) {
+      auto connected = ConnectNcclGrid(grid, 0);
+      if (!connected.ok()) {
+        LogEvent(LogLevel::kError, "worker", "rank_connect_failed",
+                 {{"error", std::string(connected.status().message())}});
+        return 1;
+      }
+      nccl = std::move(connected).value();
+      cuda_options.communicator = timing(nccl.world.get());
+      cuda_options.sequence_parallel_size = f.sequence_parallel_size;
+      cuda_options.sequence_group = timing(nccl.sequence.get());
+      cuda_options.tensor_group = timing(nccl.tensor.get());
+    }
+#endif
+    auto made = MakeCudaBackend(config, (*checkpoint)->weights(), f, server, cuda_options);
     if (!made.ok()) {
       LogEvent(LogLevel::kError, "worker", "backend_failed", {{"error", std::string(made.status().message())}});
       return 1;
@@ -638,6 +718,7 @@ int Run(int argc, char** argv) {
     weight_bytes = static_cast<int64_t>(made->backend->WeightBytes());
     kv_block_bytes = static_cast<int64_t>(made->backend->KvBytesPerBlock(f.block_size));
     device_kv_bytes = made->kv_cache_bytes;
+    gpu_name = made->backend->device_name();
     startup.Phase("upload_weights");
     backend = std::unique_ptr<Backend>(std::move(made->backend));
 #endif
@@ -665,7 +746,10 @@ int Run(int argc, char** argv) {
   }
   if (ranks > 1) {
     const Grid shape{f.tensor_parallel_size, f.sequence_parallel_size};
-    policy.threshold = f.shift_threshold > 0 ? f.shift_threshold : PredictShiftThreshold(config, CpuRankThread(), shape);
+    const Hardware hardware = device->device == Device::kCpu                 ? CpuRankThread()
+                              : gpu_name.find("H200") != std::string::npos ? H200Sxm()
+                                                                            : H100Sxm();
+    policy.threshold = f.shift_threshold > 0 ? f.shift_threshold : PredictShiftThreshold(config, hardware, shape);
     LogEvent(LogLevel::kInfo, "worker", "parallel_layout",
              {{"tensor_parallel_size", static_cast<int64_t>(f.tensor_parallel_size)},
               {"sequence_parallel_size", static_cast<int64_t>(f.sequence_parallel_size)},

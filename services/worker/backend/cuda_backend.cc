@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "services/worker/model/llama_forward.h"
 #include "services/worker/model/model_ops.h"
 #include "services/worker/model/parallel_layout.h"
+#include "services/worker/parallel/communicator.h"
 
 namespace floe {
 namespace {
@@ -222,13 +224,41 @@ class GemmRunner {
 class CudaBackendImpl final : public CudaBackend, private ModelOps {
  public:
   CudaBackendImpl(const ModelConfig& config, const CudaBackendOptions& options)
-      : config_(config), device_(options.device), on_fault_(options.on_fault) {}
+      : config_(config), options_(options), device_(options.device), on_fault_(options.on_fault) {}
   ~CudaBackendImpl() override {
     cudaSetDevice(device_);
     if (stream_) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
+  }
+
+  // This rank's place in the grid and its groups, checked as the CPU
+  // backend checks them.
+  absl::Status SetUpRanks() {
+    Communicator* world = options_.communicator;
+    const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
+    const int sequence = world ? options_.sequence_parallel_size : 1;
+    if (sequence < 1 || size % sequence != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence parallel size ", sequence, " does not divide the worker's ", size, " ranks"));
+    }
+    FLOE_ASSIGN_OR_RETURN(rank_layout_, ShiftRankLayout(config_, rank, size / sequence, sequence));
+    const RankLayout& l = rank_layout_;
+    world_ = world;
+    sp_group_ = sequence == size ? world : options_.sequence_group;
+    tp_group_ = sequence == 1 ? world : options_.tensor_group;
+    if ((l.sequence > 1 && !sp_group_) || (l.tensor > 1 && !tp_group_)) {
+      return absl::InvalidArgumentError(absl::StrCat("a grid of ", l.tensor, " x ", l.sequence,
+                                                     " ranks needs its SP and TP group communicators"));
+    }
+    if (sp_group_ && (sp_group_->size() != l.sequence || sp_group_->rank() != l.sp_rank())) {
+      return absl::InvalidArgumentError("the SP group communicator does not match the rank's place in the grid");
+    }
+    if (tp_group_ && (tp_group_->size() != l.tensor || tp_group_->rank() != l.tp_rank())) {
+      return absl::InvalidArgumentError("the TP group communicator does not match the rank's place in the grid");
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Init(const ModelWeights& weights) {
@@ -248,7 +278,8 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
       return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", ErrorText(e)));
     }
     FLOE_RETURN_IF_ERROR(gemm_.Init());
-    FLOE_ASSIGN_OR_RETURN(RankLayout layout, ShiftRankLayout(config_, 0, 1, 1));
+    FLOE_RETURN_IF_ERROR(SetUpRanks());
+    const RankLayout& layout = rank_layout_;
     heads_ = layout.heads.num_heads();
     kv_heads_ = layout.heads.num_kv_heads();
     inter_ = layout.heads.intermediate();
@@ -277,6 +308,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
     return {hidden_.data(), static_cast<size_t>(hidden_rows_ * config_.hidden_size)};
   }
   absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
+  void SetParallelMode(ParallelMode mode) override { mode_ = mode; }
 
   // CudaBackend.
   const std::string& device_name() const override { return device_name_; }
@@ -297,8 +329,8 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   void RmsNorm(Activation in, WeightId weight, Activation out) override;
   void Matmul(Activation in, WeightId matrix, Activation out) override;
   void PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) override;
-  void SequenceToHeads(Activation, Activation) override {}  // one rank: no SP
-  void HeadsToSequence(Activation, Activation) override {}
+  void SequenceToHeads(Activation qkv_rows, Activation qkv_heads) override;
+  void HeadsToSequence(Activation attn_heads, Activation attn_rows) override;
   void WriteKv(int layer, Activation qkv) override;
   void Attention(int layer, Activation qkv, Activation out) override;
   void AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) override;
@@ -308,7 +340,14 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   void Logits(Activation in, WeightId matrix, float* logits) override;
   void ProjectKv(int layer, Activation in, WeightId kv_matrix) override;
   void NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) override;
-  void AllReduce(Activation) override { Fail("AllReduce", "a one-rank CUDA backend has no peers"); }
+  void AllReduce(Activation x) override;
+  // SP mode: the rows SP-group rank j holds of the step's all_rows_
+  // (contiguous blocks in rank order).
+  int64_t RowBegin(int j) const { return all_rows_ * j / rank_layout_.sequence; }
+  bool sp_step() const { return step_mode_ == ParallelMode::kSequence && rank_layout_.sequence > 1; }
+  // Runs a collective on device memory: the step stream's work first (the
+  // communicator runs on its own stream and returns once done there).
+  void Collective(const char* op, const std::function<absl::Status()>& call);
 
   float* Rows(Activation a) const;
   int64_t Width(Activation a) const;
@@ -335,12 +374,19 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   }
 
   ModelConfig config_;
+  CudaBackendOptions options_;
   int device_;
   std::function<void(const absl::Status&)> on_fault_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   GemmRunner gemm_;
   std::unique_ptr<LlamaForward> model_;
+  RankLayout rank_layout_;
+  Communicator* world_ = nullptr;     // every rank (null: one rank)
+  Communicator* sp_group_ = nullptr;  // SP group (S > 1)
+  Communicator* tp_group_ = nullptr;  // TP group (T > 1)
+  ParallelMode mode_ = ParallelMode::kTensor;       // of the next Forward
+  ParallelMode step_mode_ = ParallelMode::kTensor;  // of the current one
   int heads_ = 0, kv_heads_ = 0;
   int64_t inter_ = 0, q_dim_ = 0, kv_dim_ = 0;
   std::vector<float> inv_freq_;
@@ -365,7 +411,12 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   int64_t kv_array_floats_ = 0;  // one layer's K (or V)
 
   // The step.
-  int64_t rows_ = 0, logit_rows_ = 0;
+  int64_t rows_ = 0, logit_rows_ = 0;  // rows_: this rank's rows of the step
+  int64_t row0_ = 0, all_rows_ = 0;     // its first row, and the step's rows
+  int groups_ = 1;                      // heads / MLP groups in a kQkv, kAttn, kGateUp row
+  std::vector<int64_t> h_sp_logit_local_;  // SP: the logits rows this rank holds (local indices)
+  std::vector<int64_t> send_counts_, recv_counts_;
+  const int64_t* sp_logit_local_dev_ = nullptr;
   std::vector<int32_t> h_tokens_, h_write_pos_, h_table_, h_context_, h_path_begin_, h_path_end_, h_tables_,
       h_paths_, tree_begin_;
   std::vector<int64_t> h_logit_index_;
@@ -376,11 +427,13 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   const int32_t* tokens_dev_ = nullptr;
   const int64_t* logit_index_dev_ = nullptr;
   const float *cos_dev_ = nullptr, *sin_dev_ = nullptr;
-  cuda::StepLayout layout_;
+  cuda::StepLayout step_layout_;
 
   // Activations, by Activation, and scratch.
   int64_t reserved_rows_ = 0, reserved_logit_rows_ = 0;
   DeviceBuffer x_, xn_, qkv_, attn_, gate_up_, final_, kv_rows_, bf16_, logits_dev_, copies_dev_;
+  DeviceBuffer qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;  // several ranks
+  std::vector<float> logits_gathered_;  // rank 0: the vocabulary slices, before interleaving
   int64_t max_matrix_cols_ = 0;
   std::vector<float> hidden_;
   int64_t hidden_rows_ = 0;
@@ -493,10 +546,13 @@ WeightId CudaBackendImpl::SliceMatrix(WeightId matrix, int64_t row_begin, int64_
 
 absl::Status CudaBackendImpl::ReserveActivations(int64_t max_rows, int64_t max_logit_rows) {
   cudaSetDevice(device_);
-  const int64_t h = config_.hidden_size;
+  const int64_t h = config_.hidden_size, s = rank_layout_.sequence;
+  // An SP step's rows hold its group's S heads blocks (a rank holds fewer
+  // rows then: sized for the worst of both modes).
   const std::pair<DeviceBuffer*, int64_t> rows[] = {
-      {&x_, h}, {&xn_, h}, {&qkv_, q_dim_ + 2 * kv_dim_}, {&attn_, q_dim_}, {&gate_up_, 2 * inter_},
-      {&kv_rows_, 2 * kv_dim_}};
+      {&x_, h}, {&xn_, h}, {&qkv_, s * (q_dim_ + 2 * kv_dim_)}, {&attn_, s * q_dim_}, {&gate_up_, s * 2 * inter_},
+      {&kv_rows_, 2 * kv_dim_}, {&qkv_heads_, s > 1 ? q_dim_ + 2 * kv_dim_ : 0}, {&attn_heads_, s > 1 ? q_dim_ : 0},
+      {&a2a_send_, s > 1 ? s * (q_dim_ + 2 * kv_dim_) : 0}, {&a2a_recv_, s > 1 ? s * q_dim_ : 0}};
   size_t total = 0;
   cudaError_t e = cudaSuccess;
   for (const auto& [buffer, width] : rows) {
@@ -507,6 +563,12 @@ absl::Status CudaBackendImpl::ReserveActivations(int64_t max_rows, int64_t max_l
   if (e == cudaSuccess) e = bf16_.Reserve(max_rows * max_matrix_cols_ * 2);
   if (e == cudaSuccess) e = final_.Reserve(max_logit_rows * h * sizeof(float));
   if (e == cudaSuccess) e = logits_dev_.Reserve(max_logit_rows * config_.vocab_size * sizeof(float));
+  if (world_) {  // the vocabulary slices gathered on rank 0; SP's logits rows all-to-all
+    total += max_logit_rows * (config_.vocab_size + (s + 1) * h) * sizeof(float);
+    if (e == cudaSuccess) e = a2a_recv_.Reserve(std::max(a2a_recv_.bytes(), max_logit_rows * config_.vocab_size * sizeof(float)));
+    if (e == cudaSuccess) e = a2a_send_.Reserve(std::max(a2a_send_.bytes(), max_logit_rows * s * h * sizeof(float)));
+    if (e == cudaSuccess) e = final_local_.Reserve(max_logit_rows * h * sizeof(float));
+  }
   if (e != cudaSuccess) {
     reserved_rows_ = reserved_logit_rows_ = 0;  // some buffers were freed: grow again next step
     size_t free = 0, device_total = 0;
@@ -590,7 +652,7 @@ absl::Status CudaBackendImpl::Forward(std::span<const ForwardSequence> batch, fl
   cudaGetLastError();  // a failed allocation's error is not this step's
   step_status_ = absl::OkStatus();
   hidden_rows_ = 0;
-  model_->Run(batch, logits, ParallelMode::kTensor);
+  model_->Run(batch, logits, mode_);
   Check(cudaStreamSynchronize(stream_), "the step's synchronize");
   plan_in_flight_ = false;
   if (!step_status_.ok()) {
@@ -633,12 +695,12 @@ float* CudaBackendImpl::Rows(Activation a) const {
   switch (a) {
     case Activation::kX: return x_.as<float>();
     case Activation::kXn: return xn_.as<float>();
-    case Activation::kQkv:
-    case Activation::kQkvHeads: return qkv_.as<float>();
-    case Activation::kAttn:
-    case Activation::kAttnHeads: return attn_.as<float>();
+    case Activation::kQkv: return qkv_.as<float>();
+    case Activation::kAttn: return attn_.as<float>();
     case Activation::kGateUp: return gate_up_.as<float>();
     case Activation::kFinal: return final_.as<float>();
+    case Activation::kQkvHeads: return sp_step() ? qkv_heads_.as<float>() : qkv_.as<float>();
+    case Activation::kAttnHeads: return sp_step() ? attn_heads_.as<float>() : attn_.as<float>();
   }
   return nullptr;
 }
@@ -648,11 +710,11 @@ int64_t CudaBackendImpl::Width(Activation a) const {
     case Activation::kX:
     case Activation::kXn:
     case Activation::kFinal: return config_.hidden_size;
-    case Activation::kQkv:
+    case Activation::kQkv: return groups_ * (q_dim_ + 2 * kv_dim_);
+    case Activation::kAttn: return groups_ * q_dim_;
     case Activation::kQkvHeads: return q_dim_ + 2 * kv_dim_;
-    case Activation::kAttn:
     case Activation::kAttnHeads: return q_dim_;
-    case Activation::kGateUp: return 2 * inter_;
+    case Activation::kGateUp: return groups_ * 2 * inter_;
   }
   return 0;
 }
@@ -668,12 +730,23 @@ cuda::PagedKv CudaBackendImpl::LayerKv(int layer) const {
 }
 
 void CudaBackendImpl::BeginStep(const StepRows& rows) {
-  layout_ = {};  // until this step's plan is on the device, no op may read the last one's
+  step_layout_ = {};  // until this step's plan is on the device, no op may read the last one's
   if (Skip()) return;
-  rows_ = static_cast<int64_t>(rows.tokens.size());
+  step_mode_ = rows.mode;
+  all_rows_ = static_cast<int64_t>(rows.tokens.size());
   logit_rows_ = static_cast<int64_t>(rows.logit_rows.size());
-  if (rows_ > reserved_rows_ || logit_rows_ > reserved_logit_rows_) {
-    if (absl::Status s = ReserveActivations(std::max(rows_, reserved_rows_), std::max(logit_rows_, reserved_logit_rows_));
+  // SP mode: this rank's block of the rows, the SP group's heads in a row.
+  groups_ = sp_step() ? rank_layout_.sequence : 1;
+  row0_ = sp_step() ? RowBegin(rank_layout_.sp_rank()) : 0;
+  rows_ = sp_step() ? RowBegin(rank_layout_.sp_rank() + 1) - row0_ : all_rows_;
+  h_sp_logit_local_.clear();
+  if (sp_step()) {
+    for (int64_t r : rows.logit_rows) {
+      if (r >= row0_ && r < row0_ + rows_) h_sp_logit_local_.push_back(r - row0_);
+    }
+  }
+  if (all_rows_ > reserved_rows_ || logit_rows_ > reserved_logit_rows_) {
+    if (absl::Status s = ReserveActivations(std::max(all_rows_, reserved_rows_), std::max(logit_rows_, reserved_logit_rows_));
         !s.ok()) {
       step_status_ = s;  // RESOURCE_EXHAUSTED: this step's requests fail, the device is fine
       return;
@@ -710,9 +783,9 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
     }
   }
   const int64_t half = config_.head_dim / 2;
-  h_cos_.resize(rows_ * half);
-  h_sin_.resize(rows_ * half);
-  for (int64_t r = 0; r < rows_; ++r) cpu::RopeCosSin(inv_freq_, rows.positions[r], &h_cos_[r * half], &h_sin_[r * half]);
+  h_cos_.resize(all_rows_ * half);
+  h_sin_.resize(all_rows_ * half);
+  for (int64_t r = 0; r < all_rows_; ++r) cpu::RopeCosSin(inv_freq_, rows.positions[r], &h_cos_[r * half], &h_sin_[r * half]);
 
   // One copy of the whole plan, 256-byte aligned arrays.
   struct Part {
@@ -725,7 +798,7 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
                   {h_context_.data(), h_context_.size() * 4},       {h_path_begin_.data(), h_path_begin_.size() * 4},
                   {h_path_end_.data(), h_path_end_.size() * 4},     {h_tables_.data(), h_tables_.size() * 4},
                   {h_paths_.data(), h_paths_.size() * 4},           {h_cos_.data(), h_cos_.size() * 4},
-                  {h_sin_.data(), h_sin_.size() * 4}};
+                  {h_sin_.data(), h_sin_.size() * 4},           {h_sp_logit_local_.data(), h_sp_logit_local_.size() * 8}};
   size_t total = 0;
   for (Part& p : parts) {
     p.offset = total;
@@ -745,21 +818,22 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
   auto at = [&](int i) { return base + parts[i].offset; };
   tokens_dev_ = reinterpret_cast<const int32_t*>(at(0));
   logit_index_dev_ = reinterpret_cast<const int64_t*>(at(1));
-  layout_.rows = static_cast<int>(rows_);
-  layout_.write_pos = reinterpret_cast<const int32_t*>(at(2));
-  layout_.table = reinterpret_cast<const int32_t*>(at(3));
-  layout_.context = reinterpret_cast<const int32_t*>(at(4));
-  layout_.path_begin = reinterpret_cast<const int32_t*>(at(5));
-  layout_.path_end = reinterpret_cast<const int32_t*>(at(6));
-  layout_.tables = reinterpret_cast<const int32_t*>(at(7));
-  layout_.paths = reinterpret_cast<const int32_t*>(at(8));
+  step_layout_.rows = static_cast<int>(all_rows_);
+  step_layout_.write_pos = reinterpret_cast<const int32_t*>(at(2));
+  step_layout_.table = reinterpret_cast<const int32_t*>(at(3));
+  step_layout_.context = reinterpret_cast<const int32_t*>(at(4));
+  step_layout_.path_begin = reinterpret_cast<const int32_t*>(at(5));
+  step_layout_.path_end = reinterpret_cast<const int32_t*>(at(6));
+  step_layout_.tables = reinterpret_cast<const int32_t*>(at(7));
+  step_layout_.paths = reinterpret_cast<const int32_t*>(at(8));
   cos_dev_ = reinterpret_cast<const float*>(at(9));
   sin_dev_ = reinterpret_cast<const float*>(at(10));
+  sp_logit_local_dev_ = reinterpret_cast<const int64_t*>(at(11));
 }
 
 void CudaBackendImpl::Embed(Activation x) {
   if (Skip()) return;
-  Check(cuda::EmbedRows(embed_, embed_dtype_, tokens_dev_, static_cast<int>(rows_), config_.hidden_size, Rows(x),
+  Check(cuda::EmbedRows(embed_, embed_dtype_, tokens_dev_ + row0_, static_cast<int>(rows_), config_.hidden_size, Rows(x),
                         stream_),
         "Embed");
 }
@@ -790,7 +864,8 @@ void CudaBackendImpl::Matmul(Activation in, WeightId matrix, Activation out) {
 
 void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
   if (Skip()) return;
-  Check(cuda::PrepareQk(Rows(qkv), static_cast<int>(rows_), heads_, kv_heads_, config_.head_dim,
+  // The attention's view: every row of the step, this rank's heads.
+  Check(cuda::PrepareQk(Rows(qkv), static_cast<int>(all_rows_), heads_, kv_heads_, config_.head_dim,
                         bias == kNoWeight ? nullptr : vectors_[bias], q_norm == kNoWeight ? nullptr : vectors_[q_norm],
                         k_norm == kNoWeight ? nullptr : vectors_[k_norm], config_.rms_norm_eps, cos_dev_, sin_dev_,
                         stream_),
@@ -800,14 +875,14 @@ void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, 
 void CudaBackendImpl::WriteKv(int layer, Activation qkv) {
   if (Skip()) return;
   const float* rows = Rows(qkv);
-  Check(cuda::WriteKv(LayerKv(layer), layout_, rows + q_dim_, rows + q_dim_ + kv_dim_, Width(qkv), stream_),
+  Check(cuda::WriteKv(LayerKv(layer), step_layout_, rows + q_dim_, rows + q_dim_ + kv_dim_, Width(qkv), stream_),
         "WriteKv");
 }
 
 void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
   if (Skip()) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
-  Check(cuda::PagedAttention(Rows(qkv), Width(qkv), layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
+  Check(cuda::PagedAttention(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
                              stream_),
         "Attention");
 }
@@ -831,26 +906,148 @@ void CudaBackendImpl::Add(Activation x, Activation delta) {
   Check(cuda::AddF32(Rows(x), Rows(delta), rows_ * config_.hidden_size, stream_), "Add");
 }
 
+void CudaBackendImpl::Collective(const char* op, const std::function<absl::Status()>& call) {
+  if (Skip()) return;
+  Check(cudaStreamSynchronize(stream_), op);
+  if (Skip()) return;
+  if (absl::Status s = call(); !s.ok()) Fail(op, std::string(s.message()));
+}
+
+void CudaBackendImpl::AllReduce(Activation x) {
+  Communicator* group = sp_step() ? tp_group_ : world_;
+  if (!group || rows_ == 0) return;
+  Collective("AllReduce", [&] { return group->AllReduceSum({Rows(x), static_cast<size_t>(rows_ * Width(x))}); });
+}
+
+void CudaBackendImpl::SequenceToHeads(Activation qkv_rows, Activation qkv_heads) {
+  if (Skip() || !sp_step()) return;
+  const int sp = rank_layout_.sequence;
+  const int64_t width = Width(qkv_rows), block = Width(qkv_heads);
+  const float* src = Rows(qkv_rows);
+  float* send = a2a_send_.as<float>();
+  // To SP rank j: each of my rows' block j (j's heads, [q | k | v]).
+  send_counts_.assign(sp, rows_ * block);
+  recv_counts_.resize(sp);
+  for (int j = 0; j < sp; ++j) {
+    if (rows_ > 0) {
+      Check(cudaMemcpy2DAsync(send + j * rows_ * block, block * sizeof(float), src + j * block, width * sizeof(float),
+                              block * sizeof(float), rows_, cudaMemcpyDeviceToDevice, stream_),
+            "SequenceToHeads (pack)");
+    }
+    recv_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * block;
+  }
+  // From rank i: its rows of my heads, which is every row in order.
+  Collective("SequenceToHeads", [&] {
+    return sp_group_->AllToAll({send, static_cast<size_t>(sp * rows_ * block)}, send_counts_,
+                               {Rows(qkv_heads), static_cast<size_t>(all_rows_ * block)}, recv_counts_);
+  });
+}
+
+void CudaBackendImpl::HeadsToSequence(Activation attn_heads, Activation attn_rows) {
+  if (Skip() || !sp_step()) return;
+  const int sp = rank_layout_.sequence;
+  const int64_t block = Width(attn_heads), width = Width(attn_rows);
+  float* recv = a2a_recv_.as<float>();
+  // To SP rank j: its rows of my heads (a contiguous block of kAttnHeads).
+  send_counts_.resize(sp);
+  recv_counts_.assign(sp, rows_ * block);
+  for (int j = 0; j < sp; ++j) send_counts_[j] = (RowBegin(j + 1) - RowBegin(j)) * block;
+  Collective("HeadsToSequence", [&] {
+    return sp_group_->AllToAll({Rows(attn_heads), static_cast<size_t>(all_rows_ * block)}, send_counts_,
+                               {recv, static_cast<size_t>(sp * rows_ * block)}, recv_counts_);
+  });
+  // From rank i: my rows of its heads, placed at its heads' columns.
+  float* dst = Rows(attn_rows);
+  for (int i = 0; i < sp && rows_ > 0; ++i) {
+    Check(cudaMemcpy2DAsync(dst + i * block, width * sizeof(float), recv + i * rows_ * block, block * sizeof(float),
+                            block * sizeof(float), rows_, cudaMemcpyDeviceToDevice, stream_),
+          "HeadsToSequence (unpack)");
+  }
+}
+
 void CudaBackendImpl::GatherRmsNorm(Activation in, WeightId weight, Activation out) {
   if (Skip()) return;
-  Check(cuda::GatherRmsNormF32(Rows(in), logit_index_dev_, vectors_[weight], config_.rms_norm_eps,
-                               static_cast<int>(logit_rows_), config_.hidden_size, Rows(out), stream_),
+  const int64_t h = config_.hidden_size;
+  if (!sp_step()) {
+    Check(cuda::GatherRmsNormF32(Rows(in), logit_index_dev_, vectors_[weight], config_.rms_norm_eps,
+                                 static_cast<int>(logit_rows_), h, Rows(out), stream_),
+          "GatherRmsNorm");
+    return;
+  }
+  // SP mode: each rank norms the logits rows it holds; one all-to-all in
+  // the SP group hands every rank all of them, in order (rank blocks are in
+  // row order).
+  const int sp = rank_layout_.sequence;
+  const int64_t mine = static_cast<int64_t>(h_sp_logit_local_.size());
+  float* local = final_local_.as<float>();
+  Check(cuda::GatherRmsNormF32(Rows(in), sp_logit_local_dev_, vectors_[weight], config_.rms_norm_eps,
+                               static_cast<int>(mine), h, local, stream_),
         "GatherRmsNorm");
+  float* send = a2a_send_.as<float>();
+  for (int j = 0; j < sp && mine > 0; ++j) {
+    Check(cudaMemcpyAsync(send + j * mine * h, local, mine * h * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+          "GatherRmsNorm (pack)");
+  }
+  send_counts_.assign(sp, mine * h);
+  recv_counts_.resize(sp);
+  for (int j = 0; j < sp; ++j) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < logit_rows_; ++i) {
+      const int64_t r = h_logit_index_[i];
+      n += r >= RowBegin(j) && r < RowBegin(j + 1);
+    }
+    recv_counts_[j] = n * h;
+  }
+  Collective("GatherRmsNorm", [&] {
+    return sp_group_->AllToAll({send, static_cast<size_t>(sp * mine * h)}, send_counts_,
+                               {Rows(out), static_cast<size_t>(logit_rows_ * h)}, recv_counts_);
+  });
 }
 
 void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
   if (Skip()) return;
   const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
   Gemm(Rows(in), h, logit_rows_, matrices_[matrix], logits_dev_.as<float>());
-  if (!step_status_.ok()) return;
+  if (Skip()) return;
   // The final hidden states too (model-based speculators read them).
   hidden_.resize(logit_rows_ * h);
   Check(cudaMemcpyAsync(hidden_.data(), Rows(in), hidden_.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
         "Logits (hidden states)");
-  if (logits) {
-    Check(cudaMemcpyAsync(logits, logits_dev_.as<float>(), logit_rows_ * vocab * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_),
-          "Logits (download)");
+  if (!world_) {
+    if (logits) {
+      Check(cudaMemcpyAsync(logits, logits_dev_.as<float>(), logit_rows_ * vocab * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "Logits (download)");
+    }
+    return;
+  }
+  // Vocab-parallel: this rank's slice of every row, gathered on rank 0 (an
+  // all-to-all that sends only to rank 0) and interleaved into whole rows.
+  const int world = rank_layout_.world();
+  auto slice_begin = [&](int r) { return vocab * r / world; };
+  const int64_t mine = rank_layout_.vocab_end - rank_layout_.vocab_begin;
+  const bool root = rank_layout_.rank == 0;
+  send_counts_.assign(world, 0);
+  send_counts_[0] = logit_rows_ * mine;
+  recv_counts_.assign(world, 0);
+  if (root) {
+    for (int r = 0; r < world; ++r) recv_counts_[r] = logit_rows_ * (slice_begin(r + 1) - slice_begin(r));
+  }
+  float* gathered = a2a_recv_.as<float>();
+  Collective("Logits", [&] {
+    return world_->AllToAll({logits_dev_.as<float>(), static_cast<size_t>(logit_rows_ * mine)}, send_counts_,
+                            {gathered, static_cast<size_t>(root ? logit_rows_ * vocab : 0)}, recv_counts_);
+  });
+  if (!root || !logits || Skip()) return;
+  logits_gathered_.resize(logit_rows_ * vocab);
+  Check(cudaMemcpy(logits_gathered_.data(), gathered, logits_gathered_.size() * sizeof(float), cudaMemcpyDeviceToHost),
+        "Logits (download)");
+  const float* from = logits_gathered_.data();
+  for (int r = 0; r < world; ++r) {
+    const int64_t v0 = slice_begin(r), width = slice_begin(r + 1) - v0;
+    for (int64_t i = 0; i < logit_rows_; ++i, from += width) {
+      std::memcpy(logits + i * vocab + v0, from, width * sizeof(float));
+    }
   }
 }
 
@@ -862,7 +1059,7 @@ void CudaBackendImpl::ProjectKv(int layer, Activation in, WeightId kv_matrix) {
   Check(cuda::ApplyRope(kv, 2 * kv_dim_, static_cast<int>(rows_), kv_heads_, config_.head_dim, cos_dev_, sin_dev_,
                         stream_),
         "ProjectKv (RoPE)");
-  Check(cuda::WriteKv(LayerKv(layer), layout_, kv, kv + kv_dim_, 2 * kv_dim_, stream_), "ProjectKv (WriteKv)");
+  Check(cuda::WriteKv(LayerKv(layer), step_layout_, kv, kv + kv_dim_, 2 * kv_dim_, stream_), "ProjectKv (WriteKv)");
 }
 
 void CudaBackendImpl::NarrowStep(const StepRows& rows, std::span<const int64_t> kept, Activation x) {

@@ -20,7 +20,10 @@
 // with INTERNAL naming the op; the device's state is then not trusted
 // (healthy() turns false for good).
 //
-// One rank: a worker over several GPUs (NCCL) is not built yet.
+// Several GPUs: one rank per GPU, each holding its shard, the model's
+// collectives over NCCL on device memory (TP, or Ulysses SP x TP per step,
+// as the CPU backend's ranks); the step stream is synchronized before each
+// collective, which runs on the communicator's stream.
 // Threading: as Backend (one engine thread); the device is made current on
 // every call, so the calling thread may change.
 #pragma once
@@ -36,8 +39,20 @@
 
 namespace floe {
 
+class Communicator;
+
 struct CudaBackendOptions {
   int device = 0;  // CUDA device ordinal
+  // Several ranks (null: one rank), one GPU each, as CpuBackendOptions:
+  // `communicator` spans every rank of the worker, a grid of T x S with S =
+  // sequence_parallel_size (model/parallel_layout.h); sequence_group and
+  // tensor_group are this rank's SP and TP groups (null where the group is
+  // the whole worker). Each must take device memory (NcclCommunicator).
+  // Steps run in the mode SetParallelMode last set, every rank the same.
+  Communicator* communicator = nullptr;
+  int sequence_parallel_size = 1;
+  Communicator* sequence_group = nullptr;
+  Communicator* tensor_group = nullptr;
   // Called once, on the engine thread, when a CUDA error fails a step (the
   // step's requests then fail with its INTERNAL status). The worker stops
   // serving and exits: a device in an unknown state must not answer.

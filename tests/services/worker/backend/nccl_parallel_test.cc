@@ -1,9 +1,10 @@
-// The model over two GPU ranks' collectives: CPU backends (one per rank, a
-// thread each) whose collectives run on NCCL, one GPU per rank, with host
-// buffers staged through device memory. Until the CUDA backend lands this is
-// the 2-GPU TP/SP equality case: SP over NCCL is bit-identical to one rank,
-// and TP over NCCL to TP over Gloo (a two-way sum is a + b on both). Skipped,
-// with the device count, on fewer than 2 GPUs (bench/gpu/check.sh runs it).
+// The model over two GPU ranks' collectives, one GPU per rank, a thread
+// each: CPU backends whose collectives run on NCCL with host buffers staged
+// through device memory (SP over NCCL is bit-identical to one rank, and TP
+// over NCCL to TP over Gloo: a two-way sum is a + b on both), and CUDA
+// backends on NCCL, TP and SP, against one CPU rank within the CUDA
+// backend's stated tolerance (cuda_backend_test). Skipped, with the device
+// count, on fewer than 2 GPUs (bench/gpu/check.sh runs it).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "services/worker/backend/cpu_backend.h"
+#include "services/worker/backend/cuda_backend.h"
 #include "services/worker/backend/rank_group.h"
 #include "services/worker/parallel/gloo_communicator.h"
 #include "services/worker/parallel/nccl_communicator.h"
@@ -88,8 +90,9 @@ std::vector<int32_t> Prompt(int n, int vocab) {
   return p;
 }
 
-// Generates on 2 ranks (T = 2 or S = 2) over NCCL (or Gloo).
-Generation OnTwoRanks(const TestModel& model, bool nccl, bool sequence_parallel) {
+// Generates on 2 ranks (T = 2 or S = 2) over NCCL (or Gloo), on CPU
+// backends or (with NCCL) CUDA backends.
+Generation OnTwoRanks(const TestModel& model, bool nccl, bool sequence_parallel, bool cuda_backend = false) {
   static int n = 0;
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("floe_nccl_model_" + std::to_string(getpid()) + "_" + std::to_string(n++)))
@@ -112,9 +115,18 @@ Generation OnTwoRanks(const TestModel& model, bool nccl, bool sequence_parallel)
         staged = std::make_unique<HostStaged>(*device);
         comm = staged.get();
       }
-      auto backend = CpuBackend::Create(
-          model.config(), model.weights(),
-          {.num_threads = 1, .communicator = comm, .sequence_parallel_size = sequence_parallel ? 2 : 1});
+      absl::StatusOr<std::unique_ptr<Backend>> backend;
+      if (cuda_backend) {
+        auto made = CudaBackend::Create(
+            model.config(), model.weights(),
+            {.device = r, .communicator = device.get(), .sequence_parallel_size = sequence_parallel ? 2 : 1});
+        if (made.ok()) backend = std::unique_ptr<Backend>(std::move(made).value()); else backend = made.status();
+      } else {
+        auto made = CpuBackend::Create(
+            model.config(), model.weights(),
+            {.num_threads = 1, .communicator = comm, .sequence_parallel_size = sequence_parallel ? 2 : 1});
+        if (made.ok()) backend = std::unique_ptr<Backend>(std::move(made).value()); else backend = made.status();
+      }
       ASSERT_TRUE(backend.ok()) << backend.status();
       // Rank 0 drives (its plan broadcasts go over the Gloo bootstrap), rank 1 follows.
       if (r == 1) {
@@ -150,6 +162,44 @@ TEST(NcclParallelTest, SpIsBitIdenticalToOneRankAndTpToGloo) {
     const Generation tp_gloo = OnTwoRanks(model, false, false);
     EXPECT_EQ(tp_nccl.prompt_logits, tp_gloo.prompt_logits);
     EXPECT_EQ(tp_nccl.step_logits, tp_gloo.step_logits);
+  }
+}
+
+// Max |a - b| over every row, relative to 1 + the row's max |b|.
+float RelativeError(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  float worst = 0;
+  for (size_t r = 0; r < b.size() && r < a.size(); ++r) {
+    float scale = 1, diff = 0;
+    for (size_t i = 0; i < b[r].size(); ++i) {
+      scale = std::max(scale, std::abs(b[r][i]));
+      diff = std::max(diff, std::abs(a[r][i] - b[r][i]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return a.size() == b.size() ? worst : INFINITY;
+}
+
+TEST(NcclParallelTest, CudaBackendsOverNcclMatchOneCpuRank) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  if (devices < 2) GTEST_SKIP() << "skipped: needs 2 CUDA devices, found " << devices;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const float tol = dtype == DType::kF32 ? 1e-4f : 2e-2f;  // cuda_backend_test's bounds
+    TestModel model(Flavor::kQwen2, dtype, 31);
+    auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+    ASSERT_TRUE(one.ok());
+    ASSERT_TRUE((*one)->AllocateKvCache(64, 4).ok());
+    const Generation want = testing_model::Generate(**one, Prompt(21, model.config().vocab_size), 12, 8, 4, 0, 64);
+    for (bool sp : {false, true}) {
+      const Generation got = OnTwoRanks(model, /*nccl=*/true, sp, /*cuda_backend=*/true);
+      EXPECT_LE(RelativeError(got.prompt_logits, want.prompt_logits), tol) << (sp ? "SP" : "TP") << " prompt";
+      // Each fed its own tokens: compare while they agree.
+      size_t same = 0;
+      while (same < want.tokens.size() && same < got.tokens.size() && got.tokens[same] == want.tokens[same]) ++same;
+      std::vector<std::vector<float>> g(got.step_logits.begin(), got.step_logits.begin() + same + (same < got.step_logits.size())),
+          w(want.step_logits.begin(), want.step_logits.begin() + g.size());
+      EXPECT_LE(RelativeError(g, w), tol) << (sp ? "SP" : "TP") << " decode";
+    }
   }
 }
 
