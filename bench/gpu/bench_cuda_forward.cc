@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/engine/bench_timing.h"
 #include "bench/engine/dummy_model.h"
+#include "bench/engine/forward_bench.h"
 #include "common/cli/arg_parser.h"
 #include "kernels/cuda/model_kernels.h"
 #include "services/worker/backend/cuda_backend.h"
@@ -98,56 +99,6 @@ double GemmRate(int n = 8192) {
   cudaFree(b);
   cudaFree(c);
   return Median(rates);
-}
-
-struct ModelCost {
-  double matmul_flops = 0, lm_head_flops = 0, weight_bytes = 0, kv_bytes_per_pos = 0, attn_flops_per_ctx = 0;
-};
-
-ModelCost CostOf(const ModelConfig& c) {
-  const double h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  const double layer = h * (q + 2 * kv) + q * h + 3 * h * c.intermediate_size;
-  ModelCost cost;
-  cost.lm_head_flops = 2 * h * c.vocab_size;
-  cost.matmul_flops = 2 * layer * c.num_layers;
-  cost.weight_bytes = 2 * (layer * c.num_layers + h * c.vocab_size);
-  cost.kv_bytes_per_pos = 2 * kv * 4 * c.num_layers;  // f32 K and V
-  cost.attn_flops_per_ctx = 4 * q * c.num_layers;
-  return cost;
-}
-
-// `batch` sequences: one prefill Forward of `prompt` tokens each, then
-// `steps` decode steps. Returns {prefill tok/s, decode tok/s (aggregate)}.
-std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt, int steps, int block_size,
-                                  int blocks_per_seq) {
-  const int vocab = backend.config().vocab_size;
-  std::vector<std::vector<int32_t>> tables(batch), prompts(batch);
-  std::vector<int32_t> next(batch);
-  for (int s = 0; s < batch; ++s) {
-    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
-    for (int i = 0; i < prompt; ++i) prompts[s].push_back((s * 7919 + i * 131) % vocab);
-  }
-  std::vector<float> logits(static_cast<size_t>(batch) * vocab);
-  std::vector<ForwardSequence> fwd(batch);
-  for (int s = 0; s < batch; ++s) fwd[s] = {prompts[s], 0, tables[s], 1};
-  auto check = [](const absl::Status& st) {
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s\n", st.ToString().c_str());
-      std::exit(1);
-    }
-  };
-  double t0 = Now();
-  check(backend.Forward(fwd, logits.data()));
-  const double prefill = static_cast<double>(batch) * prompt / (Now() - t0);
-  t0 = Now();
-  for (int step = 0; step < steps; ++step) {
-    for (int s = 0; s < batch; ++s) {
-      next[s] = (s * 7919 + (prompt + step) * 131) % vocab;  // a fixed stream, no sampling timed
-      fwd[s] = {{&next[s], 1}, prompt + step, tables[s], 1};
-    }
-    check(backend.Forward(fwd, logits.data()));
-  }
-  return {prefill, static_cast<double>(batch) * steps / (Now() - t0)};
 }
 
 int Main(int argc, char** argv) {
