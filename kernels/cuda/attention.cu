@@ -34,14 +34,18 @@ __global__ void WriteKvKernel(PagedKv kv, StepLayout step, const float* __restri
   }
 }
 
-// One block of kWarps warps per (row, q head). Warp w takes keys w, w +
-// kWarps, ...; each keeps an online softmax (running max m, sum l, and the
-// weighted sum of values, head_dim split over its lanes); the warps' states
-// merge at the end.
+// One block of kWarps warps per (row, q head, split). The split takes its
+// share of the row's keys; warp w of it takes keys w, w + kWarps, ...; each
+// keeps an online softmax (running max m, sum l, and the weighted sum of
+// values, head_dim split over its lanes); the warps' states merge at the
+// end. With one split the block writes the output; with several it writes
+// its (max, sum, unnormalized values) for MergeSplitsKernel.
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(const float* __restrict__ q, int64_t q_stride, StepLayout step, PagedKv kv, int group,
-                    float scale, float* __restrict__ out, int64_t out_stride) {
+                    float scale, float* __restrict__ out, int64_t out_stride, float* __restrict__ part_values,
+                    float* __restrict__ part_stats) {
   const int row = blockIdx.x, head = blockIdx.y, kv_head = head / group;
+  const int split = blockIdx.z, splits = gridDim.z;
   const int hd = kv.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float qr[kPerLane], acc[kPerLane];
@@ -56,8 +60,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int context = step.context[row];
   const int path_begin = step.path_begin[row];
   const int total = context + (step.path_end[row] - path_begin);
+  const int chunk = (total + splits - 1) / splits;
+  const int first = split * chunk, last = min(total, first + chunk);
   float m = -INFINITY, l = 0.0f;
-  for (int key = warp; key < total; key += kWarps) {
+  for (int key = first + warp; key < last; key += kWarps) {
     const int pos = key < context ? key : step.paths[path_begin + key - context];
     const int64_t at = Offset(kv, table[pos / kv.block_size], kv_head, pos % kv.block_size);
     const float* kp = kv.k + at;
@@ -97,11 +103,49 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w]);
   float sum = 0.0f;
   for (int w = 0; w < kWarps; ++w) sum += warp_m[w] == -INFINITY ? 0.0f : warp_l[w] * expf(warp_m[w] - top);
-  float* o = out + row * out_stride + static_cast<int64_t>(head) * hd;
+  if (splits == 1) {
+    float* o = out + row * out_stride + static_cast<int64_t>(head) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float value = 0.0f;
+      for (int w = 0; w < kWarps; ++w) {
+        if (warp_m[w] != -INFINITY) value += warp_acc[w][d] * expf(warp_m[w] - top);
+      }
+      o[d] = sum > 0.0f ? value / sum : 0.0f;
+    }
+    return;
+  }
+  const int64_t part = (static_cast<int64_t>(row) * gridDim.y + head) * splits + split;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float value = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
       if (warp_m[w] != -INFINITY) value += warp_acc[w][d] * expf(warp_m[w] - top);
+    }
+    part_values[part * hd + d] = value;
+  }
+  if (threadIdx.x == 0) {
+    part_stats[2 * part] = top;  // -inf: the split had no key
+    part_stats[2 * part + 1] = sum;
+  }
+}
+
+// One block per (row, head): the splits' softmax states into the output.
+__global__ void MergeSplitsKernel(const float* __restrict__ part_values, const float* __restrict__ part_stats,
+                                  int splits, int hd, float* __restrict__ out, int64_t out_stride) {
+  const int row = blockIdx.x, head = blockIdx.y;
+  const int64_t first = (static_cast<int64_t>(row) * gridDim.y + head) * splits;
+  float top = -INFINITY;
+  for (int s = 0; s < splits; ++s) top = fmaxf(top, part_stats[2 * (first + s)]);
+  float sum = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = part_stats[2 * (first + s)];
+    if (m != -INFINITY) sum += part_stats[2 * (first + s) + 1] * expf(m - top);
+  }
+  float* o = out + row * out_stride + static_cast<int64_t>(head) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float value = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = part_stats[2 * (first + s)];
+      if (m != -INFINITY) value += part_values[(first + s) * hd + d] * expf(m - top);
     }
     o[d] = sum > 0.0f ? value / sum : 0.0f;
   }
@@ -144,16 +188,31 @@ int WriteKv(const PagedKv& kv, const StepLayout& step, const float* k, const flo
 }
 
 int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
-                   float scale, float* out, int64_t out_stride, void* stream) {
+                   float scale, float* out, int64_t out_stride, int splits, float* workspace,
+                   int64_t workspace_floats, void* stream) {
   if (!ValidKv(kv) || !ValidStep(step) || !q || !out || num_heads <= 0 || num_heads % kv.kv_heads != 0 ||
-      kv.head_dim > kMaxHeadDim || q_stride < num_heads * kv.head_dim || out_stride < num_heads * kv.head_dim) {
+      kv.head_dim > kMaxHeadDim || q_stride < num_heads * kv.head_dim || out_stride < num_heads * kv.head_dim ||
+      splits < 1 || splits > kMaxSplits ||
+      (splits > 1 && (!workspace || workspace_floats < PagedAttentionWorkspace(step.rows, num_heads, kv.head_dim,
+                                                                               splits)))) {
     return Invalid();
   }
   if (step.rows == 0) return 0;
-  const dim3 grid(step.rows, num_heads);
+  const int64_t parts = static_cast<int64_t>(step.rows) * num_heads * splits;
+  float* part_values = splits > 1 ? workspace : nullptr;
+  float* part_stats = splits > 1 ? workspace + parts * kv.head_dim : nullptr;
+  const dim3 grid(step.rows, num_heads, splits);
   AttentionKernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      q, q_stride, step, kv, num_heads / kv.kv_heads, scale, out, out_stride);
+      q, q_stride, step, kv, num_heads / kv.kv_heads, scale, out, out_stride, part_values, part_stats);
+  if (splits == 1) return Launched();
+  if (const int code = Launched(); code != 0) return code;
+  MergeSplitsKernel<<<dim3(step.rows, num_heads), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+      part_values, part_stats, splits, kv.head_dim, out, out_stride);
   return Launched();
+}
+
+int64_t PagedAttentionWorkspace(int rows, int num_heads, int head_dim, int splits) {
+  return static_cast<int64_t>(rows) * num_heads * splits * (head_dim + 2);
 }
 
 int CopyKvSlots(float* cache, int64_t array_floats, int arrays, int block_size, int kv_heads, int head_dim,

@@ -94,9 +94,16 @@ int WriteKv(const PagedKv& kv, const StepLayout& step, const float* k, const flo
 
 // out[r, h] = softmax(q[r, h] . K^T * scale) V over row r's keys (see
 // StepLayout); q head h reads KV head h / (num_heads / kv_heads). One block
-// per (row, head); online softmax, so any context length fits.
+// per (row, head, split); online softmax, so any context length fits.
+// splits > 1 (split-K, for few rows over long contexts: a batch-1 decode
+// has only num_heads blocks otherwise) divides each row's keys into that
+// many parts, merged by a second kernel through `workspace`, at least
+// PagedAttentionWorkspace(...) floats; splits = 1 needs none.
+inline constexpr int kMaxSplits = 64;
 int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
-                   float scale, float* out, int64_t out_stride, void* stream);
+                   float scale, float* out, int64_t out_stride, int splits, float* workspace,
+                   int64_t workspace_floats, void* stream);
+int64_t PagedAttentionWorkspace(int rows, int num_heads, int head_dim, int splits);
 
 // Copies one token's KV per entry, entries in order, in every one of
 // `arrays` arrays of `array_floats` floats from `cache` (each layer's K,

@@ -268,6 +268,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
       return absl::FailedPreconditionError(absl::StrCat("CUDA device ", device_, ": ", ErrorText(e)));
     }
     device_name_ = absl::StrCat(prop.name, " (device ", device_, ", ", Gib(static_cast<double>(prop.totalGlobalMem)), ")");
+    sm_count_ = std::max(1, prop.multiProcessorCount);
     // The context exists once the stream does: what is free then is this
     // worker's starting point (KvCacheBudget).
     if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess) {
@@ -279,6 +280,12 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
     }
     FLOE_RETURN_IF_ERROR(gemm_.Init());
     FLOE_RETURN_IF_ERROR(SetUpRanks());
+    // Split-K attention's partial results: Splits() keeps a step's (row,
+    // head, split) blocks under 4 per SM.
+    if (cudaError_t e = attn_workspace_.Reserve(4 * sm_count_ * (config_.head_dim + 2) * sizeof(float));
+        e != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat("the attention workspace: ", ErrorText(e)));
+    }
     const RankLayout& layout = rank_layout_;
     heads_ = layout.heads.num_heads();
     kv_heads_ = layout.heads.num_kv_heads();
@@ -345,6 +352,16 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // (contiguous blocks in rank order).
   int64_t RowBegin(int j) const { return all_rows_ * j / rank_layout_.sequence; }
   bool sp_step() const { return step_mode_ == ParallelMode::kSequence && rank_layout_.sequence > 1; }
+  // Split-K attention: where the step's (row, head) blocks cannot fill the
+  // GPU twice over and its contexts are long (>= 256 keys a split), each
+  // row's keys are split so that about 2 blocks run per SM.
+  int AttentionSplits() const {
+    const int64_t blocks = std::max<int64_t>(1, all_rows_ * heads_);
+    if (blocks >= 2 * sm_count_ || max_context_ < 512) return 1;
+    const int64_t splits = std::min<int64_t>({(2 * sm_count_ + blocks - 1) / blocks, max_context_ / 256,
+                                              cuda::kMaxSplits});
+    return static_cast<int>(std::max<int64_t>(1, splits));
+  }
   // Runs a collective on device memory: the step stream's work first (the
   // communicator runs on its own stream and returns once done there).
   void Collective(const char* op, const std::function<absl::Status()>& call);
@@ -413,6 +430,9 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // The step.
   int64_t rows_ = 0, logit_rows_ = 0;  // rows_: this rank's rows of the step
   int64_t row0_ = 0, all_rows_ = 0;     // its first row, and the step's rows
+  int64_t max_context_ = 0;             // the step's longest sequence end
+  int sm_count_ = 1;
+  DeviceBuffer attn_workspace_;  // split-K partial results
   int groups_ = 1;                      // heads / MLP groups in a kQkv, kAttn, kGateUp row
   std::vector<int64_t> h_sp_logit_local_;  // SP: the logits rows this rank holds (local indices)
   std::vector<int64_t> send_counts_, recv_counts_;
@@ -733,6 +753,7 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
   step_layout_ = {};  // until this step's plan is on the device, no op may read the last one's
   if (Skip()) return;
   step_mode_ = rows.mode;
+  max_context_ = rows.max_context;
   all_rows_ = static_cast<int64_t>(rows.tokens.size());
   logit_rows_ = static_cast<int64_t>(rows.logit_rows.size());
   // SP mode: this rank's block of the rows, the SP group's heads in a row.
@@ -883,7 +904,8 @@ void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
   if (Skip()) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
   Check(cuda::PagedAttention(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
-                             stream_),
+                             AttentionSplits(), attn_workspace_.as<float>(),
+                             static_cast<int64_t>(attn_workspace_.bytes() / sizeof(float)), stream_),
         "Attention");
 }
 

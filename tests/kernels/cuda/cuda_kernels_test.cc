@@ -264,8 +264,18 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuOnChainsAndTrees) {
     ASSERT_CUDA(cuda::WriteKv(dkv, layout, dq.get() + q_dim, dq.get() + q_dim + kv_dim, width, nullptr));
     EXPECT_EQ(dk.Host(), ck) << "head_dim " << hd;
     EXPECT_EQ(dv.Host(), cv) << "head_dim " << hd;
-    ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, dout.get(), q_dim, nullptr));
+    ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, dout.get(), q_dim, 1, nullptr, 0,
+                                     nullptr));
     ExpectNear(dout.Host(), want, 1e-4f, "PagedAttention");
+    // Split-K over the same keys (splits with no key included: C's tree
+    // rows have 12 to 15 keys).
+    for (int splits : {2, 5, 16}) {
+      DeviceVec<float> work(std::vector<float>(cuda::PagedAttentionWorkspace(rows, heads, hd, splits)));
+      DeviceVec<float> dsplit(std::vector<float>(rows * q_dim));
+      ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, dsplit.get(), q_dim, splits,
+                                       work.get(), cuda::PagedAttentionWorkspace(rows, heads, hd, splits), nullptr));
+      ExpectNear(dsplit.Host(), want, 1e-4f, "PagedAttention split-K");
+    }
 
     // CopyKvSlots: in order, the second copy reading the first's destination.
     const std::vector<int32_t> copies = {10, 1, 11, 2, 11, 2, 12, 0};
@@ -289,6 +299,52 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuOnChainsAndTrees) {
   }
 }
 
+// Split-K where it is meant for: two decode rows over 700 and 1,000 cached
+// keys, against the CPU and against one split.
+TEST(CudaKernelsTest, SplitKAttentionMatchesOnLongContexts) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  const int heads = 8, kv_heads = 2, hd = 128, bs = 16, blocks = 128;
+  const int kv_dim = kv_heads * hd, q_dim = heads * hd, width = q_dim + 2 * kv_dim;
+  std::vector<int32_t> table_a(64), table_b(64);
+  for (int i = 0; i < 64; ++i) {
+    table_a[i] = 2 * i + 1;
+    table_b[i] = 126 - 2 * i;
+  }
+  const int64_t array = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
+  const std::vector<float> cache_k = Random(array, 41), cache_v = Random(array, 42), qkv = Random(2 * width, 43);
+  const int32_t starts[] = {700, 1000};
+  std::vector<cpu::AttentionSeq> seqs(2);
+  for (int s = 0; s < 2; ++s) {
+    seqs[s].first_row = s;
+    seqs[s].num_tokens = 1;
+    seqs[s].start_pos = starts[s];
+    seqs[s].block_table = s == 0 ? table_a.data() : table_b.data();
+  }
+  std::vector<float> ck = cache_k, cv = cache_v, want(2 * q_dim);
+  cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd};
+  cpu::WriteKv(kv, seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
+  cpu::ThreadPool pool(2);
+  std::vector<float> scratch(2 * 1024);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(), 1024, pool);
+  std::vector<int32_t> tables = table_a;
+  tables.insert(tables.end(), table_b.begin(), table_b.end());
+  DeviceVec<int32_t> d_write(std::vector<int32_t>{700, 1000}), d_table(std::vector<int32_t>{0, 64}),
+      d_context(std::vector<int32_t>{701, 1001}), d_zero(std::vector<int32_t>{0, 0}), d_tables(tables);
+  cuda::StepLayout layout{2, d_write.get(), d_table.get(), d_context.get(), d_zero.get(), d_zero.get(), d_tables.get(),
+                          nullptr};
+  DeviceVec<float> dk(cache_k), dv(cache_v), dq(qkv);
+  cuda::PagedKv dkv{dk.get(), dv.get(), bs, kv_heads, hd};
+  ASSERT_CUDA(cuda::WriteKv(dkv, layout, dq.get() + q_dim, dq.get() + q_dim + kv_dim, width, nullptr));
+  for (int splits : {1, 3, 8, 64}) {
+    const int64_t floats = cuda::PagedAttentionWorkspace(2, heads, hd, splits);
+    DeviceVec<float> work{std::vector<float>(floats)}, out{std::vector<float>(2 * q_dim)};
+    ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, out.get(), q_dim, splits, work.get(),
+                                     floats, nullptr));
+    ExpectNear(out.Host(), want, 1e-4f, "split-K attention");
+  }
+}
+
 TEST(CudaKernelsTest, LaunchersRefuseBadArguments) {
   // No device needed: the launchers check before they launch.
   EXPECT_NE(cuda::EmbedRows(nullptr, cuda::Dtype::kF32, nullptr, 1, 1, nullptr, nullptr), 0);
@@ -296,7 +352,18 @@ TEST(CudaKernelsTest, LaunchersRefuseBadArguments) {
   EXPECT_NE(cuda::F32ToBf16(nullptr, 1, 1, 2, nullptr, nullptr), 0);
   cuda::PagedKv kv{reinterpret_cast<float*>(16), reinterpret_cast<float*>(16), 4, 2, 512};  // head_dim > 256
   cuda::StepLayout step;
-  EXPECT_NE(cuda::PagedAttention(nullptr, 0, step, kv, 2, 1.0f, nullptr, 0, nullptr), 0);
+  EXPECT_NE(cuda::PagedAttention(nullptr, 0, step, kv, 2, 1.0f, nullptr, 0, 1, nullptr, 0, nullptr), 0);
+  // Split-K without a workspace large enough.
+  float* any = reinterpret_cast<float*>(16);
+  const int32_t* ids = reinterpret_cast<const int32_t*>(16);
+  cuda::StepLayout one{1, ids, ids, ids, ids, ids, ids, nullptr};
+  cuda::PagedKv small{any, any, 4, 2, 64};
+  EXPECT_NE(cuda::PagedAttention(any, 128, one, small, 2, 1.0f, any, 128, 4, any,
+                                 cuda::PagedAttentionWorkspace(1, 2, 64, 4) - 1, nullptr),
+            0);
+  EXPECT_NE(cuda::PagedAttention(any, 128, one, small, 2, 1.0f, any, 128, cuda::kMaxSplits + 1, any, 1 << 30,
+                                 nullptr),
+            0);
   EXPECT_EQ(cuda::AddF32(nullptr, nullptr, 0, nullptr), static_cast<int>(cudaErrorInvalidValue));
 }
 
