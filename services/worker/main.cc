@@ -203,9 +203,27 @@ absl::StatusOr<NcclGrid> ConnectNcclGrid(const GlooGrid& gloo, int device) {
 #endif
 #endif
 
+// Every rank runs on the device rank 0 chose: its choice travels on the
+// Gloo world right after the ranks meet (ranks started elsewhere may have
+// other builds or machines). A rank that cannot follow says why.
+absl::StatusOr<Device> AgreeOnDevice(Communicator& world, Device mine, const DeviceSupport& support, int ranks) {
+  int32_t code = static_cast<int32_t>(mine);
+  if (absl::Status s = world.Broadcast({reinterpret_cast<std::byte*>(&code), sizeof(code)}, 0); !s.ok()) return s;
+  const Device leader = code == static_cast<int32_t>(Device::kCuda) ? Device::kCuda : Device::kCpu;
+  if (leader == Device::kCuda && mine != Device::kCuda) {
+    auto can = ChooseDevice("cuda", support, ranks, 1);
+    if (!can.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("rank 0 runs on cuda, this rank cannot: ", can.status().message()));
+    }
+  }
+  return leader;
+}
+
 // Ranks 1..T-1: load, meet the group, run the leader's steps until it stops
 // them (exit 0) or the group fails (exit 1). They die with rank 0 (PDEATHSIG).
-int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads, const DeviceChoice& device, int gpus) {
+int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads, const DeviceChoice& choice,
+            const DeviceSupport& support) {
+  const int gpus = support.visible_gpus;
   auto failed = [&](const char* event, const absl::Status& status) {
     LogEvent(LogLevel::kError, "worker", event,
              {{"rank", static_cast<int64_t>(f.rank)}, {"error", std::string(status.message())}});
@@ -224,7 +242,9 @@ int RunRank(const WorkerFlags& f, const LoadOptions& load, int threads, const De
                                .hostname = f.rank_host},
                               f.sequence_parallel_size);
   if (!grid.ok()) return failed("rank_connect_failed", grid.status());
-  if (device.device == Device::kCuda) {
+  auto device = AgreeOnDevice(*grid->world, choice.device, support, f.tensor_parallel_size * f.sequence_parallel_size);
+  if (!device.ok()) return failed("rank_connect_failed", device.status());
+  if (*device == Device::kCuda) {
 #if defined(FLOE_HAVE_CUDA) && defined(FLOE_HAVE_NCCL)
     const int gpu = f.rank % std::max(1, gpus);
     auto nccl = ConnectNcclGrid(*grid, gpu);
@@ -493,7 +513,8 @@ int Run(int argc, char** argv) {
 #endif
   // Ranks started elsewhere (--rank-launch remote, --rank-store) bring their own GPU.
   const int ranks_here = f.rank_launch == "remote" || !f.rank_store.empty() ? 1 : ranks;
-  auto device = ChooseDevice(f.device, {kBuiltWithCuda, kBuiltWithNccl, visible_gpus}, ranks, ranks_here);
+  const DeviceSupport support{kBuiltWithCuda, kBuiltWithNccl, visible_gpus};
+  auto device = ChooseDevice(f.device, support, ranks, ranks_here);
   if (!device.ok()) {
     std::fprintf(stderr, "floe-worker: %s\n", std::string(device.status().message()).c_str());
     return 2;
@@ -509,7 +530,7 @@ int Run(int argc, char** argv) {
                    f.rank, f.rank);
       return 2;
     }
-    return RunRank(f, load, threads, *device, visible_gpus);
+    return RunRank(f, load, threads, *device, support);
   }
   if (f.speculative.empty()) f.speculative = f.suffix_cache.empty() ? "off" : "suffix";
   SpeculationConfig speculation{f.speculative, f.num_speculative_tokens, {}, 5};
@@ -682,6 +703,10 @@ int Run(int argc, char** argv) {
       return 1;
     }
     grid = std::move(connected).value();
+    if (auto agreed = AgreeOnDevice(*grid.world, device->device, support, ranks); !agreed.ok()) {
+      LogEvent(LogLevel::kError, "worker", "rank_connect_failed", {{"error", std::string(agreed.status().message())}});
+      return 1;
+    }
     startup.Phase("rank_connect");
   }
   absl::StatusOr<std::unique_ptr<Backend>> backend;
