@@ -9,15 +9,18 @@
 namespace floe {
 namespace {
 
-bool Usable(const WorkerState* worker, const PickRequest& request) {
-  return worker->healthy.load() &&
-         std::find(request.exclude.begin(), request.exclude.end(), worker) == request.exclude.end();
+bool Excluded(const WorkerState* worker, const PickRequest& request) {
+  return std::find(request.exclude.begin(), request.exclude.end(), worker) != request.exclude.end();
 }
 
-WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request) {
+bool Usable(const WorkerState* worker, const PickRequest& request) {
+  return worker->healthy.load() && !Excluded(worker, request);
+}
+
+WorkerState* LeastOutstandingOf(const WorkerPool* pool, const PickRequest& request, bool healthy_only) {
   WorkerState* best = nullptr;
   for (const auto& worker : pool->workers()) {
-    if (!Usable(worker.get(), request)) continue;
+    if (Excluded(worker.get(), request) || (healthy_only && !worker->healthy.load())) continue;
     if (!best || worker->outstanding.load() < best->outstanding.load() ||
         (worker->outstanding.load() == best->outstanding.load() &&
          worker->reported_kv_usage.load() < best->reported_kv_usage.load())) {
@@ -25,6 +28,17 @@ WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request
     }
   }
   return best;
+}
+
+// Panic routing, as Envoy's: when every worker not yet tried is ejected, an
+// ejected one still gets the request. Ejection follows slow health polls,
+// and a worker saturated by its own load answers polls late; failing every
+// request with "no healthy worker" then would turn a slow cluster into a
+// dead one. A worker that is really down fails the attempt fast (refused
+// connection) and the request moves on or fails with that attempt's status.
+WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request) {
+  if (WorkerState* healthy = LeastOutstandingOf(pool, request, /*healthy_only=*/true)) return healthy;
+  return LeastOutstandingOf(pool, request, /*healthy_only=*/false);
 }
 
 // 64-bit FNV-1a, then MurmurHash3's fmix64 finalizer: stable across
@@ -72,8 +86,8 @@ class SessionAffinityPicker final : public WorkerPicker {
 
   WorkerState* Pick(const PickRequest& request) override {
     if (request.session_id.empty() || ring_.empty()) return LeastOutstanding(pool_, request);
-    // None usable (all ejected): answer at once instead of walking the ring.
-    if (!LeastOutstanding(pool_, request)) return nullptr;
+    // None healthy and untried: panic routing, without the ring.
+    if (!LeastOutstandingOf(pool_, request, /*healthy_only=*/true)) return LeastOutstanding(pool_, request);
     const uint64_t h = StableHash(request.session_id);
     auto start = std::lower_bound(ring_.begin(), ring_.end(), h,
                                   [](const Point& p, uint64_t value) { return p.hash < value; });

@@ -1,8 +1,10 @@
 // Routing policies: which worker serves the next request.
 //
 // Pick() is called on gRPC threads, concurrently; it returns a healthy worker
-// not in `exclude` (workers that already failed this request), or null when
-// there is none.
+// not in `exclude` (workers that already failed this request). When every
+// worker not in `exclude` is ejected it returns one of those anyway (panic
+// routing: ejection follows slow polls, and a busy worker is slow, not
+// dead); null only when every worker is in `exclude`.
 #pragma once
 
 #include <memory>

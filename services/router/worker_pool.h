@@ -2,7 +2,8 @@
 // the router's requests each is serving, and its health, refreshed by a
 // background poller (GetLoad with a deadline). A worker that fails
 // `eject_after_failures` polls in a row is ejected (no new requests) until a
-// poll succeeds again; a failed Generate call ejects it at once.
+// poll succeeds again; a failed Generate call ejects it at once. Ejected
+// workers still get requests while no worker is healthy (worker_picker.h).
 //
 // Thread-safe: the poller thread writes health/load, gRPC threads read them
 // and bump the outstanding counters.

@@ -2,7 +2,9 @@
 // ("sess-0", "sess-1", ...) and random ones land within 10% of an even
 // share on every worker (the probe of issue 17 saw 76% / 24% on 2, and
 // sess-0 .. sess-39 all on one). A session keeps its worker; losing a
-// worker moves only its own sessions.
+// worker moves only its own sessions. With every untried worker ejected,
+// both policies still route (panic routing) until every worker has failed
+// the request.
 #include "services/router/worker_picker.h"
 
 #include <cmath>
@@ -70,6 +72,32 @@ TEST(SessionAffinityTest, StableAndMovesOnlyTheLostWorkersSessions) {
     WorkerState* now = picker->Pick({absl::StrCat("s", i), {}});
     ASSERT_NE(now, lost);
     if (before[i] != lost) EXPECT_EQ(now, before[i]) << "session s" << i << " moved off a healthy worker";
+  }
+}
+
+TEST(PanicRoutingTest, EjectedWorkersServeWhenNoneIsHealthy) {
+  auto pool = Pool(2);
+  WorkerState* a = pool->workers()[0].get();
+  WorkerState* b = pool->workers()[1].get();
+  for (auto& picker : {MakeLeastOutstandingPicker(pool.get()), MakeSessionAffinityPicker(pool.get(), 1 << 30)}) {
+    a->healthy = false;
+    b->healthy = true;
+    // One worker healthy: the ejected one gets nothing, session or not.
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(picker->Pick({absl::StrCat("s", i), {}}), b);
+    EXPECT_EQ(picker->Pick({"", {}}), b);
+    // None healthy: the least loaded untried worker, then the other, then none.
+    b->healthy = false;
+    a->outstanding = 3;
+    b->outstanding = 1;
+    EXPECT_EQ(picker->Pick({"s1", {}}), b);
+    EXPECT_EQ(picker->Pick({"", {}}), b);
+    EXPECT_EQ(picker->Pick({"s1", {b}}), a);
+    EXPECT_EQ(picker->Pick({"s1", {a, b}}), nullptr);
+    // A healthy worker that already failed this request: the ejected one is tried.
+    b->healthy = true;
+    EXPECT_EQ(picker->Pick({"s1", {b}}), a);
+    a->outstanding = 0;
+    b->outstanding = 0;
   }
 }
 
