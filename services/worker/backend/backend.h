@@ -16,6 +16,25 @@
 
 namespace floe {
 
+// How the engine wants one logits row of the last Forward handled by a
+// backend that samples on its device (Backend::SamplesOnDevice).
+struct RowSampling {
+  enum class Action : uint8_t {
+    kSample,    // draw the token on the device
+    kDownload,  // copy the logits to the host (the engine samples: penalties, banned tokens, logprobs)
+    kNone,      // neither (a forced token)
+  };
+  Action action = Action::kSample;
+  // The sampler's stages that need no request history (sampling/sampler.h),
+  // drawn with CounterUniform(seed, position) as the CPU sampler draws.
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  int64_t position = 0;  // the token's index in the output
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -47,6 +66,23 @@ class Backend {
   // speculators (an LSTM head over the target's hidden state) read them.
   // Empty where a backend does not export them.
   virtual std::span<const float> LastHiddenStates() const { return {}; }
+
+  // A backend that keeps the logits on its device and samples there (the
+  // vocabulary-wide download of every row then never happens): the engine
+  // calls Forward with logits == nullptr, then SampleLogits.
+  virtual bool SamplesOnDevice() const { return false; }
+
+  // One entry per logits row of the last Forward, in its order. kSample
+  // writes the drawn token to tokens[i], or -1 where the device cannot draw
+  // it (then the row's logits are copied as for kDownload); kDownload copies
+  // the row's vocab_size logits to logits + i * vocab_size; kNone does
+  // neither. tokens[i] is written for kSample rows only. A seeded row draws what Sampler::Sample draws from the same
+  // logits, up to reduction order (a draw at the margin between two tokens
+  // may differ).
+  virtual absl::Status SampleLogits(std::span<const RowSampling> rows, int32_t* tokens, float* logits) {
+    (void)rows, (void)tokens, (void)logits;
+    return absl::UnimplementedError("this backend does not sample on its device");
+  }
 
   // Applies the copies in order (a verified tree path is compacted into its
   // chain slots with it). Backends that do not verify trees need not

@@ -198,13 +198,18 @@ absl::Status EngineCore::Step() {
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   if (logits_.size() < logit_rows * vocab) logits_.resize(logit_rows * vocab);
   const Clock::time_point forward_start = Clock::now();
-  absl::Status status = backend_->Forward(batch, logits_.data());
+  // A backend that samples on its device keeps the logits there: only the
+  // drawn tokens, and the rows the host must sample, come back.
+  const bool on_device = backend_->SamplesOnDevice();
+  absl::Status status = backend_->Forward(batch, on_device ? nullptr : logits_.data());
+  if (status.ok() && on_device) status = SampleOnDevice(plan, batch);
   const Clock::time_point forward_end = Clock::now();
   ++counters_.steps;
   if (!status.ok()) {
     for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status);
     return status;
   }
+  const int32_t* drawn = on_device ? row_tokens_.data() : nullptr;
   // Hidden states for proposers that read them (a backend that exports none,
   // or not one per logits row, leaves last_hidden empty).
   const size_t hidden_size = static_cast<size_t>(backend_->config().hidden_size);
@@ -224,13 +229,14 @@ absl::Status EngineCore::Step() {
     const int32_t num_rows = batch[i].num_logits;
     float* seq_logits = logits_.data() + static_cast<size_t>(row) * vocab;
     const float* seq_hidden = hidden.empty() ? nullptr : hidden.data() + static_cast<size_t>(row) * hidden_size;
+    const int32_t* seq_drawn = drawn ? drawn + row : nullptr;
     if (num_rows > 1) {
       // Verification: the KV of the accepted prefix is set by SampleAndEmit.
-      SampleAndEmit(seq, seq_logits, seq_hidden, num_rows);
+      SampleAndEmit(seq, seq_logits, seq_hidden, seq_drawn, num_rows);
     } else {
       seq.num_computed += plan[i].num_tokens;
       chain_->RegisterFullBlocks(seq);
-      if (num_rows > 0) SampleAndEmit(seq, seq_logits, seq_hidden, 1);
+      if (num_rows > 0) SampleAndEmit(seq, seq_logits, seq_hidden, seq_drawn, 1);
     }
     row += num_rows;
   }
@@ -244,18 +250,57 @@ absl::Status EngineCore::Step() {
   return absl::OkStatus();
 }
 
-int32_t EngineCore::SampleOne(Sequence& seq, float* logits_row, RequestOutput& output) {
+absl::Status EngineCore::SampleOnDevice(const std::vector<Planned>& plan, std::span<const ForwardSequence> batch) {
+  row_sampling_.clear();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Sequence& seq = *plan[i].seq;
+    const int32_t rows = batch[i].num_logits;
+    // Row j is sampled (if the walk reaches it) at output position
+    // output_len + its depth in the verified chain or tree.
+    row_depth_.assign(std::max(rows, 1), 0);
+    for (int32_t j = 1; j < rows; ++j) row_depth_[j] = row_depth_[seq.verify_parents[j]] + 1;
+    const EngineRequest& request = seq.request;
+    const SamplingOptions& s = request.sampling;
+    for (int32_t j = 0; j < rows; ++j) {
+      RowSampling r;
+      r.position = seq.output_len() + row_depth_[j];
+      const bool forced = static_cast<size_t>(r.position) < s.forced_tokens.size();
+      const bool banned = r.position < request.stop.min_tokens && !seq.banned.empty();
+      if (request.logprobs) {
+        r.action = RowSampling::Action::kDownload;  // the raw logits are reported
+      } else if (forced) {
+        r.action = RowSampling::Action::kNone;
+      } else if (banned || Sampler::UsesPenalties(s)) {
+        r.action = RowSampling::Action::kDownload;
+      } else {
+        r.temperature = s.temperature;
+        r.top_k = s.top_k;
+        r.top_p = s.top_p;
+        r.min_p = s.min_p;
+        r.seed = s.seed;
+      }
+      row_sampling_.push_back(r);
+    }
+  }
+  row_tokens_.assign(row_sampling_.size(), -1);
+  return backend_->SampleLogits(row_sampling_, row_tokens_.data(), logits_.data());
+}
+
+int32_t EngineCore::SampleOne(Sequence& seq, float* logits_row, int32_t drawn, RequestOutput& output) {
   const EngineRequest& request = seq.request;
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   std::span<float> logits(logits_row, vocab);
   if (request.logprobs) raw_logits_.assign(logits.begin(), logits.end());
 
-  SamplingContext context;
-  context.prompt_tokens = std::span<const int32_t>(seq.tokens).first(seq.prompt_len);
-  context.output_tokens = std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len);
-  context.output_position = seq.output_len();
-  if (seq.output_len() < request.stop.min_tokens) context.banned_tokens = seq.banned;
-  const int32_t token = Sampler::Sample(request.sampling, context, logits);
+  int32_t token = drawn;
+  if (token < 0) {
+    SamplingContext context;
+    context.prompt_tokens = std::span<const int32_t>(seq.tokens).first(seq.prompt_len);
+    context.output_tokens = std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len);
+    context.output_position = seq.output_len();
+    if (seq.output_len() < request.stop.min_tokens) context.banned_tokens = seq.banned;
+    token = Sampler::Sample(request.sampling, context, logits);
+  }
 
   output.new_tokens.push_back(token);
   if (request.logprobs) {
@@ -282,7 +327,8 @@ FinishReason EngineCore::StopReason(const Sequence& seq, int32_t token, RequestO
   return FinishReason::kNone;
 }
 
-void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden, int32_t num_rows) {
+void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden, const int32_t* drawn,
+                               int32_t num_rows) {
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   RequestOutput output;
   FinishReason reason = FinishReason::kNone;
@@ -296,7 +342,7 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
   path.clear();
   int32_t node = 0;  // the row the newest token was sampled from
   for (;;) {
-    const int32_t token = SampleOne(seq, logits + static_cast<size_t>(node) * vocab, output);
+    const int32_t token = SampleOne(seq, logits + static_cast<size_t>(node) * vocab, drawn ? drawn[node] : -1, output);
     int32_t child = -1;
     for (int32_t c = node + 1; c < num_rows && child < 0; ++c) {
       if (seq.verify_parents[c] == node && seq.verify[c] == token) child = c;

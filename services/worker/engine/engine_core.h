@@ -126,8 +126,13 @@ class EngineCore {
   // Verifies the sequence's draft (num_rows > 1) or samples its next token,
   // applies stop rules and emits. `hidden`: the rows' hidden states (null
   // unless a proposer reads them).
-  void SampleAndEmit(Sequence& seq, float* logits, const float* hidden, int32_t num_rows);
-  int32_t SampleOne(Sequence& seq, float* logits_row, RequestOutput& output);
+  // `drawn`: the rows' tokens drawn on the device (-1: sample on the host;
+  // null: every row on the host).
+  void SampleAndEmit(Sequence& seq, float* logits, const float* hidden, const int32_t* drawn, int32_t num_rows);
+  int32_t SampleOne(Sequence& seq, float* logits_row, int32_t drawn, RequestOutput& output);
+  // For a backend that samples on its device: what it does with each logits
+  // row of the step (row_sampling_), and the device's draws (row_tokens_).
+  absl::Status SampleOnDevice(const std::vector<Planned>& plan, std::span<const ForwardSequence> batch);
   FinishReason StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const;
 
   std::unique_ptr<Backend> backend_;
@@ -143,6 +148,9 @@ class EngineCore {
   std::vector<KvSlotCopy> kv_copies_;
   std::vector<float> logits_;
   std::vector<float> raw_logits_;
+  std::vector<RowSampling> row_sampling_;
+  std::vector<int32_t> row_tokens_;
+  std::vector<int32_t> row_depth_;
   uint64_t next_seed_;
   EngineCounters counters_;
 };

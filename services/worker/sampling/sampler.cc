@@ -16,9 +16,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void ApplyPenalties(const SamplingOptions& options, const SamplingContext& context,
                     std::span<float> logits) {
+  if (!Sampler::UsesPenalties(options)) return;
   const bool repetition = options.repetition_penalty != 1.0f && options.repetition_penalty > 0.0f;
   const bool additive = options.presence_penalty != 0.0f || options.frequency_penalty != 0.0f;
-  if (!repetition && !additive) return;
   const int64_t vocab = static_cast<int64_t>(logits.size());
   absl::flat_hash_map<int32_t, int32_t> output_counts;
   for (int32_t t : context.output_tokens) ++output_counts[t];
@@ -150,6 +150,11 @@ int32_t Sampler::Sample(const SamplingOptions& options, const SamplingContext& c
     if (cumulative > target) return candidates[i].id;
   }
   return candidates[keep - 1].id;
+}
+
+bool Sampler::UsesPenalties(const SamplingOptions& options) {
+  return (options.repetition_penalty != 1.0f && options.repetition_penalty > 0.0f) ||
+         options.presence_penalty != 0.0f || options.frequency_penalty != 0.0f;
 }
 
 TopLogprobs Sampler::ComputeLogprobs(std::span<const float> raw_logits, int32_t sampled, int top_n) {

@@ -37,6 +37,10 @@ class Sampler {
   static int32_t Sample(const SamplingOptions& options, const SamplingContext& context,
                         std::span<float> logits);
 
+  // Whether the options penalise tokens by the request's history (the
+  // stages a device sampler, which sees only logits, does not run).
+  static bool UsesPenalties(const SamplingOptions& options);
+
   // Log-softmax of the raw model logits: the sampled token's logprob and the top_n best.
   static TopLogprobs ComputeLogprobs(std::span<const float> raw_logits, int32_t sampled, int top_n);
 };
