@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(const float* __restrict__ q, int64_t q_stride, StepLayout step, PagedKv kv, int group,
                     float scale, float* __restrict__ out, int64_t out_stride, float* __restrict__ part_values,
                     float* __restrict__ part_stats) {
-  const int row = blockIdx.x, head = blockIdx.y, kv_head = head / group;
+  const int row = step.subset ? step.subset[blockIdx.x] : blockIdx.x;
+  const int head = blockIdx.y, kv_head = head / group;
   const int split = blockIdx.z, splits = gridDim.z;
   const int hd = kv.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     return;
   }
-  const int64_t part = (static_cast<int64_t>(row) * gridDim.y + head) * splits + split;
+  const int64_t part = (static_cast<int64_t>(blockIdx.x) * gridDim.y + head) * splits + split;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float value = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
@@ -130,9 +131,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // One block per (row, head): the splits' softmax states into the output.
 __global__ void MergeSplitsKernel(const float* __restrict__ part_values, const float* __restrict__ part_stats,
-                                  int splits, int hd, float* __restrict__ out, int64_t out_stride) {
-  const int row = blockIdx.x, head = blockIdx.y;
-  const int64_t first = (static_cast<int64_t>(row) * gridDim.y + head) * splits;
+                                  int splits, int hd, const int32_t* __restrict__ subset, float* __restrict__ out,
+                                  int64_t out_stride) {
+  const int row = subset ? subset[blockIdx.x] : blockIdx.x, head = blockIdx.y;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * gridDim.y + head) * splits;
   float top = -INFINITY;
   for (int s = 0; s < splits; ++s) top = fmaxf(top, part_stats[2 * (first + s)]);
   float sum = 0.0f;
@@ -148,6 +150,92 @@ __global__ void MergeSplitsKernel(const float* __restrict__ part_values, const f
       if (m != -INFINITY) value += part_values[(first + s) * hd + d] * expf(m - top);
     }
     o[d] = sum > 0.0f ? value / sum : 0.0f;
+  }
+}
+
+// One block of 4 warps per (tile, q head). Thread t serves the tile's row
+// t / 4 with its quad (t % 4 = ql): the quad splits head_dim (dims ql,
+// ql + 4, ...), so a row's dot product is one quad reduction and the four
+// reads of a key row from shared memory are consecutive words. Per key
+// tile: K and V into shared memory, the row's 32 scores, one rescale of the
+// running sum and values (online softmax), then the values.
+constexpr int kTileKeys = 32;
+constexpr int kQuadDims = kMaxPrefillHeadDim / 4;
+
+__global__ void __launch_bounds__(4 * kPrefillTileRows)
+    PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride, StepLayout step, PagedKv kv, int group,
+                           float scale, float* __restrict__ out, int64_t out_stride, const int32_t* __restrict__ tiles) {
+  __shared__ float ks[kTileKeys][kMaxPrefillHeadDim];
+  __shared__ float vs[kTileKeys][kMaxPrefillHeadDim];
+  const int first = tiles[2 * blockIdx.x], count = tiles[2 * blockIdx.x + 1];
+  const int head = blockIdx.y, kv_head = head / group, hd = kv.head_dim;
+  const int r = threadIdx.x / 4, ql = threadIdx.x % 4;
+  const bool active = r < count;
+  const int row = first + (active ? r : 0);
+  const int context = active ? step.context[row] : 0;
+  const int32_t* table = step.tables + step.table[first];
+  // The tile's keys: up to its rows' largest context.
+  int keys = 0;
+  for (int i = 0; i < count; ++i) keys = max(keys, step.context[first + i]);
+  float qr[kQuadDims], acc[kQuadDims];
+  const float* qh = q + row * q_stride + static_cast<int64_t>(head) * hd;
+#pragma unroll
+  for (int j = 0; j < kQuadDims; ++j) {
+    const int d = ql + 4 * j;
+    qr[j] = active && d < hd ? qh[d] : 0.0f;
+    acc[j] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int k0 = 0; k0 < keys; k0 += kTileKeys) {
+    __syncthreads();  // every thread is done with the last tile's keys
+    for (int e = threadIdx.x; e < kTileKeys * hd; e += blockDim.x) {
+      const int c = e / hd, d = e % hd, pos = k0 + c;
+      if (pos < keys) {
+        const int64_t at = Offset(kv, table[pos / kv.block_size], kv_head, pos % kv.block_size) + d;
+        ks[c][d] = kv.k[at];
+        vs[c][d] = kv.v[at];
+      }
+    }
+    __syncthreads();
+    float s[kTileKeys];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kTileKeys; ++c) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kQuadDims; ++j) {
+        const int d = ql + 4 * j;
+        if (d < hd) dot += qr[j] * ks[c][d];
+      }
+      dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+      s[c] = k0 + c < context ? dot * scale : -INFINITY;
+      tile_max = fmaxf(tile_max, s[c]);
+    }
+    if (tile_max == -INFINITY) continue;  // none of this tile's keys is the row's
+    const float next = fmaxf(m, tile_max);
+    const float correction = expf(m - next);  // 0 while m is -inf
+    l *= correction;
+#pragma unroll
+    for (int j = 0; j < kQuadDims; ++j) acc[j] *= correction;
+#pragma unroll
+    for (int c = 0; c < kTileKeys; ++c) {
+      const float p = expf(s[c] - next);  // 0 for a masked key
+      l += p;
+#pragma unroll
+      for (int j = 0; j < kQuadDims; ++j) {
+        const int d = ql + 4 * j;
+        if (d < hd) acc[j] += p * vs[c][d];
+      }
+    }
+    m = next;
+  }
+  if (!active) return;
+  float* o = out + row * out_stride + static_cast<int64_t>(head) * hd;
+#pragma unroll
+  for (int j = 0; j < kQuadDims; ++j) {
+    const int d = ql + 4 * j;
+    if (d < hd) o[d] = l > 0.0f ? acc[j] / l : 0.0f;
   }
 }
 
@@ -193,21 +281,37 @@ int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, con
   if (!ValidKv(kv) || !ValidStep(step) || !q || !out || num_heads <= 0 || num_heads % kv.kv_heads != 0 ||
       kv.head_dim > kMaxHeadDim || q_stride < num_heads * kv.head_dim || out_stride < num_heads * kv.head_dim ||
       splits < 1 || splits > kMaxSplits ||
-      (splits > 1 && (!workspace || workspace_floats < PagedAttentionWorkspace(step.rows, num_heads, kv.head_dim,
-                                                                               splits)))) {
+      (step.subset && (step.subset_rows < 0 || step.subset_rows > step.rows))) {
     return Invalid();
   }
-  if (step.rows == 0) return 0;
-  const int64_t parts = static_cast<int64_t>(step.rows) * num_heads * splits;
+  const int rows = step.subset ? step.subset_rows : step.rows;
+  if (splits > 1 && (!workspace || workspace_floats < PagedAttentionWorkspace(rows, num_heads, kv.head_dim, splits))) {
+    return Invalid();
+  }
+  if (rows == 0) return 0;
+  const int64_t parts = static_cast<int64_t>(rows) * num_heads * splits;
   float* part_values = splits > 1 ? workspace : nullptr;
   float* part_stats = splits > 1 ? workspace + parts * kv.head_dim : nullptr;
-  const dim3 grid(step.rows, num_heads, splits);
+  const dim3 grid(rows, num_heads, splits);
   AttentionKernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       q, q_stride, step, kv, num_heads / kv.kv_heads, scale, out, out_stride, part_values, part_stats);
   if (splits == 1) return Launched();
   if (const int code = Launched(); code != 0) return code;
-  MergeSplitsKernel<<<dim3(step.rows, num_heads), 128, 0, static_cast<cudaStream_t>(stream)>>>(
-      part_values, part_stats, splits, kv.head_dim, out, out_stride);
+  MergeSplitsKernel<<<dim3(rows, num_heads), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+      part_values, part_stats, splits, kv.head_dim, step.subset, out, out_stride);
+  return Launched();
+}
+
+int PrefillAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
+                     float scale, float* out, int64_t out_stride, const int32_t* tiles, int num_tiles, void* stream) {
+  if (!ValidKv(kv) || !ValidStep(step) || !q || !out || num_heads <= 0 || num_heads % kv.kv_heads != 0 ||
+      kv.head_dim > kMaxPrefillHeadDim || q_stride < num_heads * kv.head_dim ||
+      out_stride < num_heads * kv.head_dim || num_tiles < 0 || (num_tiles > 0 && !tiles)) {
+    return Invalid();
+  }
+  if (num_tiles == 0) return 0;
+  PrefillAttentionKernel<<<dim3(num_tiles, num_heads), 4 * kPrefillTileRows, 0, static_cast<cudaStream_t>(stream)>>>(
+      q, q_stride, step, kv, num_heads / kv.kv_heads, scale, out, out_stride, tiles);
   return Launched();
 }
 

@@ -76,6 +76,8 @@ struct PagedKv {
 //                  (a tree token's ancestors and itself, root first; empty
 //                  for a chain token, whose context runs to itself).
 // The same keys, in the same order, as cpu::PagedAttention's.
+//   subset         PagedAttention attends only these rows (null: every row;
+//                  the others' outputs are left alone: PrefillAttention's)
 struct StepLayout {
   int rows = 0;
   const int32_t* write_pos = nullptr;
@@ -85,6 +87,8 @@ struct StepLayout {
   const int32_t* path_end = nullptr;
   const int32_t* tables = nullptr;
   const int32_t* paths = nullptr;
+  const int32_t* subset = nullptr;
+  int subset_rows = 0;
 };
 
 // Stores every row's k and v (kv_heads * head_dim each, row r at
@@ -104,6 +108,17 @@ int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, con
                    float scale, float* out, int64_t out_stride, int splits, float* workspace,
                    int64_t workspace_floats, void* stream);
 int64_t PagedAttentionWorkspace(int rows, int num_heads, int head_dim, int splits);
+
+// Attention of a prompt's rows, flash-style: one block per (tile, q head)
+// holds up to kPrefillTileRows query rows and walks the keys in tiles of
+// 32 through shared memory with an online softmax, so each key is read
+// once per tile rather than once per row. tiles holds [first_row, rows] per
+// tile: consecutive chain rows (empty paths) of one sequence. Output as
+// PagedAttention's (to f32 rounding: the softmax is merged per key tile).
+inline constexpr int kPrefillTileRows = 32;
+inline constexpr int kMaxPrefillHeadDim = 128;
+int PrefillAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
+                     float scale, float* out, int64_t out_stride, const int32_t* tiles, int num_tiles, void* stream);
 
 // Copies one token's KV per entry, entries in order, in every one of
 // `arrays` arrays of `array_floats` floats from `cache` (each layer's K,

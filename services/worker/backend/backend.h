@@ -76,7 +76,8 @@ class Backend {
   // writes the drawn token to tokens[i], or -1 where the device cannot draw
   // it (then the row's logits are copied as for kDownload); kDownload copies
   // the row's vocab_size logits to logits + i * vocab_size; kNone does
-  // neither. tokens[i] is written for kSample rows only. A seeded row draws what Sampler::Sample draws from the same
+  // neither. tokens[i] is written for kSample rows only; both buffers must
+  // be there (any drawn row may come back as a download). A seeded row draws what Sampler::Sample draws from the same
   // logits, up to reduction order (a draw at the margin between two tokens
   // may differ).
   virtual absl::Status SampleLogits(std::span<const RowSampling> rows, int32_t* tokens, float* logits) {

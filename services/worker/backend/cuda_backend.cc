@@ -19,6 +19,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/model_kernels.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/sampling.h"
 #include "services/worker/backend/backend_common.h"
 #include "services/worker/model/llama_forward.h"
 #include "services/worker/model/model_ops.h"
@@ -316,6 +317,8 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   }
   absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
   void SetParallelMode(ParallelMode mode) override { mode_ = mode; }
+  bool SamplesOnDevice() const override { return true; }
+  absl::Status SampleLogits(std::span<const RowSampling> rows, int32_t* tokens, float* logits) override;
 
   // CudaBackend.
   const std::string& device_name() const override { return device_name_; }
@@ -356,7 +359,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // GPU twice over and its contexts are long (>= 256 keys a split), each
   // row's keys are split so that about 2 blocks run per SM.
   int AttentionSplits() const {
-    const int64_t blocks = std::max<int64_t>(1, all_rows_ * heads_);
+    const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(h_decode_rows_.size()) * heads_);
     if (blocks >= 2 * sm_count_ || max_context_ < 512) return 1;
     const int64_t splits = std::min<int64_t>({(2 * sm_count_ + blocks - 1) / blocks, max_context_ / 256,
                                               cuda::kMaxSplits});
@@ -367,6 +370,12 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   void Collective(const char* op, const std::function<absl::Status()>& call);
 
   float* Rows(Activation a) const;
+  // Splits the step's rows between PrefillAttention and PagedAttention.
+  void PlanAttention(std::span<const ForwardSequence> batch);
+  // Bytes of the sampling buffers for n drawn rows: parameters, then tokens.
+  static size_t SampleBytes(int64_t n) { return n * (sizeof(cuda::SampleParams) + sizeof(int32_t)); }
+  // Copies logits rows [row, row + count) of the last step to the host.
+  void DownloadLogitsRows(int64_t row, int64_t count, float* logits);
   int64_t Width(Activation a) const;
   cuda::PagedKv LayerKv(int layer) const;
   // y = x W^T over `rows` rows of x (row stride x_ld floats).
@@ -440,6 +449,10 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   std::vector<int32_t> h_tokens_, h_write_pos_, h_table_, h_context_, h_path_begin_, h_path_end_, h_tables_,
       h_paths_, tree_begin_;
   std::vector<int64_t> h_logit_index_;
+  // Attention: prompt runs in tiles for PrefillAttention ([first row, rows]
+  // each), every other row for PagedAttention.
+  std::vector<int32_t> h_prefill_tiles_, h_decode_rows_;
+  const int32_t* prefill_tiles_dev_ = nullptr;
   std::vector<float> h_cos_, h_sin_;
   PinnedBuffer plan_host_;
   DeviceBuffer plan_dev_;
@@ -453,7 +466,11 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   int64_t reserved_rows_ = 0, reserved_logit_rows_ = 0;
   DeviceBuffer x_, xn_, qkv_, attn_, gate_up_, final_, kv_rows_, bf16_, logits_dev_, copies_dev_;
   DeviceBuffer qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;  // several ranks
-  std::vector<float> logits_gathered_;  // rank 0: the vocabulary slices, before interleaving
+  // Device sampling: the drawn rows' parameters, then their tokens (pinned
+  // on the host, and on the device).
+  std::vector<cuda::SampleParams> sample_params_;
+  PinnedBuffer sample_host_;
+  DeviceBuffer sample_dev_;
   int64_t max_matrix_cols_ = 0;
   std::vector<float> hidden_;
   int64_t hidden_rows_ = 0;
@@ -583,6 +600,8 @@ absl::Status CudaBackendImpl::ReserveActivations(int64_t max_rows, int64_t max_l
   if (e == cudaSuccess) e = bf16_.Reserve(max_rows * max_matrix_cols_ * 2);
   if (e == cudaSuccess) e = final_.Reserve(max_logit_rows * h * sizeof(float));
   if (e == cudaSuccess) e = logits_dev_.Reserve(max_logit_rows * config_.vocab_size * sizeof(float));
+  if (e == cudaSuccess) e = sample_dev_.Reserve(SampleBytes(max_logit_rows));
+  if (e == cudaSuccess) e = sample_host_.Reserve(SampleBytes(max_logit_rows));
   if (world_) {  // the vocabulary slices gathered on rank 0; SP's logits rows all-to-all
     total += max_logit_rows * (config_.vocab_size + (s + 1) * h) * sizeof(float);
     if (e == cudaSuccess) e = a2a_recv_.Reserve(std::max(a2a_recv_.bytes(), max_logit_rows * config_.vocab_size * sizeof(float)));
@@ -803,6 +822,7 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
       }
     }
   }
+  PlanAttention(rows.batch);
   const int64_t half = config_.head_dim / 2;
   h_cos_.resize(all_rows_ * half);
   h_sin_.resize(all_rows_ * half);
@@ -819,7 +839,8 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
                   {h_context_.data(), h_context_.size() * 4},       {h_path_begin_.data(), h_path_begin_.size() * 4},
                   {h_path_end_.data(), h_path_end_.size() * 4},     {h_tables_.data(), h_tables_.size() * 4},
                   {h_paths_.data(), h_paths_.size() * 4},           {h_cos_.data(), h_cos_.size() * 4},
-                  {h_sin_.data(), h_sin_.size() * 4},           {h_sp_logit_local_.data(), h_sp_logit_local_.size() * 8}};
+                  {h_sin_.data(), h_sin_.size() * 4},           {h_sp_logit_local_.data(), h_sp_logit_local_.size() * 8},
+                  {h_prefill_tiles_.data(), h_prefill_tiles_.size() * 4}, {h_decode_rows_.data(), h_decode_rows_.size() * 4}};
   size_t total = 0;
   for (Part& p : parts) {
     p.offset = total;
@@ -850,6 +871,33 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
   cos_dev_ = reinterpret_cast<const float*>(at(9));
   sin_dev_ = reinterpret_cast<const float*>(at(10));
   sp_logit_local_dev_ = reinterpret_cast<const int64_t*>(at(11));
+  prefill_tiles_dev_ = reinterpret_cast<const int32_t*>(at(12));
+  if (!h_prefill_tiles_.empty()) {
+    step_layout_.subset = reinterpret_cast<const int32_t*>(at(13));
+    step_layout_.subset_rows = static_cast<int>(h_decode_rows_.size());
+  }
+}
+
+void CudaBackendImpl::PlanAttention(std::span<const ForwardSequence> batch) {
+  h_prefill_tiles_.clear();
+  h_decode_rows_.clear();
+  // A run shorter than this attends row by row (the decode kernel's blocks
+  // then outnumber the tiles' several-fold anyway).
+  constexpr int32_t kMinRun = 16;
+  const bool tiled = config_.head_dim <= cuda::kMaxPrefillHeadDim;
+  int32_t row = 0;
+  for (const ForwardSequence& seq : batch) {
+    const int32_t n = static_cast<int32_t>(seq.tokens.size());
+    if (tiled && seq.parents.empty() && n >= kMinRun) {
+      for (int32_t first = 0; first < n; first += cuda::kPrefillTileRows) {
+        h_prefill_tiles_.push_back(row + first);
+        h_prefill_tiles_.push_back(std::min(cuda::kPrefillTileRows, n - first));
+      }
+    } else {
+      for (int32_t i = 0; i < n; ++i) h_decode_rows_.push_back(row + i);
+    }
+    row += n;
+  }
 }
 
 void CudaBackendImpl::Embed(Activation x) {
@@ -903,6 +951,13 @@ void CudaBackendImpl::WriteKv(int layer, Activation qkv) {
 void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
   if (Skip()) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+  if (!h_prefill_tiles_.empty()) {
+    Check(cuda::PrefillAttention(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out),
+                                 Width(out), prefill_tiles_dev_, static_cast<int>(h_prefill_tiles_.size() / 2),
+                                 stream_),
+          "PrefillAttention");
+    if (h_decode_rows_.empty() || Skip()) return;
+  }
   Check(cuda::PagedAttention(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
                              AttentionSplits(), attn_workspace_.as<float>(),
                              static_cast<int64_t>(attn_workspace_.bytes() / sizeof(float)), stream_),
@@ -1026,6 +1081,78 @@ void CudaBackendImpl::GatherRmsNorm(Activation in, WeightId weight, Activation o
   });
 }
 
+void CudaBackendImpl::DownloadLogitsRows(int64_t row, int64_t count, float* logits) {
+  const int64_t vocab = config_.vocab_size;
+  Check(cudaMemcpyAsync(logits + row * vocab, logits_dev_.as<float>() + row * vocab, count * vocab * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
+        "SampleLogits (download)");
+}
+
+absl::Status CudaBackendImpl::SampleLogits(std::span<const RowSampling> rows, int32_t* tokens, float* logits) {
+  if (!healthy_) return absl::FailedPreconditionError("the CUDA device failed in an earlier step");
+  if (static_cast<int64_t>(rows.size()) != hidden_rows_) {
+    return absl::InvalidArgumentError(absl::StrCat("SampleLogits got ", rows.size(), " rows; the last step has ",
+                                                   hidden_rows_, " logits rows"));
+  }
+  if (!rows.empty() && (!tokens || !logits)) {
+    return absl::InvalidArgumentError("SampleLogits needs a tokens and a logits buffer (declined rows land there)");
+  }
+  cudaSetDevice(device_);
+  cudaGetLastError();
+  step_status_ = absl::OkStatus();
+  sample_params_.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowSampling& r = rows[i];
+    if (r.action != RowSampling::Action::kSample) continue;
+    sample_params_.push_back({static_cast<int32_t>(i), r.temperature, r.top_k, r.top_p, r.min_p, r.seed,
+                              static_cast<uint64_t>(r.position)});
+  }
+  const int n = static_cast<int>(sample_params_.size());
+  int32_t* drawn = nullptr;
+  if (n > 0) {
+    // Grows only past the largest step reserved (ReserveActivations).
+    Check(sample_dev_.Reserve(SampleBytes(n)), "SampleLogits (allocate)");
+    Check(sample_host_.Reserve(SampleBytes(n)), "SampleLogits (allocate pinned)");
+    if (!Skip()) {
+      const size_t param_bytes = n * sizeof(cuda::SampleParams);
+      std::memcpy(sample_host_.data(), sample_params_.data(), param_bytes);
+      auto* params_dev = sample_dev_.as<cuda::SampleParams>();
+      auto* tokens_dev = reinterpret_cast<int32_t*>(sample_dev_.as<char>() + param_bytes);
+      drawn = reinterpret_cast<int32_t*>(sample_host_.data() + param_bytes);
+      Check(cudaMemcpyAsync(params_dev, sample_host_.data(), param_bytes, cudaMemcpyHostToDevice, stream_),
+            "SampleLogits (upload)");
+      if (!Skip()) {
+        Check(cuda::SampleRows(logits_dev_.as<float>(), config_.vocab_size, config_.vocab_size, params_dev, n,
+                               tokens_dev, stream_),
+              "SampleRows");
+      }
+      if (!Skip()) {
+        Check(cudaMemcpyAsync(drawn, tokens_dev, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+              "SampleLogits (tokens)");
+      }
+    }
+  }
+  // The rows the host samples, in runs of adjacent rows.
+  for (size_t i = 0; i < rows.size() && !Skip();) {
+    size_t end = i;
+    while (end < rows.size() && rows[end].action == RowSampling::Action::kDownload) ++end;
+    if (end > i) DownloadLogitsRows(i, end - i, logits);
+    i = end + 1;
+  }
+  if (!Skip()) Check(cudaStreamSynchronize(stream_), "SampleLogits (synchronize)");
+  // Rows the device declined (a truncation wider than its candidate window).
+  for (int j = 0; j < n && !Skip(); ++j) {
+    tokens[sample_params_[j].row] = drawn[j];
+    if (drawn[j] < 0) DownloadLogitsRows(sample_params_[j].row, 1, logits);
+  }
+  if (!Skip()) Check(cudaStreamSynchronize(stream_), "SampleLogits (synchronize)");
+  if (!step_status_.ok()) {
+    if (!absl::IsResourceExhausted(step_status_)) Faulted();
+    return step_status_;
+  }
+  return absl::OkStatus();
+}
+
 void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
   if (Skip()) return;
   const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
@@ -1060,16 +1187,22 @@ void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
     return world_->AllToAll({logits_dev_.as<float>(), static_cast<size_t>(logit_rows_ * mine)}, send_counts_,
                             {gathered, static_cast<size_t>(root ? logit_rows_ * vocab : 0)}, recv_counts_);
   });
-  if (!root || !logits || Skip()) return;
-  logits_gathered_.resize(logit_rows_ * vocab);
-  Check(cudaMemcpy(logits_gathered_.data(), gathered, logits_gathered_.size() * sizeof(float), cudaMemcpyDeviceToHost),
-        "Logits (download)");
-  const float* from = logits_gathered_.data();
+  if (!root || Skip()) return;
+  // Whole rows on the device (sampled there, or downloaded in one copy).
+  float* rows = logits_dev_.as<float>();
+  const float* from = gathered;
   for (int r = 0; r < world; ++r) {
     const int64_t v0 = slice_begin(r), width = slice_begin(r + 1) - v0;
-    for (int64_t i = 0; i < logit_rows_; ++i, from += width) {
-      std::memcpy(logits + i * vocab + v0, from, width * sizeof(float));
+    if (width > 0 && logit_rows_ > 0) {
+      Check(cudaMemcpy2DAsync(rows + v0, vocab * sizeof(float), from, width * sizeof(float), width * sizeof(float),
+                              logit_rows_, cudaMemcpyDeviceToDevice, stream_),
+            "Logits (interleave)");
     }
+    from += logit_rows_ * width;
+  }
+  if (logits) {
+    Check(cudaMemcpyAsync(logits, rows, logit_rows_ * vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+          "Logits (download)");
   }
 }
 

@@ -16,7 +16,10 @@
 // (summation order differs), not bit for bit.
 // A step: one host-to-device copy of its plan (tokens, attention layout,
 // RoPE angles) from pinned memory, the kernels on one stream, the logits
-// back to the caller's buffer, one synchronize. A CUDA error fails the step
+// back to the caller's buffer, one synchronize. The engine's usual step
+// keeps the logits on the device and samples there (SampleLogits,
+// kernels/cuda/sampling.h): only the drawn tokens come back, through pinned
+// memory, and the rows the host must sample. A CUDA error fails the step
 // with INTERNAL naming the op; the device's state is then not trusted
 // (healthy() turns false for good).
 //

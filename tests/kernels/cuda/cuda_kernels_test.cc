@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -18,6 +19,9 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/model_kernels.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/sampling.h"
+#include "services/worker/sampling/counter_rng.h"
+#include "services/worker/sampling/sampler.h"
 
 namespace floe {
 namespace {
@@ -345,6 +349,183 @@ TEST(CudaKernelsTest, SplitKAttentionMatchesOnLongContexts) {
   }
 }
 
+// A step of two prompt runs (77 rows after 40 cached tokens; 20 rows from
+// position 0) and one decode row: the runs through PrefillAttention's tiles
+// (a last tile of 13 and of 20 rows), the decode row through PagedAttention's
+// subset, split and not; all against cpu::PagedAttention (1e-4).
+TEST(CudaKernelsTest, PrefillTilesAndDecodeSubsetMatchTheCpu) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  for (int hd : {128, 72}) {
+    const int heads = 8, kv_heads = 2, bs = 16, blocks = 64;
+    const int kv_dim = kv_heads * hd, q_dim = heads * hd, width = q_dim + 2 * kv_dim;
+    struct Seq {
+      int rows, start;
+    };
+    const Seq shape[] = {{77, 40}, {1, 500}, {20, 0}};
+    std::vector<std::vector<int32_t>> tables(3);
+    for (int s = 0; s < 3; ++s) {
+      for (int b = 0; b < 40; ++b) tables[s].push_back((b * 3 + s * 11) % blocks);
+    }
+    // Distinct blocks per sequence where they are written.
+    tables[0] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    tables[2] = {20, 21};
+    for (int b = 0; b < 40; ++b) tables[1][b] = 30 + b % 34;
+    const int rows = 98;
+    const int64_t array = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
+    const std::vector<float> cache_k = Random(array, 51), cache_v = Random(array, 52), qkv = Random(rows * width, 53);
+    std::vector<cpu::AttentionSeq> seqs(3);
+    std::vector<int32_t> write, table_of, context, flat, decode_rows, tiles;
+    int row = 0;
+    for (int s = 0; s < 3; ++s) {
+      seqs[s].first_row = row;
+      seqs[s].num_tokens = shape[s].rows;
+      seqs[s].start_pos = shape[s].start;
+      seqs[s].block_table = tables[s].data();
+      const int32_t offset = static_cast<int32_t>(flat.size());
+      flat.insert(flat.end(), tables[s].begin(), tables[s].end());
+      for (int i = 0; i < shape[s].rows; ++i) {
+        write.push_back(shape[s].start + i);
+        table_of.push_back(offset);
+        context.push_back(shape[s].start + i + 1);
+      }
+      if (shape[s].rows == 1) {
+        decode_rows.push_back(row);
+      } else {
+        for (int first = 0; first < shape[s].rows; first += cuda::kPrefillTileRows)
+          tiles.insert(tiles.end(), {row + first, std::min(cuda::kPrefillTileRows, shape[s].rows - first)});
+      }
+      row += shape[s].rows;
+    }
+    std::vector<float> ck = cache_k, cv = cache_v, want(rows * q_dim);
+    cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd};
+    cpu::WriteKv(kv, seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
+    cpu::ThreadPool pool(2);
+    std::vector<float> scratch(2 * 1024);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(), 1024, pool);
+    const std::vector<int32_t> zeros(rows, 0);
+    DeviceVec<int32_t> d_write(write), d_table(table_of), d_context(context), d_zero(zeros), d_tables(flat),
+        d_subset(decode_rows), d_tiles(tiles);
+    cuda::StepLayout layout{rows, d_write.get(), d_table.get(), d_context.get(), d_zero.get(), d_zero.get(),
+                            d_tables.get(), nullptr};
+    DeviceVec<float> dk(cache_k), dv(cache_v), dq(qkv);
+    cuda::PagedKv dkv{dk.get(), dv.get(), bs, kv_heads, hd};
+    ASSERT_CUDA(cuda::WriteKv(dkv, layout, dq.get() + q_dim, dq.get() + q_dim + kv_dim, width, nullptr));
+    layout.subset = d_subset.get();
+    layout.subset_rows = static_cast<int>(decode_rows.size());
+    for (int splits : {1, 4}) {
+      const int64_t floats = cuda::PagedAttentionWorkspace(layout.subset_rows, heads, hd, splits);
+      DeviceVec<float> work{std::vector<float>(floats)}, out{std::vector<float>(rows * q_dim, 7.0f)};
+      ASSERT_CUDA(cuda::PrefillAttention(dq.get(), width, layout, dkv, heads, scale, out.get(), q_dim, d_tiles.get(),
+                                         static_cast<int>(tiles.size() / 2), nullptr));
+      ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, out.get(), q_dim, splits,
+                                       work.get(), floats, nullptr));
+      ExpectNear(out.Host(), want, 1e-4f, hd == 128 ? "prefill tiles, head_dim 128" : "prefill tiles, head_dim 72");
+    }
+  }
+}
+
+TEST(CudaKernelsTest, CounterUniformsAreTheHostGeneratorsBitForBit) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  std::vector<uint64_t> positions(10000);
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = i * 7919 + (i % 3 == 0 ? (1ULL << 40) : 0);
+  DeviceVec<uint64_t> d_positions(positions);
+  for (uint64_t seed : {0ULL, 1ULL, 0xdeadbeefcafef00dULL}) {
+    DeviceVec<float> out(std::vector<float>(positions.size()));
+    ASSERT_CUDA(cuda::CounterUniforms(seed, d_positions.get(), static_cast<int>(positions.size()), out.get(), nullptr));
+    const std::vector<float> got = out.Host();
+    for (size_t i = 0; i < positions.size(); ++i) ASSERT_EQ(got[i], CounterUniform(seed, positions[i])) << i;
+  }
+}
+
+// SampleRows against Sampler::Sample on the same logits: greedy exactly;
+// seeded draws equal but for a draw at a rounding margin (at most 0.5% of
+// rows); declines only where the CPU would need more than
+// kMaxSampleCandidates candidates.
+TEST(CudaKernelsTest, SampleRowsDrawsTheCpuSamplersTokens) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  struct Setting {
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+  };
+  const Setting settings[] = {{0, 0, 1, 0},     {1.0f, 0, 1, 0},     {0.7f, 1, 1, 0},    {0.7f, 5, 1, 0},
+                              {1.3f, 50, 1, 0}, {0.8f, 0, 0.9f, 0},  {0.8f, 0, 0.5f, 0}, {1.0f, 0, 1, 0.1f},
+                              {0.9f, 40, 0.95f, 0.05f}, {1.0f, 3000, 1, 0}, {0.6f, 2048, 0.9f, 0},
+                              {1.0f, 0, 0.95f, 0.1f},  {0.8f, 1500, 1, 0},  {1.0f, 256, 1, 0}};
+  for (int vocab : {50, 1000, 1024, 1500, 128256}) {
+    for (float scale : {1.0f, 6.0f}) {  // flat and peaked rows
+      const int rows = 64;
+      std::vector<float> logits = Random(static_cast<size_t>(rows) * vocab, vocab + static_cast<int>(scale), scale);
+      // Ties: row 1 all equal, row 2 two equal maxima, row 3 300 equal
+      // maxima (a top-k window's boundary falls among them).
+      std::fill(logits.begin() + vocab, logits.begin() + 2 * vocab, 0.5f);
+      logits[2 * vocab + 7] = logits[2 * vocab + 3] = 100.0f;
+      for (int i = 0; i < std::min(vocab, 300); ++i) logits[3 * vocab + (i * 7) % vocab] = 50.0f;
+      std::vector<cuda::SampleParams> params;
+      for (int r = 0; r < rows; ++r) {
+        for (const Setting& s : settings) {
+          cuda::SampleParams p;
+          p.row = r;
+          p.temperature = s.temperature;
+          p.top_k = s.top_k;
+          p.top_p = s.top_p;
+          p.min_p = s.min_p;
+          p.seed = 1234 + r;
+          p.position = params.size();
+          params.push_back(p);
+        }
+      }
+      DeviceVec<float> d_logits(logits);
+      DeviceVec<cuda::SampleParams> d_params(params);
+      DeviceVec<int32_t> d_tokens(std::vector<int32_t>(params.size(), -9));
+      ASSERT_CUDA(cuda::SampleRows(d_logits.get(), vocab, vocab, d_params.get(), static_cast<int>(params.size()),
+                                   d_tokens.get(), nullptr));
+      ASSERT_CUDA(static_cast<int>(cudaDeviceSynchronize()));
+      const std::vector<int32_t> got = d_tokens.Host();
+      int drawn = 0, mismatches = 0, declined = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const cuda::SampleParams& p = params[i];
+        SamplingOptions options;
+        options.temperature = p.temperature;
+        options.top_k = p.top_k;
+        options.top_p = p.top_p;
+        options.min_p = p.min_p;
+        options.seed = p.seed;
+        SamplingContext context;
+        context.output_position = static_cast<int64_t>(p.position);
+        std::vector<float> row(logits.begin() + static_cast<size_t>(p.row) * vocab,
+                               logits.begin() + static_cast<size_t>(p.row + 1) * vocab);
+        const int32_t want = Sampler::Sample(options, context, row);
+        SCOPED_TRACE(testing::Message() << "vocab " << vocab << " scale " << scale << " row " << p.row << " T "
+                                        << p.temperature << " k " << p.top_k << " p " << p.top_p << " min_p "
+                                        << p.min_p);
+        if (std::min(p.top_k, vocab) > cuda::kMaxSampleCandidates) {
+          EXPECT_EQ(got[i], -1);
+          continue;
+        }
+        if (got[i] == -1) {
+          ++declined;
+          // Only a truncation without top-k over a vocabulary wider than the window.
+          EXPECT_TRUE(p.top_k == 0 && vocab > cuda::kMaxSampleCandidates);
+          continue;
+        }
+        ASSERT_GE(got[i], 0);
+        ASSERT_LT(got[i], vocab);
+        if (p.temperature == 0.0f) {
+          EXPECT_EQ(got[i], want);
+        } else {
+          ++drawn;
+          mismatches += got[i] != want;
+        }
+      }
+      std::printf("[sample_rows] vocab %6d scale %.0f: %d drawn, %d off the CPU's token, %d declined\n", vocab,
+                  scale, drawn, mismatches, declined);
+      EXPECT_LE(mismatches * 200, drawn + 200) << "more than 0.5% of draws (+1) differ";
+    }
+  }
+}
+
 TEST(CudaKernelsTest, LaunchersRefuseBadArguments) {
   // No device needed: the launchers check before they launch.
   EXPECT_NE(cuda::EmbedRows(nullptr, cuda::Dtype::kF32, nullptr, 1, 1, nullptr, nullptr), 0);
@@ -365,6 +546,8 @@ TEST(CudaKernelsTest, LaunchersRefuseBadArguments) {
                                  nullptr),
             0);
   EXPECT_EQ(cuda::AddF32(nullptr, nullptr, 0, nullptr), static_cast<int>(cudaErrorInvalidValue));
+  EXPECT_NE(cuda::SampleRows(any, 10, 20, nullptr, 1, nullptr, nullptr), 0);  // stride < vocab
+  EXPECT_NE(cuda::SampleRows(nullptr, 20, 20, nullptr, 1, nullptr, nullptr), 0);
 }
 
 }  // namespace

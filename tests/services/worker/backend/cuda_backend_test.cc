@@ -13,6 +13,7 @@
 #include "kernels/cuda/model_kernels.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/backend/cuda_backend.h"
+#include "services/worker/sampling/sampler.h"
 #include "tests/services/worker/backend/test_model.h"
 
 namespace floe {
@@ -157,6 +158,64 @@ TEST_P(CudaBackendTest, TreeVerificationMatchesTheCpuBackend) {
     EXPECT_LE(RelativeError(got, want), Tolerance(GetParam().dtype)) << "logits row " << row;
   }
   EXPECT_LE(RelativeError(after[1], after[0]), Tolerance(GetParam().dtype)) << "decode after the copy";
+}
+
+// The engine's step on the device: logits kept there, tokens drawn there.
+// The draws must be what the CPU sampler draws from the same logits
+// (downloaded through the same call), greedy exactly, seeded up to a draw
+// at the margin (kernels/cuda/sampling.h).
+TEST(CudaBackendSamplingTest, DrawsOnTheDeviceWhatTheHostSamplerDraws) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  TestModel model(Flavor::kLlama3, DType::kBF16, 5);
+  auto gpu = CudaBackend::Create(model.config(), model.weights(), {});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_TRUE((*gpu)->SamplesOnDevice());
+  ASSERT_TRUE((*gpu)->AllocateKvCache(64, 4).ok());
+  const int vocab = model.config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(23, 4, vocab);
+  const std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+  ForwardSequence seq{prompt, 0, table, static_cast<int32_t>(prompt.size())};  // every row's logits
+  ASSERT_TRUE((*gpu)->Forward({&seq, 1}, nullptr).ok());
+  std::vector<RowSampling> rows(prompt.size());
+  for (RowSampling& r : rows) r.action = RowSampling::Action::kDownload;
+  std::vector<float> logits(rows.size() * vocab);
+  std::vector<int32_t> tokens(rows.size(), -7);
+  ASSERT_TRUE((*gpu)->SampleLogits(rows, tokens.data(), logits.data()).ok());
+  EXPECT_EQ(tokens, std::vector<int32_t>(rows.size(), -7)) << "downloads write no token";
+  int mismatches = 0;
+  for (int trial = 0; trial < 4; ++trial) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      RowSampling& r = rows[i];
+      r = RowSampling();
+      r.position = static_cast<int64_t>(i) + 100 * trial;
+      r.seed = 77 + trial;
+      if (i % 4 != 0) r.temperature = 0.7f;  // every fourth row greedy
+      if (i % 4 == 2) r.top_k = 20;
+      if (i % 4 == 3) r.top_p = 0.9f, r.min_p = 0.01f;
+    }
+    std::vector<float> declined(logits.size());
+    ASSERT_TRUE((*gpu)->SampleLogits(rows, tokens.data(), declined.data()).ok());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      SamplingOptions options;
+      options.temperature = rows[i].temperature;
+      options.top_k = rows[i].top_k;
+      options.top_p = rows[i].top_p;
+      options.min_p = rows[i].min_p;
+      options.seed = rows[i].seed;
+      SamplingContext context;
+      context.output_position = rows[i].position;
+      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      const int32_t want = Sampler::Sample(options, context, row);
+      if (tokens[i] == -1) continue;  // declined: the host samples it (allowed)
+      if (options.greedy()) {
+        EXPECT_EQ(tokens[i], want) << "greedy row " << i;
+      } else {
+        mismatches += tokens[i] != want;
+      }
+    }
+  }
+  EXPECT_LE(mismatches, 1) << "seeded draws off the CPU sampler's beyond a margin case";
+  EXPECT_TRUE((*gpu)->healthy());
 }
 
 TEST(CudaBackendInputTest, BadBatchesAreRefusedBeforeTheDevice) {
