@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/engine/bench_timing.h"
 #include "bench/engine/dummy_model.h"
 #include "bench/engine/forward_bench.h"
@@ -36,6 +37,7 @@ struct Options {
   int reps = 5;
   int steps = 32;
   std::string only;
+  bool enforce_eager = false;
 };
 
 // GB/s of a device-to-device copy, read + write bytes (median of 5).
@@ -109,7 +111,8 @@ int Main(int argc, char** argv) {
   parser.AddString("preset", &opt.preset, "model shapes (floe make-model presets), dummy bf16 weights");
   parser.AddInt("reps", &opt.reps, "timed repetitions per case (medians reported)");
   parser.AddInt("steps", &opt.steps, "decode steps per repetition");
-  parser.AddString("only", &opt.only, "one case: prefill | decode1 | decode8 | decode64");
+  parser.AddString("only", &opt.only, "cases, comma-separated: prefill, decode1, decode8, decode64 (empty: all)");
+  parser.AddBool("enforce-eager", &opt.enforce_eager, "decode steps without CUDA graphs (the eager baseline)");
   if (auto code = parser.ParseOrExitCode(argc, argv, "bench_cuda_forward")) return *code;
   if (cuda::DeviceCount() == 0) {
     std::fprintf(stderr, "bench_cuda_forward: no CUDA device is visible\n");
@@ -121,7 +124,9 @@ int Main(int argc, char** argv) {
   const double t0 = Now();
   auto model = BuildModel(opt.preset);
   if (!model) return 2;
-  auto backend = CudaBackend::Create(model->config, model->weights, {});
+  CudaBackendOptions backend_options;
+  backend_options.cuda_graphs = !opt.enforce_eager;
+  auto backend = CudaBackend::Create(model->config, model->weights, backend_options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
     return 1;
@@ -149,13 +154,15 @@ int Main(int argc, char** argv) {
                      opt.steps});
   }
   std::string json = absl::StrCat("{\n  \"preset\": \"", opt.preset, "\",\n  \"device\": \"",
-                                  (*backend)->device_name(), "\",\n  \"copy_gb_s\": ", copy_gb_s,
+                                  (*backend)->device_name(), "\",\n  \"cuda_graphs\": ",
+                                  opt.enforce_eager ? "false" : "true", ",\n  \"copy_gb_s\": ", copy_gb_s,
                                   ",\n  \"bf16_gemm_tflops\": ", gemm_tflops, ",\n  \"reps\": ", opt.reps,
                                   ",\n  \"decode_steps\": ", opt.steps, ",\n  \"results\": [\n");
   bool first = true;
   std::fprintf(stderr, "%-34s %12s %12s %9s\n", "case", "tok/s", "roof tok/s", "fraction");
   for (const Case& c : cases) {
-    if (!opt.only.empty() && opt.only != c.key) continue;
+    const std::vector<std::string> only = absl::StrSplit(opt.only, ',', absl::SkipEmpty());
+    if (!only.empty() && std::find(only.begin(), only.end(), c.key) == only.end()) continue;
     const bool prefill = c.steps == 0;
     const double ctx = prefill ? c.prompt / 2.0 : c.prompt + c.steps / 2.0;
     double roof = 0;

@@ -11,7 +11,8 @@
 # A device session runs at most 10 minutes a command: split the phases
 # across calls where the build is slow. Writes under
 # ${OUT:-/tmp/floe-gpu-check}: gpu.txt, build.txt, ctest-gpu.txt,
-# bench_cuda_forward.json (+ .txt, its table). Exits non-zero if a part failed.
+# bench_cuda_forward.json (+ .txt, its table) and bench_cuda_forward_eager.*
+# (decode without CUDA graphs). Exits non-zero if a part failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:-all}
@@ -49,6 +50,10 @@ if [[ $phase == all || $phase == bench ]]; then
     timeout 300 build-gpu/bin/bench_cuda_forward --reps 3 >"$out/bench_cuda_forward.json" \
       2>"$out/bench_cuda_forward.txt" || status=1
     cat "$out/bench_cuda_forward.txt" "$out/bench_cuda_forward.json"
+    # The eager baseline of the decode cases (CUDA graphs off), same machine.
+    timeout 240 build-gpu/bin/bench_cuda_forward --reps 3 --enforce-eager --only decode1,decode8,decode64 \
+      >"$out/bench_cuda_forward_eager.json" 2>"$out/bench_cuda_forward_eager.txt" || status=1
+    cat "$out/bench_cuda_forward_eager.txt"
   else
     echo "bench_cuda_forward is not built" | tee -a "$out/build.txt"
     status=1

@@ -68,6 +68,7 @@ struct WorkerFlags {
   double kv_cache_gb = 1.0;
   std::string device = "auto";
   double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 64;
   int max_waiting = 256;
@@ -346,6 +347,8 @@ int Run(int argc, char** argv) {
   parser.AddDouble("gpu-memory-utilization", &f.gpu_memory_utilization,
                    "--device cuda: the share of the GPU's memory this worker may use (weights, activations and the "
                    "KV cache, which gets the rest), as vLLM's");
+  parser.AddBool("enforce-eager", &f.enforce_eager,
+                 "--device cuda: run every step eagerly (no CUDA graphs for decode steps), as vLLM's");
   parser.AddInt("max-num-batched-tokens", &f.max_num_batched_tokens, "token budget of one engine step");
   parser.AddInt("max-num-seqs", &f.max_num_seqs, "most sequences in one batch");
   parser.AddInt("max-waiting", &f.max_waiting, "bound of the waiting queue (beyond: RESOURCE_EXHAUSTED)");
@@ -720,6 +723,7 @@ int Run(int argc, char** argv) {
   if (device->device == Device::kCuda) {
 #ifdef FLOE_HAVE_CUDA
     CudaBackendOptions cuda_options;
+    cuda_options.cuda_graphs = !f.enforce_eager;
 #ifdef FLOE_HAVE_NCCL
     if (ranks > 1) {
       auto connected = ConnectNcclGrid(grid, 0);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log/log.h"
 #include "common/status/status_macros.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
@@ -228,6 +229,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
       : config_(config), options_(options), device_(options.device), on_fault_(options.on_fault) {}
   ~CudaBackendImpl() override {
     cudaSetDevice(device_);
+    for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
     if (stream_) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
@@ -358,13 +360,20 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // Split-K attention: where the step's (row, head) blocks cannot fill the
   // GPU twice over and its contexts are long (>= 256 keys a split), each
   // row's keys are split so that about 2 blocks run per SM.
-  int AttentionSplits() const {
-    const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(h_decode_rows_.size()) * heads_);
-    if (blocks >= 2 * sm_count_ || max_context_ < 512) return 1;
-    const int64_t splits = std::min<int64_t>({(2 * sm_count_ + blocks - 1) / blocks, max_context_ / 256,
+  int AttentionSplits() const { return SplitsFor(static_cast<int64_t>(h_decode_rows_.size()), max_context_); }
+  int SplitsFor(int64_t rows, int64_t max_context) const {
+    const int64_t blocks = std::max<int64_t>(1, rows * heads_);
+    if (blocks >= 2 * sm_count_ || max_context < 512) return 1;
+    const int64_t splits = std::min<int64_t>({(2 * sm_count_ + blocks - 1) / blocks, max_context / 256,
                                               cuda::kMaxSplits});
     return static_cast<int>(std::max<int64_t>(1, splits));
   }
+  // CUDA graphs of decode steps: the padded batch size of `batch` (0: the
+  // step runs eagerly).
+  int GraphBatch(std::span<const ForwardSequence> batch) const;
+  absl::Status ForwardGraph(std::span<const ForwardSequence> batch, int graph_batch, float* logits);
+  // Every device and pinned address a captured graph bakes in.
+  std::vector<const void*> GraphAddresses() const;
   // Runs a collective on device memory: the step stream's work first (the
   // communicator runs on its own stream and returns once done there).
   void Collective(const char* op, const std::function<absl::Status()>& call);
@@ -382,7 +391,9 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y);
   // After a failure the step's remaining ops do nothing (their inputs are not
   // trusted); Forward reports the first failure.
-  bool Skip() const { return !step_status_.ok(); }
+  // While a graph replays, the model's ops enqueue nothing: the graph holds
+  // their kernels (BeginStep still lays out and uploads the step's plan).
+  bool Skip() const { return !step_status_.ok() || graph_phase_ == GraphPhase::kReplay; }
   // Records the first failure of the step (and of the device: not healthy).
   void Check(int code, const char* op) {
     if (code != 0) Fail(op, ErrorText(static_cast<cudaError_t>(code)));
@@ -466,6 +477,26 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   int64_t reserved_rows_ = 0, reserved_logit_rows_ = 0;
   DeviceBuffer x_, xn_, qkv_, attn_, gate_up_, final_, kv_rows_, bf16_, logits_dev_, copies_dev_;
   DeviceBuffer qkv_heads_, attn_heads_, a2a_send_, a2a_recv_, final_local_;  // several ranks
+  // CUDA graphs of decode steps (one token and one logits row per sequence,
+  // no tree, one rank, no SwiftKV narrowing), by (padded batch, attention
+  // splits, block-table width): the plan's layout is fixed by those, so the
+  // graph's kernels read each step's plan where the last one was. A graph
+  // is captured again when any buffer it reads has moved (grown).
+  struct DecodeGraph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<const void*> addresses;
+  };
+  enum class GraphPhase { kOff, kCapture, kReplay };
+  static constexpr int kMaxGraphBatch = 256;
+  static constexpr size_t kMaxGraphs = 64;
+  std::map<std::tuple<int, int, int>, DecodeGraph> graphs_;
+  GraphPhase graph_phase_ = GraphPhase::kOff;
+  int graph_table_width_ = 0;  // block-table entries per sequence in a graph step's plan
+  std::vector<ForwardSequence> padded_;
+  const int32_t pad_token_ = 0;
+  int32_t pad_block_ = 0;  // the KV cache's spare block: padding rows write there
+  const std::vector<const void*>* replay_addresses_ = nullptr;  // of the graph about to replay
+  bool graphs_failed_ = false;  // a capture failed: every step runs eagerly
   // Device sampling: the drawn rows' parameters, then their tokens (pinned
   // on the host, and on the device).
   std::vector<cuda::SampleParams> sample_params_;
@@ -653,7 +684,10 @@ absl::Status CudaBackendImpl::AllocateKvCache(int num_blocks, int block_size) {
                                                    block_size, ") must be positive"));
   }
   cudaSetDevice(device_);
-  const size_t bytes = KvBytesPerBlock(block_size) * num_blocks;
+  // One spare block past the engine's: a graph step's padding rows write there.
+  const size_t bytes = KvBytesPerBlock(block_size) * (num_blocks + 1);
+  for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+  graphs_.clear();
   kv_cache_.Reset();
   if (cudaError_t e = kv_cache_.Reserve(bytes); e != cudaSuccess) {
     size_t free = 0, total = 0;
@@ -669,7 +703,8 @@ absl::Status CudaBackendImpl::AllocateKvCache(int num_blocks, int block_size) {
   if (e != cudaSuccess) return absl::InternalError(absl::StrCat("clearing the KV cache: ", ErrorText(e)));
   num_blocks_ = num_blocks;
   block_size_ = block_size;
-  kv_array_floats_ = static_cast<int64_t>(num_blocks) * kv_heads_ * block_size * config_.head_dim;
+  pad_block_ = num_blocks;
+  kv_array_floats_ = static_cast<int64_t>(num_blocks + 1) * kv_heads_ * block_size * config_.head_dim;
   return absl::OkStatus();
 }
 
@@ -691,6 +726,7 @@ absl::Status CudaBackendImpl::Forward(std::span<const ForwardSequence> batch, fl
   cudaGetLastError();  // a failed allocation's error is not this step's
   step_status_ = absl::OkStatus();
   hidden_rows_ = 0;
+  if (const int graph_batch = GraphBatch(batch); graph_batch > 0) return ForwardGraph(batch, graph_batch, logits);
   model_->Run(batch, logits, mode_);
   Check(cudaStreamSynchronize(stream_), "the step's synchronize");
   plan_in_flight_ = false;
@@ -702,6 +738,113 @@ absl::Status CudaBackendImpl::Forward(std::span<const ForwardSequence> batch, fl
     return step_status_;
   }
   hidden_rows_ = model_->num_logit_rows();
+  return absl::OkStatus();
+}
+
+int CudaBackendImpl::GraphBatch(std::span<const ForwardSequence> batch) const {
+  if (!options_.cuda_graphs || graphs_failed_ || world_ || config_.dense_layers() < config_.num_layers) return 0;
+  if (batch.empty() || static_cast<int>(batch.size()) > kMaxGraphBatch) return 0;
+  for (const ForwardSequence& seq : batch) {
+    if (seq.tokens.size() != 1 || seq.num_logits != 1 || !seq.parents.empty()) return 0;
+  }
+  int padded = 1;
+  while (padded < static_cast<int>(batch.size())) padded *= 2;
+  return padded;
+}
+
+std::vector<const void*> CudaBackendImpl::GraphAddresses() const {
+  std::vector<const void*> a = {x_.as<void>(),       xn_.as<void>(),      qkv_.as<void>(),     attn_.as<void>(),
+                                gate_up_.as<void>(), final_.as<void>(),   kv_rows_.as<void>(), bf16_.as<void>(),
+                                logits_dev_.as<void>(), plan_dev_.as<void>(), kv_cache_.as<void>(),
+                                attn_workspace_.as<void>()};
+  a.push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(plan_dev_.bytes())));
+  return a;
+}
+
+absl::Status CudaBackendImpl::ForwardGraph(std::span<const ForwardSequence> batch, int graph_batch, float* logits) {
+  const int64_t n = static_cast<int64_t>(batch.size());
+  int64_t max_context = 1, widest = 1;
+  for (const ForwardSequence& seq : batch) {
+    max_context = std::max<int64_t>(max_context, seq.start_pos + 1);
+    widest = std::max<int64_t>(widest, static_cast<int64_t>(seq.block_table.size()));
+  }
+  int width = 16;
+  while (width < widest) width *= 2;
+  padded_.assign(batch.begin(), batch.end());
+  for (int64_t i = n; i < graph_batch; ++i) {
+    padded_.push_back(ForwardSequence{{&pad_token_, 1}, 0, {&pad_block_, 1}, 1});
+  }
+  graph_table_width_ = width;
+  const auto key = std::make_tuple(graph_batch, SplitsFor(graph_batch, max_context), width);
+  auto it = graphs_.find(key);
+  // Replay where the graph's buffers are where it saw them; a step larger
+  // than any before may grow them in BeginStep, so look again after it.
+  const bool found = it != graphs_.end();
+  replay_addresses_ = found ? &it->second.addresses : nullptr;
+  graph_phase_ = found ? GraphPhase::kReplay : GraphPhase::kCapture;
+  model_->Run(padded_, nullptr, mode_);
+  const GraphPhase phase = graph_phase_;
+  graph_phase_ = GraphPhase::kOff;
+  replay_addresses_ = nullptr;
+  if (phase == GraphPhase::kCapture) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream_, &capturing);
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = capturing != cudaStreamCaptureStatusNone ? cudaStreamEndCapture(stream_, &graph) : cudaSuccess;
+    cudaGraphExec_t exec = nullptr;
+    if (e == cudaSuccess && step_status_.ok() && graph) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess || !step_status_.ok() || !exec) {
+      // Nothing of the step ran (capture records, it does not execute): the
+      // step runs eagerly, and so does every later one.
+      if (exec) cudaGraphExecDestroy(exec);
+      const std::string why = !step_status_.ok() ? std::string(step_status_.message()) : ErrorText(e);
+      if (absl::IsResourceExhausted(step_status_)) return step_status_;
+      LogEvent(LogLevel::kWarning, "worker", "cuda_graphs_off", {{"device", device_name_}, {"error", why}});
+      cudaGetLastError();
+      graphs_failed_ = true;
+      step_status_ = absl::OkStatus();
+      model_->Run(batch, logits, mode_);
+      Check(cudaStreamSynchronize(stream_), "the step's synchronize");
+      plan_in_flight_ = false;
+      if (!step_status_.ok()) {
+        if (!absl::IsResourceExhausted(step_status_)) Faulted();
+        return step_status_;
+      }
+      hidden_rows_ = model_->num_logit_rows();
+      return absl::OkStatus();
+    }
+    if (found) {
+      cudaGraphExecDestroy(it->second.exec);
+      graphs_.erase(it);
+    }
+    if (graphs_.size() >= kMaxGraphs) {  // bounded: start over
+      for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
+      graphs_.clear();
+    }
+    it = graphs_.emplace(key, DecodeGraph{exec, GraphAddresses()}).first;
+  }
+  // The step's kernels: captured (not yet run), or replayed.
+  if (!Skip()) Check(cudaGraphLaunch(it->second.exec, stream_), "graph launch");
+  if (!Skip()) {
+    const int64_t h = config_.hidden_size;
+    hidden_.resize(n * h);
+    Check(cudaMemcpyAsync(hidden_.data(), final_.as<float>(), hidden_.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_),
+          "graph step (hidden states)");
+    if (logits && !Skip()) {
+      Check(cudaMemcpyAsync(logits, logits_dev_.as<float>(), n * config_.vocab_size * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "graph step (logits)");
+    }
+  }
+  Check(cudaStreamSynchronize(stream_), "the step's synchronize");
+  plan_in_flight_ = false;
+  if (!step_status_.ok()) {
+    if (!absl::IsResourceExhausted(step_status_)) Faulted();
+    return step_status_;
+  }
+  hidden_rows_ = n;
   return absl::OkStatus();
 }
 
@@ -770,7 +913,7 @@ cuda::PagedKv CudaBackendImpl::LayerKv(int layer) const {
 
 void CudaBackendImpl::BeginStep(const StepRows& rows) {
   step_layout_ = {};  // until this step's plan is on the device, no op may read the last one's
-  if (Skip()) return;
+  if (!step_status_.ok()) return;
   step_mode_ = rows.mode;
   max_context_ = rows.max_context;
   all_rows_ = static_cast<int64_t>(rows.tokens.size());
@@ -805,6 +948,7 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
   for (const ForwardSequence& seq : rows.batch) {
     const int32_t table = static_cast<int32_t>(h_tables_.size());
     h_tables_.insert(h_tables_.end(), seq.block_table.begin(), seq.block_table.end());
+    if (graph_phase_ != GraphPhase::kOff) h_tables_.resize(table + graph_table_width_, pad_block_);
     const int32_t n = static_cast<int32_t>(seq.tokens.size());
     tree_begin_.clear();  // indices into all of h_paths_
     if (!seq.parents.empty()) cpu::AppendTreePaths(seq.parents, seq.start_pos, tree_begin_, h_paths_);
@@ -875,6 +1019,15 @@ void CudaBackendImpl::BeginStep(const StepRows& rows) {
   if (!h_prefill_tiles_.empty()) {
     step_layout_.subset = reinterpret_cast<const int32_t*>(at(13));
     step_layout_.subset_rows = static_cast<int>(h_decode_rows_.size());
+  }
+  // A replay needs its graph's buffers where they were: this step may have
+  // grown them (then the graph is captured again).
+  if (graph_phase_ == GraphPhase::kReplay && (!replay_addresses_ || *replay_addresses_ != GraphAddresses())) {
+    graph_phase_ = GraphPhase::kCapture;
+  }
+  // The plan is uploaded; the graph records the step's kernels from here.
+  if (graph_phase_ == GraphPhase::kCapture) {
+    Check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "BeginStep (graph capture)");
   }
 }
 
@@ -1157,7 +1310,7 @@ void CudaBackendImpl::Logits(Activation in, WeightId matrix, float* logits) {
   if (Skip()) return;
   const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
   Gemm(Rows(in), h, logit_rows_, matrices_[matrix], logits_dev_.as<float>());
-  if (Skip()) return;
+  if (Skip() || graph_phase_ != GraphPhase::kOff) return;  // ForwardGraph downloads after the replay
   // The final hidden states too (model-based speculators read them).
   hidden_.resize(logit_rows_ * h);
   Check(cudaMemcpyAsync(hidden_.data(), Rows(in), hidden_.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),

@@ -56,6 +56,10 @@ struct CudaBackendOptions {
   int sequence_parallel_size = 1;
   Communicator* sequence_group = nullptr;
   Communicator* tensor_group = nullptr;
+  // Decode steps (one token per sequence) replay CUDA graphs captured per
+  // padded batch size (1, 2, 4, ... 256), as vLLM's; false runs every step
+  // eagerly (floe-worker --enforce-eager).
+  bool cuda_graphs = true;
   // Called once, on the engine thread, when a CUDA error fails a step (the
   // step's requests then fail with its INTERNAL status). The worker stops
   // serving and exits: a device in an unknown state must not answer.

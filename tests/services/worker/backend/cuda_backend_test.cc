@@ -218,6 +218,60 @@ TEST(CudaBackendSamplingTest, DrawsOnTheDeviceWhatTheHostSamplerDraws) {
   EXPECT_TRUE((*gpu)->healthy());
 }
 
+// Decode steps replay CUDA graphs (batches padded to 1, 2, 4, ...): the
+// same logits as eager steps (f32: 1e-4, the GEMMs' m differs with the
+// padding), batched and alone, and again after a long prompt grows the
+// activations under the graphs (they are captured again).
+TEST(CudaBackendGraphTest, GraphStepsMatchEagerSteps) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  TestModel model(Flavor::kLlama3, DType::kF32, 9);
+  CudaBackendOptions eager_options;
+  eager_options.cuda_graphs = false;
+  auto graphs = CudaBackend::Create(model.config(), model.weights(), {});
+  auto eager = CudaBackend::Create(model.config(), model.weights(), eager_options);
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  const int bs = 4, vocab = model.config().vocab_size;
+  ASSERT_TRUE((*graphs)->AllocateKvCache(256, bs).ok());
+  ASSERT_TRUE((*eager)->AllocateKvCache(256, bs).ok());
+  struct Seq {
+    std::vector<int32_t> tokens, table;
+    int32_t pos = 0;
+  };
+  std::vector<Seq> seqs(4);
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < 64; ++b) seqs[s].table.push_back(s * 64 + b);
+  }
+  // Runs `which` sequences' next tokens on both backends; compares and
+  // feeds each sequence the eager backend's arg-max.
+  auto step = [&](const std::vector<int>& which, const std::string& what) {
+    std::vector<ForwardSequence> batch;
+    for (int s : which) {
+      batch.push_back({seqs[s].tokens, seqs[s].pos, seqs[s].table, 1});
+    }
+    std::vector<float> want(which.size() * vocab), got(which.size() * vocab);
+    ASSERT_TRUE((*eager)->Forward(batch, want.data()).ok()) << what;
+    ASSERT_TRUE((*graphs)->Forward(batch, got.data()).ok()) << what;
+    for (size_t i = 0; i < which.size(); ++i) {
+      const std::vector<float> w(want.begin() + i * vocab, want.begin() + (i + 1) * vocab);
+      const std::vector<float> g(got.begin() + i * vocab, got.begin() + (i + 1) * vocab);
+      EXPECT_LE(RelativeError(g, w), 1e-4f) << what << " sequence " << which[i];
+      Seq& seq = seqs[which[i]];
+      seq.pos += static_cast<int32_t>(seq.tokens.size());
+      seq.tokens = {testing_model::Argmax(w)};
+    }
+  };
+  for (int s = 0; s < 3; ++s) {
+    seqs[s].tokens = Prompt(5 + 4 * s, s + 1, vocab);
+    step({s}, "prompt " + std::to_string(s));
+  }
+  for (int i = 0; i < 12; ++i) step(i % 4 == 3 ? std::vector<int>{1} : std::vector<int>{0, 1, 2}, "decode " + std::to_string(i));
+  seqs[3].tokens = Prompt(200, 9, vocab);  // grows the activations under the captured graphs
+  step({3}, "long prompt");
+  for (int i = 0; i < 8; ++i) step({0, 1, 2, 3}, "decode after growth " + std::to_string(i));
+  EXPECT_TRUE((*graphs)->healthy());
+}
+
 TEST(CudaBackendInputTest, BadBatchesAreRefusedBeforeTheDevice) {
   FLOE_REQUIRE_CUDA_DEVICE();
   TestModel model(Flavor::kLlama3, DType::kBF16, 3);
