@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -373,7 +374,8 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   int GraphBatch(std::span<const ForwardSequence> batch) const;
   absl::Status ForwardGraph(std::span<const ForwardSequence> batch, int graph_batch, float* logits);
   // Every device and pinned address a captured graph bakes in.
-  std::vector<const void*> GraphAddresses() const;
+  using GraphAddressList = std::array<const void*, 13>;
+  GraphAddressList GraphAddresses() const;
   // Runs a collective on device memory: the step stream's work first (the
   // communicator runs on its own stream and returns once done there).
   void Collective(const char* op, const std::function<absl::Status()>& call);
@@ -484,7 +486,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // is captured again when any buffer it reads has moved (grown).
   struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;
-    std::vector<const void*> addresses;
+    GraphAddressList addresses;
   };
   enum class GraphPhase { kOff, kCapture, kReplay };
   static constexpr int kMaxGraphBatch = 256;
@@ -495,11 +497,12 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   std::vector<ForwardSequence> padded_;
   const int32_t pad_token_ = 0;
   int32_t pad_block_ = 0;  // the KV cache's spare block: padding rows write there
-  const std::vector<const void*>* replay_addresses_ = nullptr;  // of the graph about to replay
+  const GraphAddressList* replay_addresses_ = nullptr;  // of the graph about to replay
   bool graphs_failed_ = false;  // a capture failed: every step runs eagerly
   // Device sampling: the drawn rows' parameters, then their tokens (pinned
   // on the host, and on the device).
   std::vector<cuda::SampleParams> sample_params_;
+  std::vector<int32_t> copies_host_;  // CopyKvSlots' entries, flattened
   PinnedBuffer sample_host_;
   DeviceBuffer sample_dev_;
   int64_t max_matrix_cols_ = 0;
@@ -752,13 +755,11 @@ int CudaBackendImpl::GraphBatch(std::span<const ForwardSequence> batch) const {
   return padded;
 }
 
-std::vector<const void*> CudaBackendImpl::GraphAddresses() const {
-  std::vector<const void*> a = {x_.as<void>(),       xn_.as<void>(),      qkv_.as<void>(),     attn_.as<void>(),
-                                gate_up_.as<void>(), final_.as<void>(),   kv_rows_.as<void>(), bf16_.as<void>(),
-                                logits_dev_.as<void>(), plan_dev_.as<void>(), kv_cache_.as<void>(),
-                                attn_workspace_.as<void>()};
-  a.push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(plan_dev_.bytes())));
-  return a;
+CudaBackendImpl::GraphAddressList CudaBackendImpl::GraphAddresses() const {
+  return {x_.as<void>(),       xn_.as<void>(),         qkv_.as<void>(),      attn_.as<void>(),
+          gate_up_.as<void>(), final_.as<void>(),      kv_rows_.as<void>(),  bf16_.as<void>(),
+          logits_dev_.as<void>(), plan_dev_.as<void>(), kv_cache_.as<void>(), attn_workspace_.as<void>(),
+          reinterpret_cast<const void*>(static_cast<uintptr_t>(plan_dev_.bytes()))};
 }
 
 absl::Status CudaBackendImpl::ForwardGraph(std::span<const ForwardSequence> batch, int graph_batch, float* logits) {
@@ -854,7 +855,8 @@ absl::Status CudaBackendImpl::CopyKvSlots(std::span<const KvSlotCopy> copies) {
   if (copies.empty()) return absl::OkStatus();
   cudaSetDevice(device_);
   cudaGetLastError();
-  std::vector<int32_t> flat;
+  std::vector<int32_t>& flat = copies_host_;
+  flat.clear();
   for (const KvSlotCopy& c : copies) flat.insert(flat.end(), {c.src_block, c.src_slot, c.dst_block, c.dst_slot});
   step_status_ = absl::OkStatus();
   Check(copies_dev_.Reserve(flat.size() * sizeof(int32_t)), "CopyKvSlots (allocate)");
