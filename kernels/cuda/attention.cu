@@ -194,6 +194,9 @@ __global__ void __launch_bounds__(4 * kPrefillTileRows)
         const int64_t at = Offset(kv, table[pos / kv.block_size], kv_head, pos % kv.block_size) + d;
         ks[c][d] = kv.k[at];
         vs[c][d] = kv.v[at];
+      } else {  // past the keys: masked, but 0 x (stale NaN or inf) would still poison the sums
+        ks[c][d] = 0.0f;
+        vs[c][d] = 0.0f;
       }
     }
     __syncthreads();

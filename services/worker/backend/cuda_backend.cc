@@ -752,6 +752,9 @@ int CudaBackendImpl::GraphBatch(std::span<const ForwardSequence> batch) const {
   }
   int padded = 1;
   while (padded < static_cast<int>(batch.size())) padded *= 2;
+  // Padding must fit the activations reserved at start (ReserveActivations):
+  // growing them for padding rows could fail where the step itself fits.
+  if (padded > reserved_rows_ || padded > reserved_logit_rows_) return 0;
   return padded;
 }
 
@@ -1265,9 +1268,14 @@ absl::Status CudaBackendImpl::SampleLogits(std::span<const RowSampling> rows, in
   const int n = static_cast<int>(sample_params_.size());
   int32_t* drawn = nullptr;
   if (n > 0) {
-    // Grows only past the largest step reserved (ReserveActivations).
-    Check(sample_dev_.Reserve(SampleBytes(n)), "SampleLogits (allocate)");
-    Check(sample_host_.Reserve(SampleBytes(n)), "SampleLogits (allocate pinned)");
+    // Grows only past the largest step reserved (ReserveActivations); too
+    // little memory fails this step's requests, not the device.
+    cudaError_t e = sample_dev_.Reserve(SampleBytes(n));
+    if (e == cudaSuccess) e = sample_host_.Reserve(SampleBytes(n));
+    if (e != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat("out of memory for the sampling buffers of ", n, " rows: ",
+                                                       ErrorText(e)));
+    }
     if (!Skip()) {
       const size_t param_bytes = n * sizeof(cuda::SampleParams);
       std::memcpy(sample_host_.data(), sample_params_.data(), param_bytes);

@@ -76,6 +76,12 @@ class LeaderBackend final : public Backend {
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override;
   std::span<const float> LastHiddenStates() const override { return local_->LastHiddenStates(); }
   absl::Status CopyKvSlots(std::span<const KvSlotCopy> copies) override;
+  // Rank 0 holds whole logits rows (the vocabulary slices gathered there):
+  // sampling on its device needs no other rank.
+  bool SamplesOnDevice() const override { return local_->SamplesOnDevice(); }
+  absl::Status SampleLogits(std::span<const RowSampling> rows, int32_t* tokens, float* logits) override {
+    return local_->SampleLogits(rows, tokens, logits);
+  }
 
  private:
   absl::Status Send(int32_t op, const std::vector<int32_t>& payload);
