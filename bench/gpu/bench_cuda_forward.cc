@@ -159,9 +159,9 @@ int Main(int argc, char** argv) {
                                   ",\n  \"bf16_gemm_tflops\": ", gemm_tflops, ",\n  \"reps\": ", opt.reps,
                                   ",\n  \"decode_steps\": ", opt.steps, ",\n  \"results\": [\n");
   bool first = true;
+  const std::vector<std::string> only = absl::StrSplit(opt.only, ',', absl::SkipEmpty());
   std::fprintf(stderr, "%-34s %12s %12s %9s\n", "case", "tok/s", "roof tok/s", "fraction");
   for (const Case& c : cases) {
-    const std::vector<std::string> only = absl::StrSplit(opt.only, ',', absl::SkipEmpty());
     if (!only.empty() && std::find(only.begin(), only.end(), c.key) == only.end()) continue;
     const bool prefill = c.steps == 0;
     const double ctx = prefill ? c.prompt / 2.0 : c.prompt + c.steps / 2.0;

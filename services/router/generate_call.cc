@@ -118,7 +118,7 @@ void GenerateCall::StartAttempt() {
   WorkerState* worker = parts_.picker->Pick(pick_);
   if (!worker) {
     if (attempt_number_ == 0 || last_status_.ok())
-      return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker"));
+      return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker left to try"));
     return Finish(last_status_);
   }
   ++attempt_number_;

@@ -253,7 +253,7 @@ int Run(int argc, char** argv) {
 
   // Serve once some worker is healthy (its load poll answered) and has
   // described the model; keep asking until then. Serving before a worker is
-  // healthy would answer the first requests "no healthy worker".
+  // healthy would answer the first requests "no worker left to try".
   floe::v1::ModelInfo info;
   for (;;) {
     if (pool.healthy_count() > 0 && pool.FetchModelInfo(&info, std::chrono::milliseconds(500))) break;

@@ -34,8 +34,10 @@ WorkerState* LeastOutstandingOf(const WorkerPool* pool, const PickRequest& reque
 // ejected one still gets the request. Ejection follows slow health polls,
 // and a worker saturated by its own load answers polls late; failing every
 // request with "no healthy worker" then would turn a slow cluster into a
-// dead one. A worker that is really down fails the attempt fast (refused
-// connection) and the request moves on or fails with that attempt's status.
+// dead one. A worker whose process is down fails the attempt fast (refused
+// connection) and the request moves on or fails with that attempt's status;
+// one that hangs or whose host is gone costs the request its deadline, the
+// price Envoy's panic mode pays too.
 WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request) {
   if (WorkerState* healthy = LeastOutstandingOf(pool, request, /*healthy_only=*/true)) return healthy;
   return LeastOutstandingOf(pool, request, /*healthy_only=*/false);
@@ -97,7 +99,7 @@ class SessionAffinityPicker final : public WorkerPicker {
       if (it->worker->outstanding.load() >= overload_outstanding_) return LeastOutstanding(pool_, request);
       return it->worker;
     }
-    return nullptr;
+    return LeastOutstanding(pool_, request);  // ejected meanwhile: panic routing
   }
 
  private:

@@ -77,9 +77,9 @@ class Backend {
   // it (then the row's logits are copied as for kDownload); kDownload copies
   // the row's vocab_size logits to logits + i * vocab_size; kNone does
   // neither. tokens[i] is written for kSample rows only; both buffers must
-  // be there (any drawn row may come back as a download). A seeded row draws what Sampler::Sample draws from the same
-  // logits, up to reduction order (a draw at the margin between two tokens
-  // may differ).
+  // be there (any drawn row may come back as a download). A non-greedy row
+  // draws what Sampler::Sample draws from the same logits, up to reduction
+  // order (a draw at the margin between two tokens may differ).
   virtual absl::Status SampleLogits(std::span<const RowSampling> rows, int32_t* tokens, float* logits) {
     (void)rows, (void)tokens, (void)logits;
     return absl::UnimplementedError("this backend does not sample on its device");

@@ -202,8 +202,8 @@ absl::Status EngineCore::Step() {
   // drawn tokens, and the rows the host must sample, come back.
   const bool on_device = backend_->SamplesOnDevice();
   absl::Status status = backend_->Forward(batch, on_device ? nullptr : logits_.data());
+  const Clock::time_point forward_end = Clock::now();  // sampling, on either device, is outside the forward
   if (status.ok() && on_device) status = SampleOnDevice(plan, batch);
-  const Clock::time_point forward_end = Clock::now();
   ++counters_.steps;
   if (!status.ok()) {
     for (const Planned& p : plan) Abort(p.seq->request.id, FinishReason::kAbort, status);

@@ -8,9 +8,15 @@
 // to on a GPU, cuda_kernels_test), so a wrong position, a row sent to the
 // device that needs the request's history, or a draw read from the wrong row
 // changes the tokens. It declines some rows (-1 and a download) as the CUDA
-// kernel does past its candidate window.
+// kernel does past its candidate window, and fills the rows it is told to
+// leave alone with NaN (an engine that read one would show it). Whether the
+// CUDA kernel draws what the host Sampler draws is cuda_kernels_test's
+// question (label gpu), not this test's.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "services/worker/sampling/sampler.h"
 #include "services/worker/speculation/ngram_proposer.h"
@@ -55,6 +61,7 @@ class HostSamplingBackend final : public Backend {
       switch (rows[i].action) {
         case RowSampling::Action::kNone:
           ++counts_->none;
+          std::fill(logits + i * vocab(), logits + (i + 1) * vocab(), std::nanf(""));
           continue;
         case RowSampling::Action::kDownload:
           ++counts_->downloaded;
