@@ -24,7 +24,6 @@ class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateRespo
                                           owner_->request_.stopping().stop().end())) {
     worker_->outstanding.fetch_add(1);
   }
-  ~Attempt() override { worker_->outstanding.fetch_sub(1); }
 
   // The owner set read_pending_ for the first read.
   void Begin() {
@@ -69,6 +68,10 @@ class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateRespo
     if (release) RemoveHold();
   }
   void OnDone(const grpc::Status& status) override {
+    // Released before the owner hears: AttemptDone may finish the call, and
+    // once the last call is finished the router may shut down and free the
+    // worker pool while this thread is still unwinding.
+    worker_->outstanding.fetch_sub(1);
     std::shared_ptr<GenerateCall> owner = std::move(owner_);
     owner->AttemptDone(this, status);
     delete this;
