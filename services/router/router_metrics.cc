@@ -18,6 +18,9 @@ class RouterMetrics::PoolCollector final : public prometheus::Collectable {
     auto healthy = family("floe_router_worker_healthy", "1 while the worker receives requests.", MetricType::Gauge);
     auto outstanding = family("floe_router_worker_outstanding", "Router requests on the worker.", MetricType::Gauge);
     auto ejections = family("floe_router_worker_ejections_total", "Times the worker was ejected.", MetricType::Counter);
+    auto panic = family("floe_router_worker_panic_picks_total",
+                        "Requests sent to the worker while ejected, because no untried worker was healthy.",
+                        MetricType::Counter);
     for (const auto& w : pool_->workers()) {
       prometheus::ClientMetric m;
       m.label = {{"worker", w->address}};
@@ -29,6 +32,8 @@ class RouterMetrics::PoolCollector final : public prometheus::Collectable {
       c.label = {{"worker", w->address}};
       c.counter.value = static_cast<double>(w->ejections.load());
       ejections.metric.push_back(c);
+      c.counter.value = static_cast<double>(w->panic_picks.load());
+      panic.metric.push_back(c);
     }
     auto in_flight = family("floe_router_requests_in_flight", "Requests being relayed.", MetricType::Gauge);
     prometheus::ClientMetric g;
@@ -39,7 +44,7 @@ class RouterMetrics::PoolCollector final : public prometheus::Collectable {
     prometheus::ClientMetric r;
     r.counter.value = static_cast<double>(gate_->rejected());
     rejected.metric.push_back(r);
-    return {healthy, outstanding, ejections, in_flight, rejected};
+    return {healthy, outstanding, ejections, panic, in_flight, rejected};
   }
 
  private:

@@ -40,7 +40,9 @@ WorkerState* LeastOutstandingOf(const WorkerPool* pool, const PickRequest& reque
 // price Envoy's panic mode pays too.
 WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request) {
   if (WorkerState* healthy = LeastOutstandingOf(pool, request, /*healthy_only=*/true)) return healthy;
-  return LeastOutstandingOf(pool, request, /*healthy_only=*/false);
+  WorkerState* ejected = LeastOutstandingOf(pool, request, /*healthy_only=*/false);
+  if (ejected) ejected->panic_picks.fetch_add(1);
+  return ejected;
 }
 
 // 64-bit FNV-1a, then MurmurHash3's fmix64 finalizer: stable across

@@ -20,7 +20,7 @@ COUNTERS_AND_GAUGES = {
     # router
     "floe_router_requests_total", "floe_router_requests_in_flight", "floe_router_admission_rejections_total",
     "floe_router_retries_total", "floe_router_worker_healthy", "floe_router_worker_outstanding",
-    "floe_router_worker_ejections_total",
+    "floe_router_worker_ejections_total", "floe_router_worker_panic_picks_total",
     # speculative decoding, suffix cache, shift parallelism
     "floe_spec_decode_num_draft_tokens_total", "floe_spec_decode_num_accepted_tokens_total", "floe_spec_decode_num_drafts_total",
     "floe_suffix_cache_cached_responses", "floe_suffix_cache_bytes", "floe_parallel_mode",

@@ -10,7 +10,10 @@
 //   other worker and completes with the same greedy output, as if nothing
 //   happened;
 // - a stream on the surviving worker is untouched, and requests sent after
-//   the kill succeed there.
+//   the kill succeed there;
+// - with both workers dead, a request is tried once on each (panic routing,
+//   counted in floe_router_worker_panic_picks_total) and ends UNAVAILABLE
+//   promptly.
 // Session affinity pins each stream to a known worker: the sessions are
 // found by probing which worker's request counter moves.
 #include <signal.h>
@@ -116,6 +119,27 @@ TEST(WorkerKillTest, CutStreamsEndUnavailableQueuedOnesAreRetriedAndNewOnesSucce
                    {absl::StrCat("worker=\"", cluster.worker_addresses()[0], "\"")}),
             0)
       << "the dead worker is still marked healthy";
+  auto worker_label = [&](int i) { return absl::StrCat("worker=\"", cluster.worker_addresses()[i], "\""); };
+  auto panic_picks = [&] {
+    return Metric(router_metrics, "floe_router_worker_panic_picks_total", {worker_label(0)}) +
+           Metric(router_metrics, "floe_router_worker_panic_picks_total", {worker_label(1)});
+  };
+  EXPECT_EQ(panic_picks(), 0) << "a worker was healthy all along, yet an ejected one was picked";
+
+  // Both dead: panic routing tries each ejected worker once (a refused
+  // connection fails fast), then the request ends UNAVAILABLE, promptly.
+  ASSERT_EQ(::kill(cluster.worker(1).pid(), SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Metric(router_metrics, "floe_router_worker_healthy", {worker_label(1)}) == 0; },
+                      std::chrono::seconds(30)))
+      << "the second dead worker is still marked healthy";
+  const auto sent = Clock::now();
+  Generation none = Generate(*stub, GreedyRequest("Nobody is left", 8, survivor), 30000);
+  const double took = SecondsBetween(sent, Clock::now());
+  std::printf("[worker_kill] both workers dead: %d %s after %.3f s; panic picks %.0f\n", none.status.error_code(),
+              none.status.error_message().c_str(), took, panic_picks());
+  EXPECT_EQ(none.status.error_code(), grpc::StatusCode::UNAVAILABLE) << none.status.error_message();
+  EXPECT_LT(took, kEndBoundS);
+  EXPECT_EQ(panic_picks(), 2) << "each ejected worker should be tried once";
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ TEST(PanicRoutingTest, EjectedWorkersServeWhenNoneIsHealthy) {
     // One worker healthy: the ejected one gets nothing, session or not.
     for (int i = 0; i < 200; ++i) EXPECT_EQ(picker->Pick({absl::StrCat("s", i), {}}), b);
     EXPECT_EQ(picker->Pick({"", {}}), b);
+    EXPECT_EQ(a->panic_picks.load() + b->panic_picks.load(), 0);
     // None healthy: the least loaded untried worker, then the other, then none.
     b->healthy = false;
     a->outstanding = 3;
@@ -96,8 +97,13 @@ TEST(PanicRoutingTest, EjectedWorkersServeWhenNoneIsHealthy) {
     // A healthy worker that already failed this request: the ejected one is tried.
     b->healthy = true;
     EXPECT_EQ(picker->Pick({"s1", {b}}), a);
+    // Every pick of an ejected worker is counted (floe_router_worker_panic_picks_total).
+    EXPECT_EQ(a->panic_picks.load(), 2);
+    EXPECT_EQ(b->panic_picks.load(), 2);
     a->outstanding = 0;
     b->outstanding = 0;
+    a->panic_picks = 0;
+    b->panic_picks = 0;
   }
 }
 
