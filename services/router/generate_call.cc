@@ -254,13 +254,15 @@ void GenerateCall::AttemptDone(Attempt* attempt, const grpc::Status& status) {
 void GenerateCall::Finish(const grpc::Status& status) {
   if (finished_) return;
   finished_ = true;
-  if (admitted_) {
-    parts_.in_flight->fetch_sub(1);
-    parts_.gate->Leave();
-  }
+  if (admitted_) parts_.gate->Leave();
   if (parts_.metrics)
     parts_.metrics->ObserveFinished(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
+  // The drain waits for in_flight to reach 0 before main frees the gate, the
+  // metrics and the pool, so the count drops last. on_done may drop this
+  // call's last reference: the counter is read out of it first.
+  std::atomic<int>* in_flight = admitted_ ? parts_.in_flight : nullptr;
   sink_.on_done(status);
+  if (in_flight) in_flight->fetch_sub(1);
 }
 
 }  // namespace floe
