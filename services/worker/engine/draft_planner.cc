@@ -52,6 +52,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     seq->draft.clear();
     seq->draft_parents.clear();
     seq->draft_source = -1;
+    seq->draft_claim = -1;
   }
   int64_t step_tokens = 0;
   for (const Sequence* seq : running) step_tokens += seq->pending();
@@ -154,9 +155,11 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     chosen_rates_[i] = rates_->Rate(seq, choice.proposer);
     if (proposers_[choice.proposer]->scores_expected_accepted()) {
       const double namespace_prior = rates_->Rate(seq, choice.proposer, /*own=*/false);
-      // The score is the whole draft's (the selector may have cut it).
+      // The score is the whole draft's (the selector may have cut it),
+      // discounted by how this namespace's claims of that length came out.
       const int offered = static_cast<int>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
-      const double implied = ImpliedRate(choice.proposal->score, offered);
+      const double calibration = rates_->ClaimCalibration(seq, choice.proposer, offered);
+      const double implied = ImpliedRate(choice.proposal->score * calibration, offered);
       if (implied > namespace_prior) chosen_rates_[i] = rates_->RateWithPrior(seq, choice.proposer, implied);
     }
   }
@@ -167,6 +170,15 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     const DraftCandidate& choice = choice_sets_[i][chosen_[i]];
     seq.draft_source = choice.proposer;
     Assign(seq, *choice.proposal, lengths[i]);
+    if (proposers_[choice.proposer]->scores_expected_accepted() && !seq.draft.empty()) {
+      // The claim, uncalibrated, over what is verified: sum of c^j for the
+      // draft's tokens, c the per-token rate the whole score implies.
+      seq.draft_offered = static_cast<int32_t>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
+      const double c = ImpliedRate(choice.proposal->score, seq.draft_offered);
+      double claim = 0, term = 1;
+      for (size_t j = 0; j < seq.draft.size(); ++j) claim += (term *= c);
+      seq.draft_claim = claim;
+    }
   }
 }
 

@@ -43,6 +43,7 @@ class DraftPlanner {
   // `accepted` matched.
   void RecordVerified(Sequence& seq, int drafted, int accepted) {
     rates_->Record(seq, seq.draft_source, drafted, accepted);
+    if (seq.draft_claim >= 0) rates_->RecordClaim(seq, seq.draft_source, seq.draft_offered, seq.draft_claim, accepted);
     if (selector_) selector_->Record(seq, seq.draft_source, drafted, accepted);
   }
   // A step took `step_ms`, `forward_ms` of it in the backend's forward.

@@ -1,5 +1,6 @@
 #include "services/worker/engine/draft_selector.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace floe {
@@ -11,6 +12,17 @@ constexpr double kWindow = 4096;
 constexpr int64_t kIdleTokens = 4096;
 // A request's own record halves every this many steps it could draft.
 constexpr int32_t kRequestWindow = 16;
+
+int ClaimBand(int offered) { return offered <= 1 ? 0 : offered <= 3 ? 1 : offered <= 7 ? 2 : 3; }
+
+void Halve(auto& counts) {
+  counts.successes /= 2;
+  counts.failures /= 2;
+  for (auto& claim : counts.claims) {
+    claim.claimed /= 2;
+    claim.accepted /= 2;
+  }
+}
 
 }  // namespace
 
@@ -59,12 +71,8 @@ void AcceptanceRateSelector::Age(int64_t emitted) {
     // Nothing verified from p for a while (it may have been judged on a bad
     // patch): forget half of what is known, so it is probed again.
     idle_tokens_[p] = 0;
-    global_[p].successes /= 2;
-    global_[p].failures /= 2;
-    for (auto& [ns, counts] : namespaces_) {
-      counts[p].successes /= 2;
-      counts[p].failures /= 2;
-    }
+    Halve(global_[p]);
+    for (auto& [ns, counts] : namespaces_) Halve(counts[p]);
   }
 }
 
@@ -150,14 +158,43 @@ void AcceptanceRateSelector::Record(Sequence& seq, int proposer, int drafted, in
   seq.proposer_acceptance[proposer].successes += accepted;
   seq.proposer_acceptance[proposer].failures += failures;
   Add(global_, proposer, accepted, failures);
-  const std::string& ns = seq.request.speculation.ns;
+  Add(NamespaceCounts(seq.request.speculation.ns), proposer, accepted, failures);
+}
+
+std::vector<AcceptanceRateSelector::Counts>& AcceptanceRateSelector::NamespaceCounts(const std::string& ns) {
   auto it = namespaces_.find(ns);
   if (it == namespaces_.end()) {
     // Bounded: past the cap, namespaces start over (the global prior remains).
     if (namespaces_.size() >= max_namespaces_) namespaces_.clear();
     it = namespaces_.emplace(ns, std::vector<Counts>(num_proposers_)).first;
   }
-  Add(it->second, proposer, accepted, failures);
+  return it->second;
+}
+
+double AcceptanceRateSelector::ClaimCalibration(const Sequence& seq, int proposer, int offered) const {
+  if (proposer < 0 || proposer >= num_proposers_) return 1.0;
+  const int band = ClaimBand(offered);
+  auto blend = [&](const Claim& c, double above) {
+    return std::min(1.0, (c.accepted + prior_weight_ * above) / (c.claimed + prior_weight_));
+  };
+  const double global = blend(global_[proposer].claims[band], 1.0);
+  auto it = namespaces_.find(seq.request.speculation.ns);
+  return it == namespaces_.end() ? global : blend(it->second[proposer].claims[band], global);
+}
+
+void AcceptanceRateSelector::RecordClaim(const Sequence& seq, int proposer, int offered, double claimed,
+                                         int accepted) {
+  if (proposer < 0 || proposer >= num_proposers_ || !(claimed >= 0) || accepted < 0) return;
+  const int band = ClaimBand(offered);
+  for (Counts* counts : {&global_[proposer], &NamespaceCounts(seq.request.speculation.ns)[proposer]}) {
+    Claim& c = counts->claims[band];
+    c.claimed += claimed;
+    c.accepted += accepted;
+    if (c.claimed > kWindow) {
+      c.claimed /= 2;
+      c.accepted /= 2;
+    }
+  }
 }
 
 }  // namespace floe

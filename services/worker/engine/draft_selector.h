@@ -14,6 +14,7 @@
 // Not thread-safe: the engine thread only.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -99,10 +100,29 @@ class AcceptanceRateSelector : public DraftSelector {
   // of `length` tokens at per-token acceptance `rate`.
   static double Value(double rate, int length, double overhead_tokens);
 
+  // A proposer that scores its draft as expected accepted tokens makes a
+  // claim; suffix trees over-claim where a continuation was seen once after
+  // a short match (chat), and are about right after long ones (an agent
+  // copying). The factor (at most 1) its claims in this namespace earned:
+  // accepted / claimed per band of offered length (1, 2-3, 4-7, 8+ tokens),
+  // shrunk like the rates, with prior_weight_ pseudo-tokens: a namespace
+  // towards all requests', all towards 1.
+  double ClaimCalibration(const Sequence& seq, int proposer, int offered) const;
+  // A verified draft of `offered` tokens (as proposed, before the plan cut
+  // it) claimed `claimed` accepted tokens over its verified length;
+  // `accepted` were.
+  void RecordClaim(const Sequence& seq, int proposer, int offered, double claimed, int accepted);
+
  private:
+  static constexpr int kClaimBands = 4;
+  struct Claim {
+    double claimed = 0, accepted = 0;
+  };
   struct Counts {
     double successes = 0, failures = 0;
+    std::array<Claim, kClaimBands> claims;
   };
+  std::vector<Counts>& NamespaceCounts(const std::string& ns);
   double PriorRate(const std::string& ns, int proposer) const;
   void Add(std::vector<Counts>& counts, int proposer, int successes, int failures);
 

@@ -35,6 +35,11 @@ struct Sequence {
   std::vector<int32_t> draft;
   std::vector<int32_t> draft_parents;
   int draft_source = -1;
+  // Where draft_source scores its drafts as expected accepted tokens: the
+  // tokens it offered and the accepted tokens its score claimed for the
+  // verified draft (-1: no claim), for the claim calibration.
+  int32_t draft_offered = 0;
+  double draft_claim = -1;
   std::vector<int32_t> verify;
   std::vector<int32_t> verify_parents;
   // The backend's hidden state at the position that produced tokens.back(),

@@ -305,9 +305,12 @@ TEST_F(SpeculativeDecodingTest, SuffixProposerDraftsFromEarlierResponsesPerNames
 class AgentChatProposer final : public Proposer {
  public:
   // `calibrated`: scores are expected accepted tokens (sure for agents,
-  // zero for chat), as a suffix tree's are.
-  explicit AgentChatProposer(std::map<std::string, Result> reference, bool calibrated = false)
-      : reference_(std::move(reference)), calibrated_(calibrated) {}
+  // zero for chat), as a suffix tree's are. `chat_overclaims`: chat drafts
+  // are 2 tokens and claim both, as a suffix tree's after a short match
+  // seen once do.
+  explicit AgentChatProposer(std::map<std::string, Result> reference, bool calibrated = false,
+                             bool chat_overclaims = false)
+      : reference_(std::move(reference)), calibrated_(calibrated), chat_overclaims_(chat_overclaims) {}
   std::string_view name() const override { return "agent-chat"; }
   bool scores_expected_accepted() const override { return calibrated_; }
   void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
@@ -315,18 +318,21 @@ class AgentChatProposer final : public Proposer {
       const std::string id(batch[i].request_id);
       const std::vector<int32_t>& want = reference_.at(id).tokens;
       const size_t produced = batch[i].tokens.size() - batch[i].prompt_len;
-      for (int j = 0; j < batch[i].max_draft; ++j) {
+      const bool agent = id.rfind("agent", 0) == 0;
+      const int length = agent || !chat_overclaims_ ? batch[i].max_draft : std::min(2, batch[i].max_draft);
+      for (int j = 0; j < length; ++j) {
         int32_t t = produced + j < want.size() ? want[produced + j] : 7;
-        if (id.rfind("agent", 0) != 0) t = (t + 1) % 128000;
+        if (!agent) t = (t + 1) % 128000;
         out[i].tokens.push_back(t);
       }
-      out[i].score = id.rfind("agent", 0) == 0 ? static_cast<float>(out[i].tokens.size()) : 0.0f;
+      out[i].score = agent || chat_overclaims_ ? static_cast<float>(out[i].tokens.size()) : 0.0f;
     }
   }
 
  private:
   std::map<std::string, Result> reference_;
   bool calibrated_;
+  bool chat_overclaims_;
 };
 
 // Draft budgets follow each request's own acceptance: an agent session whose
@@ -386,6 +392,36 @@ TEST_F(SpeculativeDecodingTest, ASureDraftOutweighsABadNamespacePrior) {
       EXPECT_GT(second["agent"].outputs, 40) << "the namespace's low rate ruled drafts out";
     }
   }
+}
+
+// A suffix tree claims its whole draft after a short match seen once (chat),
+// and is about right after long ones (an agent copying). Claims are
+// discounted by how the namespace's earlier claims of that length came out:
+// after chat requests whose sure 2-token drafts all failed, a new chat
+// request hardly drafts, while an agent's sure 8-token drafts in the same
+// namespace still pay.
+TEST_F(SpeculativeDecodingTest, OverclaimedScoresAreDiscountedByTheirRecord) {
+  std::mt19937 rng(7);
+  std::vector<EngineRequest> chats;
+  for (int i = 0; i < 5; ++i) chats.push_back(MakeRequest("chat-" + std::to_string(i), RandomPrompt(rng, 10), 24));
+  EngineRequest agent = MakeRequest("agent", RandomPrompt(rng, 10), 48);
+  std::vector<EngineRequest> all = chats;
+  all.push_back(agent);
+  EngineOptions options = SpecOptions(8);
+  auto want = RunWithoutSpeculation(all, options);
+  std::vector<std::unique_ptr<Proposer>> p;
+  p.push_back(std::make_unique<AgentChatProposer>(want, /*calibrated=*/true, /*chat_overclaims=*/true));
+  auto core = MakeEngine(options, std::move(p));
+  const std::vector<EngineRequest> earlier(chats.begin(), chats.end() - 1);
+  auto first = Run(*core, earlier);
+  const int64_t drafts_before = Only(*core).drafts;
+  EXPECT_GE(drafts_before, 4) << "the first chat request believed its claims";
+  auto last = Run(*core, {chats.back()});
+  EXPECT_EQ(last[chats.back().id].tokens, want[chats.back().id].tokens);
+  EXPECT_LE(Only(*core).drafts - drafts_before, 1) << "the namespace's record of failed 2-token claims was ignored";
+  auto second = Run(*core, {agent});
+  EXPECT_EQ(second["agent"].tokens, want["agent"].tokens);
+  EXPECT_LE(second["agent"].outputs, 10) << "the agent's 8-token claims, right so far, were discounted too";
 }
 
 // With measure_step_cost the engine times its backend at creation (1, 2, 4,
