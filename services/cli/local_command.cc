@@ -186,7 +186,7 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("speculative-step-overhead-tokens", &speculative_step_overhead_tokens,
                    "workers' draft cost model (see floe-worker --help; -1: off; empty: the worker's default)");
   parser.AddString("speculative-cost-curve", &speculative_cost_curve,
-                   "workers' --speculative-cost-curve: measure|linear|FILE (empty: the worker's default)");
+                   "workers' --speculative-cost-curve: auto|measure|roofline|linear|FILE (empty: the worker's default, auto)");
   parser.AddString("suffix-tree", &suffix_tree,
                    "suffix drafts: shared (one floe-suffix-cache for all workers) | private (each worker keeps its "
                    "own global tree in process; for comparison)");

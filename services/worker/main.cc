@@ -82,7 +82,7 @@ struct WorkerFlags {
   int num_speculative_tokens = 32;
   int speculative_token_threshold = 512;
   double speculative_step_overhead_tokens = 1.0;
-  std::string speculative_cost_curve = "measure";
+  std::string speculative_cost_curve = "auto";
   std::string suffix_cache;
   bool benchmark_forced_decoding = false;
   bool speculative_tree = false;
@@ -376,8 +376,10 @@ int Run(int argc, char** argv) {
                 "a step verifies at most (this - its other tokens) drafts; none at or above it");
   parser.AddString("speculative-cost-curve", &f.speculative_cost_curve,
                    "the step cost curve the draft budget plans on: measure (a few forward passes at start), "
-                   "linear (--speculative-step-overhead-tokens + tokens), or a JSON file "
-                   "{\"step_cost_curve\": [[tokens, ms], ...]} (bench_verify_cost --write-curve)");
+                   "roofline (--device cuda: from the GPU's bandwidth and bf16 rate, no passes), "
+                   "linear (--speculative-step-overhead-tokens + tokens), a JSON file "
+                   "{\"step_cost_curve\": [[tokens, ms], ...]} (bench_verify_cost --write-curve), "
+                   "or auto: roofline on a GPU, measure on the CPU");
   parser.AddDouble("speculative-step-overhead-tokens", &f.speculative_step_overhead_tokens,
                    "--speculative-cost-curve linear: a step's fixed cost in tokens' worth of compute; "
                    "< 0: no cost model (threshold only)");
@@ -463,7 +465,9 @@ int Run(int argc, char** argv) {
     return 2;
   }
   std::vector<std::pair<int, double>> cost_curve;
-  if (f.speculative_cost_curve != "measure" && f.speculative_cost_curve != "linear") {
+  const bool named_curve = f.speculative_cost_curve == "auto" || f.speculative_cost_curve == "measure" ||
+                           f.speculative_cost_curve == "roofline" || f.speculative_cost_curve == "linear";
+  if (!named_curve) {
     auto curve = StepCostCurve::Load(f.speculative_cost_curve);
     if (!curve.ok()) {
       std::fprintf(stderr, "floe-worker: --speculative-cost-curve: %s\n", std::string(curve.status().message()).c_str());
@@ -773,11 +777,11 @@ int Run(int argc, char** argv) {
     kv_block_bytes = static_cast<int64_t>((*cpu)->KvBytesPerBlock(f.block_size));
     backend = std::unique_ptr<Backend>(std::move(cpu).value());
   }
+  const Grid shape{f.tensor_parallel_size, f.sequence_parallel_size};
+  const Hardware hardware = device->device == Device::kCpu                 ? CpuRankThread()
+                            : gpu_name.find("H200") != std::string::npos ? H200Sxm()
+                                                                          : H100Sxm();
   if (ranks > 1) {
-    const Grid shape{f.tensor_parallel_size, f.sequence_parallel_size};
-    const Hardware hardware = device->device == Device::kCpu                 ? CpuRankThread()
-                              : gpu_name.find("H200") != std::string::npos ? H200Sxm()
-                                                                            : H100Sxm();
     policy.threshold = f.shift_threshold > 0 ? f.shift_threshold : PredictShiftThreshold(config, hardware, shape);
     LogEvent(LogLevel::kInfo, "worker", "parallel_layout",
              {{"tensor_parallel_size", static_cast<int64_t>(f.tensor_parallel_size)},
@@ -795,6 +799,20 @@ int Run(int argc, char** argv) {
         [rank_failed](const absl::Status& s) { rank_failed(std::string(s.message()), -1); }, policy,
         parallel_stats));
   }
+  if (f.speculative_cost_curve == "auto") f.speculative_cost_curve = device->device == Device::kCuda ? "roofline" : "measure";
+  if (f.speculative_cost_curve == "roofline") {
+    if (device->device != Device::kCuda) {
+      LogEvent(LogLevel::kError, "worker", "bad_flag",
+               {{"error", "--speculative-cost-curve roofline needs a GPU backend (--device cuda); the CPU "
+                          "measures its curve (measure)"}});
+      return 2;
+    }
+    // Up to what a step may verify: the roofline's knee on a GPU lies far
+    // past the 64 tokens a measurement runs.
+    const int max_tokens = std::max(1, std::min(f.max_num_batched_tokens, f.speculative_token_threshold));
+    cost_curve = RooflineStepCostCurve(config, hardware, shape, [&](int64_t n) { return policy.Choose(n); },
+                                       max_tokens);
+  }
   EngineOptions engine_options;
   engine_options.block_size = f.block_size;
   engine_options.kv_cache_bytes =
@@ -809,6 +827,7 @@ int Run(int argc, char** argv) {
   engine_options.speculative_token_threshold = f.speculative_token_threshold;
   engine_options.speculative_step_overhead_tokens = f.speculative_step_overhead_tokens;
   engine_options.measure_step_cost = f.speculative_cost_curve == "measure";
+  engine_options.step_cost_curve_forward_only = f.speculative_cost_curve == "roofline";
   engine_options.speculative_step_cost_curve = cost_curve;
   engine_options.draft_selection = f.speculative_selection == "score" ? EngineOptions::DraftSelection::kScore
                                                                         : EngineOptions::DraftSelection::kAcceptance;

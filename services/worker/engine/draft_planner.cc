@@ -39,7 +39,7 @@ DraftPlanner::DraftPlanner(const EngineOptions& options, std::vector<std::unique
     cost_.curve = *std::move(curve);
     // A curve measured at creation times the forward alone; a file from
     // bench_verify_cost times whole engine steps already.
-    add_step_overhead_ = options.measure_step_cost;
+    add_step_overhead_ = options.measure_step_cost || options.step_cost_curve_forward_only;
   } else {
     cost_.curve = StepCostCurve::Linear(options.speculative_step_overhead_tokens);
   }

@@ -41,6 +41,9 @@ struct EngineOptions {
   // EngineCore::Create measures speculative_step_cost_curve on the backend
   // (a few forward passes) when it is empty and speculation is on.
   bool measure_step_cost = false;
+  // The given curve times the forward alone (a roofline): as for a measured
+  // one, what each step spends outside the forward is added to it.
+  bool step_cost_curve_forward_only = false;
   // Where several proposers draft for one sequence (suffix+lstm), which
   // draft it verifies (draft_selector.h): measured acceptance per request
   // and proposer, or each proposer's own score.

@@ -159,4 +159,19 @@ int64_t PredictShiftThreshold(const ModelConfig& m, const Hardware& hw, Grid gri
   return hi;
 }
 
+std::vector<std::pair<int, double>> RooflineStepCostCurve(const ModelConfig& m, const Hardware& hw, Grid grid,
+                                                          absl::FunctionRef<ParallelMode(int64_t)> mode_for,
+                                                          int max_tokens) {
+  std::vector<int64_t> sizes;
+  for (int64_t n = 1; n < max_tokens; n *= 2) sizes.push_back(n);
+  if (max_tokens >= 1) sizes.push_back(max_tokens);
+  std::vector<std::pair<int, double>> points;
+  for (const int64_t n : sizes) {
+    const StepLoad load{.tokens = n, .kv_tokens = n, .logit_rows = n, .attended = n * (n + 1) / 2};
+    const StepTime t = PredictStep(m, hw, grid, mode_for(n), load);
+    points.emplace_back(static_cast<int>(n), (t.total() - t.overhead) * 1e3);
+  }
+  return points;
+}
+
 }  // namespace floe

@@ -24,8 +24,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "services/worker/model/forward_batch.h"
 #include "services/worker/model/model_config.h"
@@ -114,5 +116,17 @@ StepTime PredictStep(const ModelConfig& model, const Hardware& hw, Grid grid, Pa
 // kNeverShift where it never is within 1 << 20 tokens (or S = 1).
 inline constexpr int64_t kNeverShift = int64_t{1} << 62;
 int64_t PredictShiftThreshold(const ModelConfig& model, const Hardware& hw, Grid grid);
+
+// The draft budget's step cost curve (tokens run -> ms) from the roofline,
+// for a GPU backend where nothing was measured: the forward of one sequence
+// of N tokens from position 0, every row with logits (what MeasureStepCost
+// times on the CPU), at N = 1, 2, 4, ... and max_tokens, each N in the mode
+// `mode_for(N)` picks; without hw.step_overhead (the engine measures what a
+// step spends outside the forward and adds it). Flat while the weights
+// stream, then linear in N once the GEMMs are compute-bound: the knee the
+// plan needs, which a measurement stopping at 64 tokens would not reach.
+std::vector<std::pair<int, double>> RooflineStepCostCurve(const ModelConfig& model, const Hardware& hw, Grid grid,
+                                                          absl::FunctionRef<ParallelMode(int64_t)> mode_for,
+                                                          int max_tokens);
 
 }  // namespace floe

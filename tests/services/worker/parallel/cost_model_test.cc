@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "services/worker/model/checkpoint_writer.h"
@@ -194,6 +195,47 @@ TEST(CostModelTest, DecodeIsMemoryBoundAndPrefillComputeBound) {
   // TP wins the decode step, SP the prefill.
   EXPECT_LT(decode.total(), PredictStep(m, gpu, grid, ParallelMode::kSequence, {.tokens = 1, .kv_tokens = 1000}).total());
   EXPECT_LT(prefill.total(), PredictStep(m, gpu, grid, ParallelMode::kTensor, {.tokens = 8192}).total());
+}
+
+// The draft budget's default curve on a GPU: the forward alone (no step
+// overhead) at 1, 2, 4, ... and the cap, each in the mode the policy picks;
+// flat while the weights stream (a 1B model on an H100: ~200 tokens), then
+// linear in the tokens run.
+TEST(CostModelTest, RooflineStepCostCurveIsFlatThenLinear) {
+  const ModelConfig m = *PresetConfig("llama-3.2-1b");
+  const Hardware gpu = H100Sxm();
+  auto tp = [](int64_t) { return ParallelMode::kTensor; };
+  const auto curve = RooflineStepCostCurve(m, gpu, {1, 1}, tp, 512);
+  std::vector<int> sizes;
+  for (const auto& [n, ms] : curve) sizes.push_back(n);
+  EXPECT_EQ(sizes, (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
+  auto forward_ms = [&](int64_t n) {
+    const StepTime t = PredictStep(m, gpu, {1, 1}, ParallelMode::kTensor,
+                                   {.tokens = n, .kv_tokens = n, .logit_rows = n, .attended = n * (n + 1) / 2});
+    return (t.total() - t.overhead) * 1e3;
+  };
+  for (const auto& [n, ms] : curve) {
+    EXPECT_DOUBLE_EQ(ms, forward_ms(n)) << n;
+    std::printf("[roofline] llama-3.2-1b on an H100, %d tokens: %.3f ms\n", n, ms);
+  }
+  // One token streams every weight once: bytes over bandwidth.
+  const StepWork one = CountStep(m, {1, 1}, ParallelMode::kTensor, {.tokens = 1});
+  EXPECT_NEAR(curve[0].second, one.weight_elements * gpu.weight_bytes / gpu.memory_bandwidth * 1e3, 0.01);
+  EXPECT_LT(curve[5].second, 1.05 * curve[0].second) << "32 tokens still stream the weights";
+  EXPECT_GT(curve[9].second, 1.7 * curve[8].second) << "512 tokens are compute-bound";
+  for (size_t i = 1; i < curve.size(); ++i) EXPECT_GE(curve[i].second, curve[i - 1].second);
+  // A cap that is not a power of two ends the curve; the mode follows the policy.
+  const auto capped = RooflineStepCostCurve(m, gpu, {1, 1}, tp, 100);
+  EXPECT_EQ(capped.back().first, 100);
+  EXPECT_EQ(capped.size(), 8u);
+  EXPECT_TRUE(RooflineStepCostCurve(m, gpu, {1, 1}, tp, 0).empty());
+  const ModelConfig big = *PresetConfig("llama-3.1-70b");
+  const Grid grid{2, 4};
+  auto shift_at_64 = [](int64_t n) { return n >= 64 ? ParallelMode::kSequence : ParallelMode::kTensor; };
+  const auto shifted = RooflineStepCostCurve(big, gpu, grid, shift_at_64, 128);
+  const StepTime sp = PredictStep(big, gpu, grid, ParallelMode::kSequence,
+                                  {.tokens = 64, .kv_tokens = 64, .logit_rows = 64, .attended = 64 * 65 / 2});
+  EXPECT_DOUBLE_EQ(shifted[6].second, (sp.total() - sp.overhead) * 1e3);
 }
 
 TEST(CostModelTest, ThresholdIsTheCrossoverAndMovesWithTheLink) {
