@@ -799,7 +799,8 @@ int Run(int argc, char** argv) {
         [rank_failed](const absl::Status& s) { rank_failed(std::string(s.message()), -1); }, policy,
         parallel_stats));
   }
-  if (f.speculative_cost_curve == "auto") f.speculative_cost_curve = device->device == Device::kCuda ? "roofline" : "measure";
+  if (f.speculative_cost_curve == "auto")
+    f.speculative_cost_curve = device->device == Device::kCuda ? "roofline" : "measure";
   if (f.speculative_cost_curve == "roofline") {
     if (device->device != Device::kCuda) {
       LogEvent(LogLevel::kError, "worker", "bad_flag",

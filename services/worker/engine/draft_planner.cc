@@ -173,7 +173,8 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     if (proposers_[choice.proposer]->scores_expected_accepted() && !seq.draft.empty()) {
       // The claim, uncalibrated, over what is verified: sum of c^j for the
       // draft's tokens, c the per-token rate the whole score implies.
-      seq.draft_offered = static_cast<int32_t>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
+      seq.draft_offered =
+          static_cast<int32_t>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
       const double c = ImpliedRate(choice.proposal->score, seq.draft_offered);
       double claim = 0, term = 1;
       for (size_t j = 0; j < seq.draft.size(); ++j) claim += (term *= c);
