@@ -279,7 +279,7 @@ int Main(int argc, char** argv) {
   parser.AddString("router-policy", &f.router_policy, "floe local --router-policy (e.g. least-outstanding)");
   parser.AddString("suffix-tree", &f.suffix_tree, "floe local --suffix-tree: shared|private");
   parser.AddString("speculative-cost-curve", &f.speculative_cost_curve,
-                   "the workers' --speculative-cost-curve: measure|linear|FILE (empty: their default)");
+                   "the workers' --speculative-cost-curve: auto|measure|roofline|linear|FILE (empty: their default)");
   parser.AddInt("max-prompt-tokens", &f.max_prompt_tokens,
                 "keep only each prompt's last N tokens (0: whole), so a big model's grid fits the time");
   parser.AddInt("max-output-tokens", &f.max_output_tokens, "keep only each output's first N tokens (0: whole)");

@@ -258,11 +258,9 @@ void GenerateCall::Finish(const grpc::Status& status) {
   if (parts_.metrics)
     parts_.metrics->ObserveFinished(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
   // The drain waits for in_flight to reach 0 before main frees the gate, the
-  // metrics and the pool, so the count drops last. on_done may drop this
-  // call's last reference: the counter is read out of it first.
-  std::atomic<int>* in_flight = admitted_ ? parts_.in_flight : nullptr;
+  // metrics and the pool, so the count drops last.
   sink_.on_done(status);
-  if (in_flight) in_flight->fetch_sub(1);
+  if (admitted_) parts_.in_flight->fetch_sub(1);
 }
 
 }  // namespace floe

@@ -19,7 +19,7 @@ class RouterMetrics::PoolCollector final : public prometheus::Collectable {
     auto outstanding = family("floe_router_worker_outstanding", "Router requests on the worker.", MetricType::Gauge);
     auto ejections = family("floe_router_worker_ejections_total", "Times the worker was ejected.", MetricType::Counter);
     auto panic = family("floe_router_worker_panic_picks_total",
-                        "Requests sent to the worker while ejected, because no untried worker was healthy.",
+                        "Attempts sent to the worker while ejected, because no untried worker was healthy.",
                         MetricType::Counter);
     for (const auto& w : pool_->workers()) {
       prometheus::ClientMetric m;

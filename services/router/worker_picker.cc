@@ -41,7 +41,8 @@ WorkerState* LeastOutstandingOf(const WorkerPool* pool, const PickRequest& reque
 WorkerState* LeastOutstanding(const WorkerPool* pool, const PickRequest& request) {
   if (WorkerState* healthy = LeastOutstandingOf(pool, request, /*healthy_only=*/true)) return healthy;
   WorkerState* ejected = LeastOutstandingOf(pool, request, /*healthy_only=*/false);
-  if (ejected) ejected->panic_picks.fetch_add(1);
+  // A worker restored between the two scans is not a panic pick.
+  if (ejected && !ejected->healthy.load()) ejected->panic_picks.fetch_add(1);
   return ejected;
 }
 

@@ -36,7 +36,7 @@ struct WorkerState {
   std::atomic<int> reported_running{0};
   std::atomic<float> reported_kv_usage{0.0f};
   std::atomic<int64_t> ejections{0};
-  // Requests sent while ejected because no untried worker was healthy
+  // Attempts sent while ejected because no untried worker was healthy
   // (panic routing, worker_picker.h).
   std::atomic<int64_t> panic_picks{0};
 };

@@ -379,7 +379,8 @@ int Run(int argc, char** argv) {
                    "roofline (--device cuda: from the GPU's bandwidth and bf16 rate, no passes), "
                    "linear (--speculative-step-overhead-tokens + tokens), a JSON file "
                    "{\"step_cost_curve\": [[tokens, ms], ...]} (bench_verify_cost --write-curve), "
-                   "or auto: roofline on a GPU, measure on the CPU");
+                   "or auto: roofline on an H100 or H200, measure elsewhere (a file named auto, measure, "
+                   "roofline or linear: ./NAME)");
   parser.AddDouble("speculative-step-overhead-tokens", &f.speculative_step_overhead_tokens,
                    "--speculative-cost-curve linear: a step's fixed cost in tokens' worth of compute; "
                    "< 0: no cost model (threshold only)");
@@ -524,6 +525,11 @@ int Run(int argc, char** argv) {
   auto device = ChooseDevice(f.device, support, ranks, ranks_here);
   if (!device.ok()) {
     std::fprintf(stderr, "floe-worker: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  if (f.speculative_cost_curve == "roofline" && device->device != Device::kCuda) {
+    std::fprintf(stderr, "floe-worker: --speculative-cost-curve roofline needs a GPU backend (--device cuda); "
+                         "the CPU measures its curve (measure)\n");
     return 2;
   }
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
@@ -799,15 +805,12 @@ int Run(int argc, char** argv) {
         [rank_failed](const absl::Status& s) { rank_failed(std::string(s.message()), -1); }, policy,
         parallel_stats));
   }
+  // auto: the roofline on a GPU whose figures the cost model has (H100,
+  // H200); measured elsewhere.
+  const bool known_gpu = gpu_name.find("H100") != std::string::npos || gpu_name.find("H200") != std::string::npos;
   if (f.speculative_cost_curve == "auto")
-    f.speculative_cost_curve = device->device == Device::kCuda ? "roofline" : "measure";
-  if (f.speculative_cost_curve == "roofline") {
-    if (device->device != Device::kCuda) {
-      LogEvent(LogLevel::kError, "worker", "bad_flag",
-               {{"error", "--speculative-cost-curve roofline needs a GPU backend (--device cuda); the CPU "
-                          "measures its curve (measure)"}});
-      return 2;
-    }
+    f.speculative_cost_curve = device->device == Device::kCuda && known_gpu ? "roofline" : "measure";
+  if (f.speculative_cost_curve == "roofline" && !proposers->empty()) {
     // Up to what a step may verify: the roofline's knee on a GPU lies far
     // past the 64 tokens a measurement runs.
     const int max_tokens = std::max(1, std::min(f.max_num_batched_tokens, f.speculative_token_threshold));
@@ -843,7 +846,9 @@ int Run(int argc, char** argv) {
     for (const auto& [tokens, ms] : (*engine)->options().speculative_step_cost_curve)
       absl::StrAppend(&curve, curve.empty() ? "" : " ", tokens, ":", std::lround(ms * 100) / 100.0);
     LogEvent(LogLevel::kInfo, "worker", "step_cost_curve",
-             {{"source", f.speculative_cost_curve}, {"tokens_ms", curve}});
+             {{"source", f.speculative_cost_curve},
+              {"hardware", f.speculative_cost_curve == "roofline" ? hardware.name : std::string("")},
+              {"tokens_ms", curve}});
   }
   if (metrics_server) {
     metrics = std::make_unique<WorkerMetrics>(*metrics_server, f.model_name, (*engine)->max_model_len());

@@ -124,7 +124,11 @@ TEST(WorkerKillTest, CutStreamsEndUnavailableQueuedOnesAreRetriedAndNewOnesSucce
     return Metric(router_metrics, "floe_router_worker_panic_picks_total", {worker_label(0)}) +
            Metric(router_metrics, "floe_router_worker_panic_picks_total", {worker_label(1)});
   };
-  EXPECT_EQ(panic_picks(), 0) << "a worker was healthy all along, yet an ejected one was picked";
+  // Worker 1 stayed healthy unless a slow poll ejected it for a moment (a
+  // busy host under a sanitizer); then a panic pick was right.
+  if (Metric(router_metrics, "floe_router_worker_ejections_total", {worker_label(1)}) == 0)
+    EXPECT_EQ(panic_picks(), 0) << "a worker was healthy all along, yet an ejected one was picked";
+  const double panic_before = panic_picks();
 
   // Both dead: panic routing tries each ejected worker once (a refused
   // connection fails fast), then the request ends UNAVAILABLE, promptly.
@@ -136,10 +140,10 @@ TEST(WorkerKillTest, CutStreamsEndUnavailableQueuedOnesAreRetriedAndNewOnesSucce
   Generation none = Generate(*stub, GreedyRequest("Nobody is left", 8, survivor), 30000);
   const double took = SecondsBetween(sent, Clock::now());
   std::printf("[worker_kill] both workers dead: %d %s after %.3f s; panic picks %.0f\n", none.status.error_code(),
-              none.status.error_message().c_str(), took, panic_picks());
+              none.status.error_message().c_str(), took, panic_picks() - panic_before);
   EXPECT_EQ(none.status.error_code(), grpc::StatusCode::UNAVAILABLE) << none.status.error_message();
   EXPECT_LT(took, kEndBoundS);
-  EXPECT_EQ(panic_picks(), 2) << "each ejected worker should be tried once";
+  EXPECT_EQ(panic_picks() - panic_before, 2) << "each ejected worker should be tried once";
 }
 
 }  // namespace

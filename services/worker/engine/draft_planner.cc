@@ -52,7 +52,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     seq->draft.clear();
     seq->draft_parents.clear();
     seq->draft_source = -1;
-    seq->draft_claim = -1;
+    seq->draft_claim_rate = -1;
   }
   int64_t step_tokens = 0;
   for (const Sequence* seq : running) step_tokens += seq->pending();
@@ -130,6 +130,8 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
   chosen_.assign(spec_seqs_.size(), -1);
   chosen_caps_.assign(spec_seqs_.size(), 0);
   chosen_rates_.assign(spec_seqs_.size(), 0.0);
+  claim_rates_.assign(spec_seqs_.size(), -1.0);
+  offered_.assign(spec_seqs_.size(), 0);
   for (size_t i = 0; i < spec_seqs_.size(); ++i) {
     Sequence& seq = *spec_seqs_[i];
     std::vector<DraftCandidate>& choices = choice_sets_[i];
@@ -158,9 +160,18 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
       // The score is the whole draft's (the selector may have cut it),
       // discounted by how this namespace's claims of that length came out.
       const int offered = static_cast<int>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
+      const double claimed_rate = ImpliedRate(choice.proposal->score, offered);
       const double calibration = rates_->ClaimCalibration(seq, choice.proposer, offered);
       const double implied = ImpliedRate(choice.proposal->score * calibration, offered);
       if (implied > namespace_prior) chosen_rates_[i] = rates_->RateWithPrior(seq, choice.proposer, implied);
+      // Only claims that would outrank the namespace's rate are judged: low
+      // scores that over-deliver must not excuse high ones that fail. The
+      // raw claim decides, so a discounted band is still judged whenever
+      // its drafts are verified.
+      if (claimed_rate > namespace_prior) {
+        claim_rates_[i] = claimed_rate;
+        offered_[i] = offered;
+      }
     }
   }
   const std::vector<int> lengths = PlanDraftLengths(step_tokens, emitting, chosen_caps_, chosen_rates_, cost_);
@@ -170,15 +181,9 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     const DraftCandidate& choice = choice_sets_[i][chosen_[i]];
     seq.draft_source = choice.proposer;
     Assign(seq, *choice.proposal, lengths[i]);
-    if (proposers_[choice.proposer]->scores_expected_accepted() && !seq.draft.empty()) {
-      // The claim, uncalibrated, over what is verified: sum of c^j for the
-      // draft's tokens, c the per-token rate the whole score implies.
-      seq.draft_offered =
-          static_cast<int32_t>(std::min<size_t>(choice.proposal->tokens.size(), spec_batch_[i].max_draft));
-      const double c = ImpliedRate(choice.proposal->score, seq.draft_offered);
-      double claim = 0, term = 1;
-      for (size_t j = 0; j < seq.draft.size(); ++j) claim += (term *= c);
-      seq.draft_claim = claim;
+    if (claim_rates_[i] >= 0 && !seq.draft.empty()) {
+      seq.draft_claim_rate = claim_rates_[i];
+      seq.draft_offered = offered_[i];
     }
   }
 }

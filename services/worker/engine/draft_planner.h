@@ -43,7 +43,8 @@ class DraftPlanner {
   // `accepted` matched.
   void RecordVerified(Sequence& seq, int drafted, int accepted) {
     rates_->Record(seq, seq.draft_source, drafted, accepted);
-    if (seq.draft_claim >= 0) rates_->RecordClaim(seq, seq.draft_source, seq.draft_offered, seq.draft_claim, accepted);
+    if (seq.draft_claim_rate >= 0)
+      rates_->RecordClaim(seq, seq.draft_source, seq.draft_offered, seq.draft_claim_rate, drafted, accepted);
     if (selector_) selector_->Record(seq, seq.draft_source, drafted, accepted);
   }
   // A step took `step_ms`, `forward_ms` of it in the backend's forward.
@@ -75,6 +76,8 @@ class DraftPlanner {
   std::vector<std::vector<DraftProposal>> proposals_;
   std::vector<int> chosen_caps_;
   std::vector<double> chosen_rates_;
+  std::vector<double> claim_rates_;  // per spec_batch_ entry: the judged claim's rate, -1 none
+  std::vector<int> offered_;
   std::vector<int> chosen_;  // per spec_batch_ entry: index into choices, -1 none
   std::vector<std::vector<DraftCandidate>> choice_sets_;
   std::vector<SpecSequence> sub_batch_;

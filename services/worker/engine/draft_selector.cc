@@ -15,6 +15,7 @@ constexpr int32_t kRequestWindow = 16;
 
 int ClaimBand(int offered) { return offered <= 1 ? 0 : offered <= 3 ? 1 : offered <= 7 ? 2 : 3; }
 
+// auto: Counts is the selector's private type.
 void Halve(auto& counts) {
   counts.successes /= 2;
   counts.failures /= 2;
@@ -182,9 +183,13 @@ double AcceptanceRateSelector::ClaimCalibration(const Sequence& seq, int propose
   return it == namespaces_.end() ? global : blend(it->second[proposer].claims[band], global);
 }
 
-void AcceptanceRateSelector::RecordClaim(const Sequence& seq, int proposer, int offered, double claimed,
-                                         int accepted) {
-  if (proposer < 0 || proposer >= num_proposers_ || !(claimed >= 0) || accepted < 0) return;
+void AcceptanceRateSelector::RecordClaim(const Sequence& seq, int proposer, int offered, double claimed_rate,
+                                         int drafted, int accepted) {
+  if (proposer < 0 || proposer >= num_proposers_ || !(claimed_rate >= 0 && claimed_rate <= 1) || drafted <= 0 ||
+      accepted < 0 || accepted > drafted)
+    return;
+  double claimed = 0, term = 1;
+  for (int j = 0; j < drafted; ++j) claimed += (term *= claimed_rate);
   const int band = ClaimBand(offered);
   for (Counts* counts : {&global_[proposer], &NamespaceCounts(seq.request.speculation.ns)[proposer]}) {
     Claim& c = counts->claims[band];

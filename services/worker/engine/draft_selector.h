@@ -108,10 +108,12 @@ class AcceptanceRateSelector : public DraftSelector {
   // shrunk like the rates, with prior_weight_ pseudo-tokens: a namespace
   // towards all requests', all towards 1.
   double ClaimCalibration(const Sequence& seq, int proposer, int offered) const;
-  // A verified draft of `offered` tokens (as proposed, before the plan cut
-  // it) claimed `claimed` accepted tokens over its verified length;
-  // `accepted` were.
-  void RecordClaim(const Sequence& seq, int proposer, int offered, double claimed, int accepted);
+  // A verified draft of `drafted` tokens, cut from `offered` (as
+  // proposed) whose score implied per-token rate `claimed_rate`, claimed
+  // the sum of claimed_rate^j over j = 1..drafted accepted tokens (a tree
+  // draft verified as its first path is judged as a chain of that many
+  // tokens: approximate, and the factor never exceeds 1); `accepted` were.
+  void RecordClaim(const Sequence& seq, int proposer, int offered, double claimed_rate, int drafted, int accepted);
 
  private:
   static constexpr int kClaimBands = 4;

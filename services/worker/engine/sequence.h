@@ -35,11 +35,12 @@ struct Sequence {
   std::vector<int32_t> draft;
   std::vector<int32_t> draft_parents;
   int draft_source = -1;
-  // Where draft_source scores its drafts as expected accepted tokens: the
-  // tokens it offered and the accepted tokens its score claimed for the
-  // verified draft (-1: no claim), for the claim calibration.
+  // Where draft_source's score claimed a rate above the namespace's: the
+  // tokens it offered and the per-token rate its score implied over them
+  // (-1: no claim to judge), for the claim calibration. The claim is judged
+  // over the tokens verified, after the scheduler's cuts.
   int32_t draft_offered = 0;
-  double draft_claim = -1;
+  double draft_claim_rate = -1;
   std::vector<int32_t> verify;
   std::vector<int32_t> verify_parents;
   // The backend's hidden state at the position that produced tokens.back(),

@@ -52,38 +52,46 @@ TEST(StepCostCurveTest, RejectsBadPointsAndFilesNamingTheProblem) {
   EXPECT_EQ(StepCostCurve::Load(dir + "/missing.json").status().code(), absl::StatusCode::kNotFound);
 }
 
-// An agent session that copies at 0.95 keeps long drafts while chat requests
-// beside it in the same batch (0.35) draft nothing; alone, chat drafts a little.
 // A scoring proposer's claims earn a factor per namespace and band of
 // offered length: (accepted + 4 * above) / (claimed + 4), at most 1, the
-// namespace's above all requests', theirs above 1.
+// namespace's above all requests', theirs above 1. A claim at rate c over
+// n verified tokens is c + c^2 + ... + c^n tokens.
 TEST(ClaimCalibrationTest, PerNamespaceAndLengthBandShrunkTowardsAllRequests) {
   AcceptanceRateSelector rates(/*num_proposers=*/1);
   Sequence chat, agent;
   chat.request.speculation.ns = "chat";
   agent.request.speculation.ns = "agent";
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 1), 1.0) << "nothing measured: claims are believed";
-  rates.RecordClaim(chat, 0, /*offered=*/1, /*claimed=*/10, /*accepted=*/3);
+  // 10 one-token drafts claimed at rate 1, 3 accepted.
+  for (int i = 0; i < 10; ++i)
+    rates.RecordClaim(chat, 0, /*offered=*/1, /*claimed_rate=*/1.0, /*drafted=*/1, /*accepted=*/i < 3 ? 1 : 0);
   const double global = (3 + 4.0) / (10 + 4);  // 0.5
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 1), (3 + 4 * global) / (10 + 4));
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(agent, 0, 1), global) << "another namespace starts from all requests'";
   // Bands: 1 | 2-3 | 4-7 | 8+ offered tokens.
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 2), 1.0);
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 32), 1.0);
-  rates.RecordClaim(chat, 0, 3, 6, 0);
-  EXPECT_LT(rates.ClaimCalibration(chat, 0, 2), 1.0);
+  // Offered 3, cut to 2 by the plan, claimed at 0.5: 0.5 + 0.25 tokens.
+  rates.RecordClaim(chat, 0, 3, 0.5, 2, 0);
+  const double global_band1 = 4.0 / (0.75 + 4);
+  EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 2), 4 * global_band1 / (0.75 + 4));
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 2), rates.ClaimCalibration(chat, 0, 3));
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 4), 1.0);
   // Claims that delivered more than they said are not inflated.
-  rates.RecordClaim(agent, 0, 16, 8, 16);
+  rates.RecordClaim(agent, 0, 16, 0.5, 16, 16);
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(agent, 0, 16), 1.0);
   // Out-of-range proposers and bad claims change nothing.
-  rates.RecordClaim(chat, 5, 1, 100, 0);
-  rates.RecordClaim(chat, 0, 1, -1, 0);
+  rates.RecordClaim(chat, 5, 1, 1.0, 1, 0);
+  rates.RecordClaim(chat, 0, 1, -1, 1, 0);
+  rates.RecordClaim(chat, 0, 1, 2.0, 1, 0);
+  rates.RecordClaim(chat, 0, 1, 1.0, 0, 0);
+  rates.RecordClaim(chat, 0, 1, 1.0, 1, 2);
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 0, 1), (3 + 4 * global) / (10 + 4));
   EXPECT_DOUBLE_EQ(rates.ClaimCalibration(chat, 5, 1), 1.0);
 }
 
+// An agent session that copies at 0.95 keeps long drafts while chat requests
+// beside it in the same batch (0.35) draft nothing; alone, chat drafts a little.
 TEST(DraftBudgetTest, PerRequestRatesSplitOneBatch) {
   const DraftCostModel cpu{.threshold = 1 << 20, .enabled = true, .curve = CpuLike()};
   std::vector<int> caps(16, 32);

@@ -199,7 +199,7 @@ TEST(CostModelTest, DecodeIsMemoryBoundAndPrefillComputeBound) {
 
 // The draft budget's default curve on a GPU: the forward alone (no step
 // overhead) at 1, 2, 4, ... and the cap, each in the mode the policy picks;
-// flat while the weights stream (a 1B model on an H100: ~200 tokens), then
+// flat while the weights stream (a 1B model on an H100: past 256 tokens), then
 // linear in the tokens run.
 TEST(CostModelTest, RooflineStepCostCurveIsFlatThenLinear) {
   const ModelConfig m = *PresetConfig("llama-3.2-1b");

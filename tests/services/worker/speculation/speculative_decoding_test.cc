@@ -415,7 +415,7 @@ TEST_F(SpeculativeDecodingTest, OverclaimedScoresAreDiscountedByTheirRecord) {
   const std::vector<EngineRequest> earlier(chats.begin(), chats.end() - 1);
   auto first = Run(*core, earlier);
   const int64_t drafts_before = Only(*core).drafts;
-  EXPECT_GE(drafts_before, 4) << "the first chat request believed its claims";
+  EXPECT_GE(drafts_before, 4) << "the chat requests never believed their claims";
   auto last = Run(*core, {chats.back()});
   EXPECT_EQ(last[chats.back().id].tokens, want[chats.back().id].tokens);
   EXPECT_LE(Only(*core).drafts - drafts_before, 1) << "the namespace's record of failed 2-token claims was ignored";
