@@ -68,6 +68,14 @@ class HiddenStateRecorder final : public Proposer {
   std::vector<Seen> seen_;
 };
 
+// Chat requests (24 tokens each), then an agent (48), in the default
+// namespace, with their outputs without speculation.
+struct ChatsThenAgent {
+  std::vector<EngineRequest> chats;
+  EngineRequest agent;
+  std::map<std::string, Result> want;
+};
+
 class SpeculativeDecodingTest : public EngineHarness {
  protected:
 // Prompts that repeat themselves, so prompt lookup and suffix trees find drafts.
@@ -99,6 +107,17 @@ class SpeculativeDecodingTest : public EngineHarness {
     return std::make_unique<OracleProposer>(want, k / 2);  // "middle"
   }
   static const SpeculationCounters& Only(const EngineCore& core) { return core.counters().speculation.at(0); }
+  static ChatsThenAgent MakeChatsThenAgent(unsigned seed, int num_chats, const EngineOptions& options) {
+    std::mt19937 rng(seed);
+    ChatsThenAgent w;
+    for (int i = 0; i < num_chats; ++i)
+      w.chats.push_back(MakeRequest("chat-" + std::to_string(i), RandomPrompt(rng, 10), 24));
+    w.agent = MakeRequest("agent", RandomPrompt(rng, 10), 48);
+    std::vector<EngineRequest> all = w.chats;
+    all.push_back(w.agent);
+    w.want = RunWithoutSpeculation(all, options);
+    return w;
+  }
 };
 
 TEST_F(SpeculativeDecodingTest, EveryProposerMatchesPlainDecodingBatchedAndAlone) {
@@ -370,14 +389,8 @@ TEST_F(SpeculativeDecodingTest, DraftBudgetsFollowEachRequestsOwnAcceptance) {
 // expected accepted tokens (a suffix tree that has seen the answer) sets a
 // surer prior for that draft, and an agent request re-asking drafts again.
 TEST_F(SpeculativeDecodingTest, ASureDraftOutweighsABadNamespacePrior) {
-  std::mt19937 rng(6);
-  std::vector<EngineRequest> chats;
-  for (int i = 0; i < 4; ++i) chats.push_back(MakeRequest("chat-" + std::to_string(i), RandomPrompt(rng, 10), 24));
-  EngineRequest agent = MakeRequest("agent", RandomPrompt(rng, 10), 48);
-  std::vector<EngineRequest> all = chats;
-  all.push_back(agent);
-  EngineOptions options = SpecOptions(8);
-  auto want = RunWithoutSpeculation(all, options);
+  const EngineOptions options = SpecOptions(8);
+  auto [chats, agent, want] = MakeChatsThenAgent(6, 4, options);
   for (bool calibrated : {false, true}) {
     SCOPED_TRACE(calibrated ? "calibrated scores" : "uncalibrated scores");
     std::vector<std::unique_ptr<Proposer>> p;
@@ -401,14 +414,8 @@ TEST_F(SpeculativeDecodingTest, ASureDraftOutweighsABadNamespacePrior) {
 // request hardly drafts, while an agent's sure 8-token drafts in the same
 // namespace still pay.
 TEST_F(SpeculativeDecodingTest, OverclaimedScoresAreDiscountedByTheirRecord) {
-  std::mt19937 rng(7);
-  std::vector<EngineRequest> chats;
-  for (int i = 0; i < 5; ++i) chats.push_back(MakeRequest("chat-" + std::to_string(i), RandomPrompt(rng, 10), 24));
-  EngineRequest agent = MakeRequest("agent", RandomPrompt(rng, 10), 48);
-  std::vector<EngineRequest> all = chats;
-  all.push_back(agent);
-  EngineOptions options = SpecOptions(8);
-  auto want = RunWithoutSpeculation(all, options);
+  const EngineOptions options = SpecOptions(8);
+  auto [chats, agent, want] = MakeChatsThenAgent(7, 5, options);
   std::vector<std::unique_ptr<Proposer>> p;
   p.push_back(std::make_unique<AgentChatProposer>(want, /*calibrated=*/true, /*chat_overclaims=*/true));
   auto core = MakeEngine(options, std::move(p));
