@@ -16,7 +16,10 @@ Each value's effect: the chart's values.yaml merged with --values (as Helm
 merges them, each modelSpec entry over modelDefaults) gives every worker's
 expected engine and speculation flags, compared with the rendered args; a
 worker with suffix speculation lists exactly the suffix-cache pods on their
-port when the suffix cache is enabled, and none otherwise.
+port when the suffix cache is enabled, and none otherwise. Internal trust
+(security_checks.py): who the NetworkPolicies let reach which port, the
+internal key's Secret, mount and flag on every service, and liveness probes
+that restart a hung service but not a busy or loading one.
 --expect pins facts of one value set (workers=N, gpu=N, tp=N, kinds=A,B, ...).
 """
 import json
@@ -26,6 +29,8 @@ import subprocess
 import sys
 
 import yaml
+
+from security_checks import check_internal_key, check_liveness, check_network_policies
 
 # Flags the chart passes that a service may not have yet (landing in parallel).
 # Reported, not failed, while a binary's --help lacks them.
@@ -144,6 +149,7 @@ def main(argv):
                 fail(f"{name}: {probe} is not a native grpc probe: {p}")
             elif p["grpc"].get("port") != ports.get("grpc"):
                 fail(f"{name}: {probe} port {p['grpc'].get('port')} != grpc port {ports.get('grpc')}")
+        check_liveness(name, c, fail)
         # Drain: SIGTERM follows preStop; the grace period must cover both.
         drain = int(a.get("--drain-timeout-s", "-1"))
         if drain <= 0:
@@ -259,7 +265,10 @@ def main(argv):
             if "metrics" not in {p["name"] for p in s["spec"]["ports"]}:
                 fail(f"Service {s['metadata']['name']}: scraped but has no metrics port")
 
-    check_values(load_values(values_file), workers, caches, routers, configmaps)
+    values = load_values(values_file)
+    check_values(values, workers, caches, routers, configmaps)
+    check_network_policies(values, by_kind, workloads, component, pod_labels, fail)
+    check_internal_key(values, by_kind, workloads, args_of, fail)
 
     for comp, binary in helps.items():
         check_flags(comp, binary, flags_used.get(comp, set()))

@@ -46,7 +46,7 @@ refused() {  # NAME MESSAGE_REGEX VALUES_YAML
 }
 
 run default "" workers=1 routers=1 suffix-caches=1 gpu=1 tp=1 policy=session-affinity \
-  kinds=PodDisruptionBudget no-kinds=ScaledObject,ServiceMonitor,PrometheusRule
+  kinds=PodDisruptionBudget,NetworkPolicy,Secret no-kinds=ScaledObject,ServiceMonitor,PrometheusRule
 run cpu-dev "$CHART/ci/cpu-dev-values.yaml" workers=1 routers=1 suffix-caches=1 gpu=0 \
   no-kinds=PodDisruptionBudget,ScaledObject
 run gpu-tp8 "$CHART/ci/gpu-tp8-values.yaml" workers=1 routers=1 gpu=8 tp=8 \
@@ -106,6 +106,31 @@ printf 'routerSpec: {apiKeys: {secretName: floe-keys, rateLimitRps: 5}}\n' >"$TM
   { echo "ok: router api keys"; passed=$((passed + 1)); } ||
   { echo "FAIL: router api keys"; failed=$((failed + 1)); }
 
+# Internal trust (check_rendered.py evaluates the NetworkPolicies over the
+# rendered pods and checks the internal key's Secret, mount and flag on each
+# rendering): off, monitoring elsewhere and the router API narrowed, and
+# the key from an existing Secret.
+printf 'networkPolicy: {enabled: false}\ninternalKey: {enabled: false}\n' >"$TMP/trust-off-values.yaml"
+run trust-off "$TMP/trust-off-values.yaml" workers=1 routers=1 suffix-caches=1 no-kinds=NetworkPolicy,Secret
+cat >"$TMP/trust-custom-values.yaml" <<'EOF'
+networkPolicy:
+  monitoringNamespaceSelector: {matchLabels: {team: observability}}
+  monitoringPodSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}
+  routerIngressFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}
+    - podSelector: {matchLabels: {floe.ai/client: "true"}}
+internalKey: {existingSecret: my-floe-key, existingSecretKey: internal.key}
+EOF
+run trust-custom "$TMP/trust-custom-values.yaml" workers=1 routers=1 suffix-caches=1 kinds=NetworkPolicy no-kinds=Secret
+[[ $(grep -c -- '--internal-key-file=/etc/floe-internal-key/key' "$TMP/default.yaml") == 3 ]] &&
+  [[ $(grep -c 'secretName: my-floe-key' "$TMP/trust-custom.yaml") == 3 ]] &&
+  [[ $(grep -c 'key: internal.key' "$TMP/trust-custom.yaml") == 3 ]] &&
+  ! grep -q 'kubernetes.io/metadata.name: monitoring' "$TMP/trust-custom.yaml" &&
+  ! grep -q -- '--internal-key-file' "$TMP/trust-off.yaml" &&
+  [[ $(grep -c 'kind: NetworkPolicy' "$TMP/multi-model.yaml") == 4 ]] &&
+  { echo "ok: internal key and network policies"; passed=$((passed + 1)); } ||
+  { echo "FAIL: internal key and network policies"; failed=$((failed + 1)); }
+
 refused too-few-gpus "requestGPU 4 is below tensorParallelSize x sequenceParallelSize = 8" '
 servingEngineSpec:
   modelSpec:
@@ -128,6 +153,10 @@ refused bad-speculation "method" '
 servingEngineSpec: {modelDefaults: {speculation: {method: eagle}}}'
 refused unknown-key "additional properties|additionalProperties|not allowed" '
 routerSpec: {replicas: 3}'
+refused bad-router-peer "routerIngressFrom" '
+networkPolicy: {routerIngressFrom: [{pods: {app: x}}]}'
+refused empty-secret-key "existingSecretKey" '
+internalKey: {existingSecret: s, existingSecretKey: ""}'
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -169,3 +169,55 @@ ports:
   secret:
     secretName: {{ .secretName }}
 {{- end -}}
+
+{{/* Internal key (values.internalKey): the credential every router → worker,
+     worker → suffix-cache and rank call carries (--internal-key-file). */}}
+{{- define "floe.internalKeySecretName" -}}
+{{- default (printf "%s-internal-key" (include "floe.fullname" .) | trunc 63 | trimSuffix "-") .Values.internalKey.existingSecret -}}
+{{- end -}}
+
+{{/* The generated key, base64 as a Secret's data holds it: the installed
+     Secret's (lookup, so upgrades keep it), else 48 random characters. One
+     value per rendering: the Secret and every pod's checksum/internal-key
+     annotation must agree, so the first call keeps it in .Values. */}}
+{{- define "floe.generatedInternalKey" -}}
+{{- if not (hasKey .Values "__floeInternalKey") -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "floe.internalKeySecretName" .) -}}
+{{- $key := "" -}}
+{{- if and $existing $existing.data -}}
+{{- $key = index $existing.data "key" | default "" -}}
+{{- end -}}
+{{- $_ := set .Values "__floeInternalKey" (default (randAlphaNum 48 | b64enc) $key) -}}
+{{- end -}}
+{{- get .Values "__floeInternalKey" -}}
+{{- end -}}
+
+{{- define "floe.internalKeyArgs" -}}
+- --internal-key-file=/etc/floe-internal-key/key
+{{- end -}}
+
+{{- define "floe.internalKeyMount" -}}
+- name: internal-key
+  mountPath: /etc/floe-internal-key
+  readOnly: true
+{{- end -}}
+
+{{/* The Secret's key (existingSecretKey, or "key" in the generated one) is
+     always the file "key", whatever it is called in an existing Secret. */}}
+{{- define "floe.internalKeyVolume" -}}
+- name: internal-key
+  secret:
+    secretName: {{ include "floe.internalKeySecretName" . }}
+    items:
+      - key: {{ ternary .Values.internalKey.existingSecretKey "key" (not (empty .Values.internalKey.existingSecret)) }}
+        path: key
+{{- end -}}
+
+{{/* Pod annotation: a regenerated key (no lookup: helm template, a GitOps
+     renderer) rolls every pod, so no pod keeps a key the others dropped.
+     Services read the key once, at start. */}}
+{{- define "floe.internalKeyAnnotation" -}}
+{{- if and .Values.internalKey.enabled (not .Values.internalKey.existingSecret) -}}
+checksum/internal-key: {{ include "floe.generatedInternalKey" . | sha256sum }}
+{{- end -}}
+{{- end -}}
