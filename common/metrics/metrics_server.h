@@ -1,7 +1,8 @@
 // Prometheus exposition for a service: a /metrics endpoint over one registry
 // (prometheus-cpp's data model and text format) served by common/http, so it
-// gets that server's bounds (idle and write timeouts, a connection cap, no
-// thread held by an idle or slow scraper) and its TLS. Also the histogram
+// gets that server's bounds (idle and write timeouts, a connection cap in all
+// and per client address, no thread held by an idle or slow scraper) and its
+// TLS. Also the histogram
 // buckets vLLM uses, so dashboards written for vLLM translate one to one.
 //
 // A scrape collects the registry and every Add()ed collectable on an I/O

@@ -1,13 +1,22 @@
 // The HTTP server against an independent blocking client on loopback:
 // replies, streams paced by their writes, hang-ups noticed while nothing is
 // written, a stalled reader dropped after the write timeout while others are
-// served, and the body and connection bounds.
+// served, the body and connection bounds (in all, per client address, and
+// sized from the descriptor limit), and an accept that fails for want of
+// descriptors retried without spinning (in a child process whose limit is
+// lowered). The protocol itself is http_protocol_test's.
 #include "common/http/http_server.h"
 #include "common/http/client.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -15,73 +24,33 @@
 
 #include "gtest/gtest.h"
 #include "tests/common/http/http_test_client.h"
+#include "tests/common/http/server_fixture.h"
 
 namespace floe::http {
 namespace {
 
 using floe::testing::HttpRequest;
+using floe::testing::ParseResponses;
+using floe::testing::RawConnection;
 using floe::testing::SseStream;
 
-struct Fixture {
-  std::atomic<int> gone{0};
-  std::atomic<int> stall_failed_writes{0};
-  std::atomic<int> stall_sent{0};
-  std::promise<void> stall_done;
-  std::unique_ptr<Server> server;
-
-  explicit Fixture(ServerOptions options = {}) {
-    auto started = Server::Start(options, [this](Request request, std::shared_ptr<Exchange> exchange) {
-      Handle(std::move(request), std::move(exchange));
-    });
-    EXPECT_TRUE(started.ok()) << started.status();
-    server = *std::move(started);
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  for (const auto deadline = std::chrono::steady_clock::now() + timeout; !condition();) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  return true;
+}
 
-  // Streams `n` events, each written before the next is queued.
-  static void StreamEvents(std::shared_ptr<Exchange> exchange, int i, int n) {
-    if (i == n) {
-      exchange->Send("data: [DONE]\n\n", nullptr);
-      return exchange->End();
-    }
-    exchange->Send("data: " + std::to_string(i) + "\n\n", [exchange, i, n](bool ok) {
-      if (ok) StreamEvents(exchange, i + 1, n);
-    });
-  }
-
-  void Stall(std::shared_ptr<Exchange> exchange) {
-    exchange->Send(std::string(256 << 10, 'x'), [this, exchange](bool ok) {
-      if (!ok) {
-        stall_failed_writes++;
-        stall_done.set_value();
-        return;
-      }
-      if (++stall_sent < 4096) Stall(exchange);
-    });
-  }
-
-  void Handle(Request request, std::shared_ptr<Exchange> exchange) {
-    if (request.path == "/echo") {
-      Response r;
-      r.content_type = "text/plain";
-      r.body = request.method + " " + request.target + " " + request.body;
-      r.headers.emplace_back("X-Seen", std::string(request.Header("x-test")));
-      return exchange->Reply(std::move(r));
-    }
-    if (request.path == "/stream") {
-      exchange->StartStream(200, "text/event-stream");
-      return StreamEvents(exchange, 0, 100);
-    }
-    if (request.path == "/wait") {
-      // Answered never: only the hang-up ends it.
-      return exchange->OnClientGone([this, exchange] { gone++; });
-    }
-    if (request.path == "/stall") {
-      exchange->StartStream(200, "text/event-stream");
-      return Stall(exchange);
-    }
-    exchange->Reply(Response{404, "text/plain", "no", {}});
-  }
-};
+// A GET /echo from `source_ip` on a connection of its own: the status, or 0
+// when the server closed without answering.
+int EchoFrom(Server& server, const std::string& source_ip) {
+  RawConnection c(server.address(), source_ip);
+  if (!c.connected() || !c.Send("GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")) return 0;
+  c.ReadToClose();
+  auto responses = ParseResponses(c.received(), true);
+  return responses.empty() ? 0 : responses[0].status;
+}
 
 TEST(SseParserTest, SplitsEventsAcrossChunks) {
   SseParser parser;
@@ -213,6 +182,138 @@ TEST(HttpServerTest, AnExchangeHeldPastTheServerIsInert) {
   exchange->Reply(Response{200, "text/plain", "late", {}});
   exchange->OnClientGone([] {});
   exchange.reset();  // the last reference to the connection
+}
+
+TEST(HttpServerTest, CapsConnectionsPerClientAddress) {
+  ServerOptions options;
+  options.max_connections_per_client = 3;
+  Fixture f(options);
+  std::vector<std::unique_ptr<RawConnection>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<RawConnection>(f.server->address(), "127.0.0.1"));
+    ASSERT_TRUE(held.back()->connected());
+  }
+  ASSERT_TRUE(WaitFor([&] { return f.server->connections() == 3; }));
+  // The fourth from 127.0.0.1 is closed unanswered; another address is served.
+  RawConnection over(f.server->address(), "127.0.0.1");
+  ASSERT_TRUE(over.connected());
+  over.Send("GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_TRUE(over.ReadToClose()) << "the connection over the cap was kept";
+  EXPECT_EQ(over.received(), "");
+  EXPECT_EQ(EchoFrom(*f.server, "127.0.0.2"), 200);
+  EXPECT_EQ(EchoFrom(*f.server, "127.0.0.1"), 0);
+  // A connection freed is one more for that client.
+  held.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return f.server->connections() == 2; }));
+  EXPECT_EQ(EchoFrom(*f.server, "127.0.0.1"), 200);
+}
+
+// Lowers RLIMIT_NOFILE's soft limit for one scope (reversible: soft <= hard).
+class SoftFdLimit {
+ public:
+  explicit SoftFdLimit(rlim_t soft) {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = std::min(soft, saved_.rlim_max);
+    ok_ = setrlimit(RLIMIT_NOFILE, &lowered) == 0;
+  }
+  ~SoftFdLimit() { setrlimit(RLIMIT_NOFILE, &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit saved_{};
+  bool ok_ = false;
+};
+
+TEST(HttpServerTest, SizesTheConnectionCapBelowTheDescriptorLimit) {
+  SoftFdLimit limit(300);
+  ASSERT_TRUE(limit.ok());
+  ServerOptions options;
+  options.reserved_descriptors = 100;
+  Fixture lowered(options);
+  EXPECT_EQ(lowered.server->effective_max_connections(), 200);
+  options.max_connections = 50;
+  Fixture configured(options);
+  EXPECT_EQ(configured.server->effective_max_connections(), 50) << "the configured cap is lower still";
+}
+
+// In a child whose descriptors are all taken: a client connects, the server's
+// accept fails (EMFILE) while the child's CPU time is measured, then the
+// descriptors are freed and the waiting client must be served. "" or what
+// went wrong.
+std::string ServeThroughDescriptorExhaustion() {
+  SoftFdLimit limit(128);
+  if (!limit.ok()) return "cannot lower RLIMIT_NOFILE";
+  ServerOptions options;
+  options.reserved_descriptors = 0;
+  auto server = Server::Start(options, [](Request request, std::shared_ptr<Exchange> exchange) {
+    exchange->Reply(Response{200, "text/plain", EchoOf(request), {}});
+  });
+  if (!server.ok()) return "start: " + server.status().ToString();
+  std::vector<int> filler;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
+  if (errno != EMFILE) return "filling descriptors stopped with " + std::string(strerror(errno));
+  close(filler.back());  // one for the client's socket; none left for accept
+  filler.pop_back();
+  RawConnection client((*server)->address());
+  if (!client.connected()) return "the client could not connect";
+  if (!client.Send("GET /echo?after HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")) return "send failed";
+  // A spinning accept loop burns a core or more; a backoff almost nothing.
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  getrusage(RUSAGE_SELF, &after);
+  auto seconds = [](const rusage& u) {
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double cpu = seconds(after) - seconds(before);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string error;
+  if (cpu > 0.5 * wall)
+    error = "CPU " + std::to_string(cpu) + " s in " + std::to_string(wall) + " s while accept failed; ";
+  if (client.ReadUntil([](const std::string& bytes) { return !bytes.empty(); }, 100))
+    error += "answered while no descriptor was free (the test did not exhaust them); ";
+  for (int fd : filler) close(fd);
+  client.ReadToClose(10000);
+  auto responses = ParseResponses(client.received(), true);
+  if (responses.size() != 1 || responses[0].status != 200 || responses[0].body != "GET /echo?after ")
+    error += "not served once descriptors were free: \"" + client.received() + "\"";
+  return error;
+}
+
+TEST(HttpServerTest, BacksOffInsteadOfSpinningWhileDescriptorsAreExhausted) {
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t child = fork();  // no other thread runs here: the child is safe to use
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(report[0]);
+    const std::string error = ServeThroughDescriptorExhaustion();
+    if (!error.empty() && write(report[1], error.data(), error.size()) < 0) _exit(3);
+    _exit(error.empty() ? 0 : 1);
+  }
+  close(report[1]);
+  std::string error;
+  pollfd p{report[0], POLLIN, 0};
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);;) {
+    const int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    char chunk[512];
+    if (left <= 0 || poll(&p, 1, left) <= 0) {
+      kill(child, SIGKILL);
+      error = "the child did not finish within 60 s";
+      break;
+    }
+    const ssize_t n = read(report[0], chunk, sizeof chunk);
+    if (n <= 0) break;
+    error.append(chunk, static_cast<size_t>(n));
+  }
+  close(report[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 }  // namespace
