@@ -11,6 +11,28 @@ namespace floe {
 using floe::v1::GenerateRequest;
 using floe::v1::GenerateResponse;
 
+namespace {
+
+// How a worker stream that broke after the client got some of it ends. gRPC's
+// own text ("recvmsg:Connection reset by peer") names no worker and does not
+// say the answer is cut: the client (and the log) get both, with gRPC's
+// detail kept after them and its code unchanged.
+grpc::Status MidStreamFailure(const std::string& worker, int tokens, const GenerateRequest& request,
+                              const grpc::Status& status) {
+  const std::string where =
+      status.ok() ? absl::StrCat("worker ", worker, " ended the stream after ", tokens, " tokens without completing it")
+                  : absl::StrCat("worker ", worker, " failed mid-stream after ", tokens, " tokens");
+  LogEvent(LogLevel::kWarning, "router", "worker_failed_mid_stream",
+           {{"request_id", request.request_id()},
+            {"worker", worker},
+            {"tokens", static_cast<int64_t>(tokens)},
+            {"error", status.error_message()}});
+  if (status.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, where);
+  return grpc::Status(status.error_code(), absl::StrCat(where, ": ", status.error_message()), status.error_details());
+}
+
+}  // namespace
+
 // One worker call; deletes itself after OnDone. No gRPC operation is started
 // with the owner's mu_ held: a reaction may run inline and take it.
 class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateResponse> {
@@ -127,6 +149,7 @@ void GenerateCall::StartAttempt() {
   ++attempt_number_;
   received_ = false;
   std::shared_ptr<grpc::ClientContext> context = make_context_();
+  parts_.pool->PrepareContext(context.get());  // the internal key
   const auto limit = std::chrono::system_clock::now() + parts_.max_request_time;
   if (context->deadline() > limit) context->set_deadline(limit);
   auto* attempt = new Attempt(shared_from_this(), worker, context);
@@ -236,7 +259,8 @@ void GenerateCall::AttemptDone(Attempt* attempt, const grpc::Status& status) {
   if (cancelled) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled"));
   // Retry elsewhere only if nothing reached the client and the worker itself failed.
   const bool worker_failed = status.error_code() == grpc::StatusCode::UNAVAILABLE || (status.ok() && !received_);
-  if (received_ || !worker_failed || attempt_number_ > parts_.max_retries) {
+  if (received_) return Finish(MidStreamFailure(attempt->worker()->address, completion_tokens_, request_, status));
+  if (!worker_failed || attempt_number_ > parts_.max_retries) {
     if (status.ok()) return Finish(grpc::Status(grpc::StatusCode::INTERNAL, "worker ended the stream early"));
     return Finish(status);
   }

@@ -413,10 +413,23 @@ grpc::Status RouterService::Detokenize(grpc::ServerContext* context, const floe:
                                        floe::v1::DetokenizeResponse* response) {
   if (auto tenant = Authenticate(Metadata(context, "authorization")); !tenant.ok()) return ToGrpcStatus(tenant.status());
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
+  // Bounded by name, so a client learns which field and what limit rather
+  // than gRPC's bare "Sent message larger than max". 262,144 ids hold any
+  // real context; the text must fit the reply under the router's default
+  // --max-message-bytes (4 MiB; the reply's framing takes at most 6 bytes).
+  constexpr int kMaxIds = 1 << 18;
+  constexpr size_t kMaxTextBytes = (4u << 20) - 64;
+  if (request->ids_size() > kMaxIds)
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("ids has ", request->ids_size(), " ids; the limit is ", kMaxIds));
   std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
   auto text = tokenizer_->Decode(ids, request->skip_special_tokens());
   if (!text.ok()) return ToGrpcStatus(text.status());
-  response->set_text(*text);
+  if (text->size() > kMaxTextBytes)
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("ids decode to ", text->size(), " bytes of text; the reply's limit is ", kMaxTextBytes,
+                              " (send fewer ids)"));
+  response->set_text(*std::move(text));
   return grpc::Status::OK;
 }
 

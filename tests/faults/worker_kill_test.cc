@@ -3,7 +3,8 @@
 // A router in front of two workers started by hand (not `floe local`, so
 // nothing restarts the dead one). What a client is promised:
 // - a stream that already received tokens from the killed worker ends with
-//   UNAVAILABLE, promptly, not OK (its output is cut) and not a hang;
+//   UNAVAILABLE, promptly, not OK (its output is cut) and not a hang, and
+//   its message names that worker and says it failed mid-stream;
 // - a request the killed worker had accepted but not started (queued in its
 //   engine: --max-num-seqs 2 keeps the third one waiting, which the worker's
 //   floe_num_requests_waiting confirms before the kill) is retried on the
@@ -83,6 +84,10 @@ TEST(WorkerKillTest, CutStreamsEndUnavailableQueuedOnesAreRetriedAndNewOnesSucce
                 i, tokens_before_kill[i], o.token_ids.size(), after_kill, o.status.error_code(),
                 o.status.error_message().c_str());
     EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE) << o.status.error_message();
+    // It names the worker and says the answer is cut, with gRPC's detail after.
+    const std::string cut_at = absl::StrCat("worker ", cluster.worker_addresses()[0], " failed mid-stream after ");
+    EXPECT_EQ(o.status.error_message().rfind(cut_at, 0), 0u) << o.status.error_message();
+    EXPECT_NE(o.status.error_message().find(" tokens: "), std::string::npos) << o.status.error_message();
     EXPECT_FALSE(o.completed);
     EXPECT_LT(static_cast<int>(o.token_ids.size()), kLongTokens);
     EXPECT_LT(after_kill, kEndBoundS);

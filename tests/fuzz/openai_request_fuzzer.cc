@@ -11,12 +11,16 @@
 // with exactly one prompt form (chat: rendered text, no extra special
 // tokens), logprobs consistent, a text prompt that tokenizes, and, when
 // ResolveRequest accepts it, every resolved-request invariant
-// (request_checks.h).
+// (request_checks.h). Nesting: a valid JSON body deeper than 64 levels
+// (counted by a scan of its brackets outside strings, not by the parser
+// under test) is refused for its depth, and one within the limit never is.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "common/jinja/chat_template.h"
+#include "common/json/bounded_json.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/request/resolve_request.h"
 #include "services/router/openai/openai_request.h"
@@ -25,6 +29,26 @@
 
 namespace floe {
 namespace {
+
+// The deepest nesting of brackets outside JSON strings.
+int ScanDepth(const std::string& body) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 struct Model {
   std::unique_ptr<Tokenizer> tokenizer;
@@ -60,7 +84,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] & 4) context.request_id_header = "request-from-header";
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   openai::ParsedRequest parsed;
-  if (auto error = openai::Parse(endpoint, body, context, &parsed)) {
+  auto error = openai::Parse(endpoint, body, context, &parsed);
+  // nlohmann's accept() is iterative: safe on any depth.
+  if (nlohmann::json::accept(body)) {
+    const bool too_deep = ScanDepth(body) > kDefaultMaxJsonDepth;
+    const bool refused_for_depth =
+        error && error->message.find("JSON nests deeper than " + std::to_string(kDefaultMaxJsonDepth) + " levels") !=
+                     std::string::npos;
+    FUZZ_CHECK(too_deep == refused_for_depth, "depth %d, refused for depth: %d (%s)", ScanDepth(body),
+               refused_for_depth, error ? error->message.c_str() : "accepted");
+  }
+  if (error) {
     FUZZ_CHECK(error->status >= 400 && error->status < 500, "status %d", error->status);
     FUZZ_CHECK(!error->message.empty(), "empty error message");
     FUZZ_CHECK(error->message.size() <= 1024 && error->param.size() <= 256,

@@ -5,19 +5,25 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/jinja/chat_template.h"
+#include "common/json/bounded_json.h"
 
 namespace floe::openai {
 namespace {
 
 using nlohmann::json;
+// The body keeps the client's key order all the way to the chat template.
 using nlohmann::ordered_json;
 
 constexpr int kMaxLogprobs = 20;
 constexpr int kMaxStops = 16;
 constexpr size_t kMaxMessages = 4096;
 constexpr size_t kMaxUserBytes = 256;
+// Each becomes a template variable (ChatTemplate::Apply inserts them one by
+// one into an ordered object, a scan per insert); real templates read a few.
+constexpr size_t kMaxTemplateKwargs = 64;
 
 ApiError Bad(std::string param, std::string message) {
   ApiError e;
@@ -26,7 +32,7 @@ ApiError Bad(std::string param, std::string message) {
   return e;
 }
 
-std::string TypeName(const json& v) {
+std::string TypeName(const ordered_json& v) {
   if (v.is_null()) return "null";
   if (v.is_boolean()) return "a boolean";
   if (v.is_number()) return "a number";
@@ -37,7 +43,7 @@ std::string TypeName(const json& v) {
 
 // Typed readers: a JSON value of the wrong type or out of range is an error
 // naming the field.
-std::optional<ApiError> Number(const std::string& name, const json& v, double lo, double hi, double* out) {
+std::optional<ApiError> Number(const std::string& name, const ordered_json& v, double lo, double hi, double* out) {
   if (!v.is_number()) return Bad(name, absl::StrCat(name, " must be a number, not ", TypeName(v)));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < lo || x > hi)
@@ -46,7 +52,7 @@ std::optional<ApiError> Number(const std::string& name, const json& v, double lo
   return std::nullopt;
 }
 
-std::optional<ApiError> Integer(const std::string& name, const json& v, int64_t lo, int64_t hi, int64_t* out) {
+std::optional<ApiError> Integer(const std::string& name, const ordered_json& v, int64_t lo, int64_t hi, int64_t* out) {
   if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
     return Bad(name, absl::StrCat(name, " must be an integer, not ", v.is_number() ? v.dump() : TypeName(v)));
   const double x = v.get<double>();
@@ -59,13 +65,13 @@ std::optional<ApiError> Integer(const std::string& name, const json& v, int64_t 
   return std::nullopt;
 }
 
-std::optional<ApiError> Bool(const std::string& name, const json& v, bool* out) {
+std::optional<ApiError> Bool(const std::string& name, const ordered_json& v, bool* out) {
   if (!v.is_boolean()) return Bad(name, absl::StrCat(name, " must be a boolean, not ", TypeName(v)));
   *out = v.get<bool>();
   return std::nullopt;
 }
 
-std::optional<ApiError> String(const std::string& name, const json& v, size_t max_bytes, std::string* out) {
+std::optional<ApiError> String(const std::string& name, const ordered_json& v, size_t max_bytes, std::string* out) {
   if (!v.is_string()) return Bad(name, absl::StrCat(name, " must be a string, not ", TypeName(v)));
   const std::string& s = v.get_ref<const std::string&>();
   if (s.size() > max_bytes) return Bad(name, absl::StrCat(name, " has ", s.size(), " bytes; the limit is ", max_bytes));
@@ -73,7 +79,7 @@ std::optional<ApiError> String(const std::string& name, const json& v, size_t ma
   return std::nullopt;
 }
 
-std::optional<ApiError> TokenIdList(const std::string& name, const json& v, floe::v1::TokenIds* out) {
+std::optional<ApiError> TokenIdList(const std::string& name, const ordered_json& v, floe::v1::TokenIds* out) {
   for (size_t i = 0; i < v.size(); ++i) {
     int64_t id;
     if (auto e = Integer(absl::StrCat(name, "[", i, "]"), v[i], 0, std::numeric_limits<int32_t>::max(), &id))
@@ -84,7 +90,7 @@ std::optional<ApiError> TokenIdList(const std::string& name, const json& v, floe
 }
 
 // prompt: a string, one string in an array, token ids, or one list of token ids.
-std::optional<ApiError> Prompt(const json& v, floe::v1::GenerateRequest* g) {
+std::optional<ApiError> Prompt(const ordered_json& v, floe::v1::GenerateRequest* g) {
   const std::string name = "prompt";
   if (v.is_string()) {
     g->set_text(v.get<std::string>());
@@ -105,7 +111,7 @@ std::optional<ApiError> Prompt(const json& v, floe::v1::GenerateRequest* g) {
 }
 
 // OpenAI's message content: a string, null, or text parts.
-std::optional<ApiError> Content(const std::string& name, const json& v, ordered_json* out) {
+std::optional<ApiError> Content(const std::string& name, const ordered_json& v, ordered_json* out) {
   if (v.is_null() || v.is_string()) {
     *out = v;
     return std::nullopt;
@@ -113,7 +119,7 @@ std::optional<ApiError> Content(const std::string& name, const json& v, ordered_
   if (!v.is_array()) return Bad(name, absl::StrCat(name, " must be a string, null or an array of text parts"));
   std::string text;
   for (size_t i = 0; i < v.size(); ++i) {
-    const json& part = v[i];
+    const ordered_json& part = v[i];
     const std::string at = absl::StrCat(name, "[", i, "]");
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       return Bad(at, absl::StrCat(at, " must be an object with a \"type\""));
@@ -128,13 +134,13 @@ std::optional<ApiError> Content(const std::string& name, const json& v, ordered_
   return std::nullopt;
 }
 
-std::optional<ApiError> Messages(const json& v, ordered_json* out) {
+std::optional<ApiError> Messages(const ordered_json& v, ordered_json* out) {
   if (!v.is_array() || v.empty()) return Bad("messages", "messages must be a non-empty array");
   if (v.size() > kMaxMessages)
     return Bad("messages", absl::StrCat("messages has ", v.size(), " entries; the limit is ", kMaxMessages));
   *out = ordered_json::array();
   for (size_t i = 0; i < v.size(); ++i) {
-    const json& m = v[i];
+    const ordered_json& m = v[i];
     const std::string at = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return Bad(at, absl::StrCat(at, " must be an object"));
     ordered_json message = ordered_json::object();
@@ -153,7 +159,7 @@ std::optional<ApiError> Messages(const json& v, ordered_json* out) {
       if (key == "role" || key == "content") continue;
       if (key == "name" || key == "tool_call_id" || key == "tool_calls" || key == "reasoning_content" ||
           key == "refusal") {
-        message[key] = ordered_json::parse(value.dump());
+        message[key] = value;  // no deeper than the parse allowed
         continue;
       }
       return Bad(at + "." + key.substr(0, 64), absl::StrCat("unknown field ", at, ".", key.substr(0, 64)));
@@ -175,8 +181,17 @@ json ErrorJson(const ApiError& e) {
 
 std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const RequestContext& context,
                               ParsedRequest* out) {
-  const json request = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (request.is_discarded()) return Bad("", "the request body is not valid JSON");
+  // Bounded while parsing: nothing below recurses over a level deeper than
+  // kDefaultMaxJsonDepth (copies, dump(), the template's values), and a body
+  // nested 100,000 deep is a 400 naming its field, not a stack overflow.
+  std::string deep_field;
+  absl::StatusOr<ordered_json> parsed = ParseUntrustedJson(body, JsonLimits{}, &deep_field);
+  if (!parsed.ok()) {
+    const std::string why(parsed.status().message());
+    if (!deep_field.empty()) return Bad(deep_field, why);
+    return Bad("", absl::StrCat("the request body", absl::StartsWith(why, "not valid") ? " is " : ": ", why));
+  }
+  const ordered_json& request = *parsed;
   if (!request.is_object()) return Bad("", "the request body must be a JSON object");
   const bool chat = endpoint == Endpoint::kChat;
   out->endpoint = endpoint;
@@ -191,28 +206,28 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
   std::optional<int64_t> top_logprobs;
 
   // One handler per field; a field not in the table is unknown.
-  using FieldHandler = std::function<std::optional<ApiError>(const std::string&, const json&)>;
+  using FieldHandler = std::function<std::optional<ApiError>(const std::string&, const ordered_json&)>;
   const std::map<std::string, FieldHandler> common = {
-      {"model", [&](const std::string& n, const json& v) {
+      {"model", [&](const std::string& n, const ordered_json& v) {
          if (auto e = String(n, v, 256, &out->model)) return e;
          g.set_model(out->model);
          return std::optional<ApiError>();
        }},
-      {"max_tokens", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"max_tokens", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (auto e = Integer(n, v, 1, std::numeric_limits<int32_t>::max(), &x)) return e;
          stopping->set_max_tokens(static_cast<int32_t>(x));
          return std::nullopt;
        }},
-      {"temperature", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"temperature", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          double x;
          if (auto e = Number(n, v, 0, 2, &x)) return e;
          sampling->set_temperature(static_cast<float>(x));
          return std::nullopt;
        }},
-      {"top_p", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"top_p", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          double x;
          if (auto e = Number(n, v, 0, 1, &x)) return e;
@@ -220,14 +235,14 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          sampling->set_top_p(static_cast<float>(x));
          return std::nullopt;
        }},
-      {"top_k", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"top_k", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (auto e = Integer(n, v, -1, 1 << 20, &x)) return e;
          sampling->set_top_k(x < 0 ? 0 : static_cast<int32_t>(x));  // -1 (vLLM) and 0 disable
          return std::nullopt;
        }},
-      {"min_p", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"min_p", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          double x;
          if (auto e = Number(n, v, 0, 1, &x)) return e;
@@ -235,7 +250,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          sampling->set_min_p(static_cast<float>(x));
          return std::nullopt;
        }},
-      {"seed", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"seed", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (auto e = Integer(n, v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &x))
@@ -243,28 +258,28 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          sampling->set_seed(static_cast<uint64_t>(x));
          return std::nullopt;
        }},
-      {"presence_penalty", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"presence_penalty", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          double x;
          if (auto e = Number(n, v, -2, 2, &x)) return e;
          sampling->set_presence_penalty(static_cast<float>(x));
          return std::nullopt;
        }},
-      {"frequency_penalty", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"frequency_penalty", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          double x;
          if (auto e = Number(n, v, -2, 2, &x)) return e;
          sampling->set_frequency_penalty(static_cast<float>(x));
          return std::nullopt;
        }},
-      {"repetition_penalty", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"repetition_penalty", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          double x;
          if (auto e = Number(n, v, 0.01, 100, &x)) return e;
          sampling->set_repetition_penalty(static_cast<float>(x));
          return std::nullopt;
        }},
-      {"stop", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"stop", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          if (v.is_string()) {
            stopping->add_stop(v.get<std::string>());
@@ -279,7 +294,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          }
          return std::nullopt;
        }},
-      {"stop_token_ids", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"stop_token_ids", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          if (!v.is_array() || v.size() > 64) return Bad(n, "stop_token_ids must be an array of at most 64 token ids");
          floe::v1::TokenIds ids;
@@ -287,17 +302,17 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          stopping->mutable_stop_token_ids()->Assign(ids.ids().begin(), ids.ids().end());
          return std::nullopt;
        }},
-      {"n", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"n", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (auto e = Integer(n, v, 1, 1, &x)) return Bad(n, "n must be 1 (one choice per request is supported)");
          return std::nullopt;
        }},
-      {"stream", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"stream", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &out->stream);
        }},
-      {"stream_options", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"stream_options", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          if (!v.is_object()) return Bad(n, "stream_options must be an object");
          for (const auto& [key, value] : v.items()) {
@@ -310,44 +325,44 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          }
          return std::nullopt;
        }},
-      {"user", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"user", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          std::string user;
          return String(n, v, kMaxUserBytes, &user);  // accepted, bounded; not used for routing
        }},
-      {"session_id", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"session_id", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          std::string s;
          if (auto e = String(n, v, 256, &s)) return e;
          g.set_session_id(s);
          return std::nullopt;
        }},
-      {"ignore_eos", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"ignore_eos", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          bool b;
          if (auto e = Bool(n, v, &b)) return e;
          stopping->set_ignore_eos(b);
          return std::nullopt;
        }},
-      {"min_tokens", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"min_tokens", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          int64_t x;
          if (auto e = Integer(n, v, 0, std::numeric_limits<int32_t>::max(), &x)) return e;
          stopping->set_min_tokens(static_cast<int32_t>(x));
          return std::nullopt;
        }},
-      {"skip_special_tokens", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"skip_special_tokens", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          bool b;
          if (auto e = Bool(n, v, &b)) return e;
          g.set_skip_special_tokens(b);
          return std::nullopt;
        }},
-      {"return_token_ids", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"return_token_ids", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &out->return_token_ids);
        }},
-      {"logit_bias", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"logit_bias", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null() || (v.is_object() && v.empty())) return std::nullopt;
          return Bad(n, "logit_bias is not supported");
        }},
-      {"best_of", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"best_of", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (Integer(n, v, 1, 1, &x)) return Bad(n, "best_of must be 1");
@@ -355,28 +370,28 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
        }},
   };
   const std::map<std::string, FieldHandler> completions_only = {
-      {"prompt", [&](const std::string&, const json& v) {
+      {"prompt", [&](const std::string&, const ordered_json& v) {
          has_prompt = true;
          return Prompt(v, &g);
        }},
-      {"logprobs", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"logprobs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (auto e = Integer(n, v, 0, kMaxLogprobs, &x)) return e;
          out->logprobs = static_cast<int>(x);
          return std::nullopt;
        }},
-      {"echo", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"echo", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          bool b = false;
          if (auto e = Bool(n, v, &b)) return e;
          if (b) return Bad(n, "echo is not supported");
          return std::nullopt;
        }},
-      {"suffix", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"suffix", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          return Bad(n, "suffix is not supported");
        }},
-      {"add_special_tokens", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"add_special_tokens", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          bool b;
          if (auto e = Bool(n, v, &b)) return e;
          g.set_add_special_tokens(b);
@@ -384,51 +399,53 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
        }},
   };
   const std::map<std::string, FieldHandler> chat_only = {
-      {"messages", [&](const std::string&, const json& v) {
+      {"messages", [&](const std::string&, const ordered_json& v) {
          has_messages = true;
          return Messages(v, &messages);
        }},
       {"max_completion_tokens", common.at("max_tokens")},
-      {"logprobs", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"logprobs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &chat_logprobs);
        }},
-      {"top_logprobs", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"top_logprobs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
          if (auto e = Integer(n, v, 0, kMaxLogprobs, &x)) return e;
          top_logprobs = x;
          return std::nullopt;
        }},
-      {"tools", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"tools", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          if (!v.is_array() || v.size() > 128) return Bad(n, "tools must be an array of at most 128 tools");
-         tools = ordered_json::parse(v.dump());
+         tools = v;
          return std::nullopt;
        }},
-      {"tool_choice", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"tool_choice", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null() || v == "auto" || v == "none") return std::nullopt;
          return Bad(n, "tool_choice must be \"auto\" or \"none\" (forced tool calls are not supported)");
        }},
-      {"parallel_tool_calls", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"parallel_tool_calls", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          bool b;
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &b);
        }},
-      {"response_format", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"response_format", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null() || (v.is_object() && v.value("type", "") == "text" && v.size() == 1)) return std::nullopt;
          return Bad(n, "response_format: only {\"type\": \"text\"} is supported");
        }},
-      {"add_generation_prompt", [&](const std::string& n, const json& v) { return Bool(n, v, &add_generation_prompt); }},
-      {"chat_template_kwargs", [&](const std::string& n, const json& v) -> std::optional<ApiError> {
+      {"add_generation_prompt", [&](const std::string& n, const ordered_json& v) { return Bool(n, v, &add_generation_prompt); }},
+      {"chat_template_kwargs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          if (!v.is_object()) return Bad(n, "chat_template_kwargs must be an object");
+         if (v.size() > kMaxTemplateKwargs)
+           return Bad(n, absl::StrCat("chat_template_kwargs has ", v.size(), " keys; the limit is ", kMaxTemplateKwargs));
          for (const auto& [key, value] : v.items()) {
            if (key == "messages" || key == "tools" || key == "bos_token" || key == "eos_token" ||
                key == "add_generation_prompt")
              return Bad(n, absl::StrCat("chat_template_kwargs may not set ", key));
          }
-         template_kwargs = ordered_json::parse(v.dump());
+         template_kwargs = v;
          return std::nullopt;
        }},
   };

@@ -1,7 +1,9 @@
 // OpenAI's /v1/completions and /v1/chat/completions request bodies, checked
 // and mapped onto floe.v1.GenerateRequest. Every field is known: an unknown
 // one, a wrong type or a value out of range is an ApiError naming the field
-// (OpenAI's `param`) and the limit. Pure functions, no I/O.
+// (OpenAI's `param`) and the limit. The body is parsed with its nesting
+// bounded (common/json/bounded_json.h): deeper than 64 levels is an ApiError
+// naming the field, before anything recurses over it. Pure functions, no I/O.
 #pragma once
 
 #include <optional>

@@ -157,6 +157,50 @@ def openai_bodies():
         write('openai_request', 'chat_%d' % i, bytes([1 | (i % 3) << 1]) + json.dumps(body, ensure_ascii=False).encode())
 
 
+def hostile_bodies():
+    """Deep and wide request bodies (issue 41): the router parses with a
+    64-level limit, so 2,000 levels exercise the refusal in every field that
+    once recursed (messages[0].name, tools, tool_calls, chat_template_kwargs)
+    and those that never did (prompt, an unknown field); bodies at the limit
+    and wide objects exercise what must still be accepted. Written as text:
+    Python's json recurses too."""
+    deep = '[' * 2000 + ']' * 2000
+    user = '{"role": "user", "content": "hi"}'
+    chats = {
+        'name': '{"messages": [{"role": "user", "content": "hi", "name": %s}]}' % deep,
+        'tools': '{"messages": [%s], "tools": %s}' % (user, deep),
+        'tool_calls': '{"messages": [%s, {"role": "assistant", "content": null, "tool_calls": %s}]}' % (user, deep),
+        'template_kwargs': '{"messages": [%s], "chat_template_kwargs": {"x": %s}}' % (user, deep),
+        'objects': '{"messages": [%s], "tools": [%s1%s]}' % (user, '{"a": ' * 600, '}' * 600),
+    }
+    for name, body in chats.items():
+        write('openai_request', 'chat_deep_' + name, b'\x01' + body.encode())
+    write('openai_request', 'completions_deep_prompt', b'\x00' + ('{"prompt": %s}' % deep).encode())
+    write('openai_request', 'completions_deep_unknown_field',
+          b'\x00' + ('{"prompt": "x", "no_such_field": %s}' % deep).encode())
+    write('openai_request', 'completions_deep_root', b'\x00' + deep.encode())
+    # At the limit (64 containers, the body included): a tool schema that renders.
+    schema = '{"type": "string", "enum": ["a"]}'
+    for _ in range(29):
+        schema = '{"type": "object", "properties": {"p": %s}}' % schema
+    tools = '[{"type": "function", "function": {"name": "f", "parameters": %s}}]' % schema
+    write('openai_request', 'chat_at_depth_limit', b'\x01' + ('{"messages": [%s], "tools": %s}' % (user, tools)).encode())
+    # Wide: a tool with 200 properties, 64 template kwargs (the limit) and 65,
+    # a message with 300 fields, a body with 300 unknown fields.
+    props = ', '.join('"p%d": {"type": "string"}' % i for i in range(200))
+    wide_tool = ('[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", '
+                 '"properties": {%s}}}}]' % props)
+    write('openai_request', 'chat_wide_tool', b'\x01' + ('{"messages": [%s], "tools": %s}' % (user, wide_tool)).encode())
+    for n in (64, 65):
+        kwargs = ', '.join('"k%d": %d' % (i, i) for i in range(n))
+        write('openai_request', 'chat_wide_template_kwargs_%d' % n,
+              b'\x01' + ('{"messages": [%s], "chat_template_kwargs": {%s}}' % (user, kwargs)).encode())
+    fields = ', '.join('"f%d": %d' % (i, i) for i in range(300))
+    write('openai_request', 'chat_wide_message',
+          b'\x01' + ('{"messages": [{"role": "user", "content": "hi", %s}]}' % fields).encode())
+    write('openai_request', 'completions_wide_body', b'\x00' + ('{"prompt": "x", %s}' % fields).encode())
+
+
 def tokenizer_texts():
     texts = [
         'Hello world! The quick brown fox jumps over the lazy dog.',
@@ -184,6 +228,7 @@ def main():
     tokenizer_json()
     model_config(sys.argv[1])
     openai_bodies()
+    hostile_bodies()
     tokenizer_texts()
 
 

@@ -151,5 +151,91 @@ TEST(OpenAiRequestTest, ChatRendersTheTemplateWithoutASecondBos) {
   EXPECT_NE(error->message.find("no chat template"), std::string::npos);
 }
 
+// A body of ~160 KB whose field nests 80,000 arrays: once a stack overflow
+// in dump() and the copies, now refused at level 64 while parsing.
+TEST(OpenAiRequestTest, DeepNestingIsRefusedNamingTheFieldAndTheLimit) {
+  auto chat = ChatTemplate::FromSource("{% for m in messages %}{{ m.content }}{% endfor %}{{ tools | tojson }}", "",
+                                       "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  RequestContext context;
+  context.chat_template = &*chat;
+  const std::string deep = std::string(80000, '[') + std::string(80000, ']');
+  const std::string user = R"({"role": "user", "content": "hi"})";
+  struct Case {
+    Endpoint endpoint;
+    std::string body;
+    std::string param;
+  } cases[] = {
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "hi", "name": )" + deep + "}]}", "messages[0].name"},
+      {Endpoint::kChat, R"({"messages": [)" + user + R"(], "tools": )" + deep + "}", "tools"},
+      {Endpoint::kChat,
+       R"({"messages": [)" + user + R"(, {"role": "assistant", "content": null, "tool_calls": )" + deep + "}]}",
+       "messages[1].tool_calls"},
+      {Endpoint::kChat, R"({"messages": [)" + user + R"(], "chat_template_kwargs": {"x": )" + deep + "}}",
+       "chat_template_kwargs.x"},
+      {Endpoint::kCompletions, R"({"prompt": )" + deep + "}", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "no_such_field": )" + deep + "}", "no_such_field"},
+      {Endpoint::kChat, R"({"messages": )" + deep + "}", "messages"},
+  };
+  for (const Case& c : cases) {
+    ParsedRequest out;
+    auto error = Parse(c.endpoint, c.body, context, &out);
+    ASSERT_TRUE(error.has_value()) << c.param;
+    EXPECT_EQ(error->status, 400);
+    EXPECT_EQ(error->param, c.param);
+    EXPECT_EQ(error->message, c.param + ": JSON nests deeper than 64 levels");
+  }
+  ParsedRequest out;
+  auto root = Parse(Endpoint::kCompletions, deep, context, &out);
+  ASSERT_TRUE(root.has_value());
+  EXPECT_EQ(root->param, "");
+  EXPECT_EQ(root->message, "the request body: JSON nests deeper than 64 levels");
+
+  // Deep but within the limit: a tool schema 25 properties (50 levels) down renders.
+  std::string schema = R"({"type": "string"})";
+  for (int i = 0; i < 25; ++i) schema = R"({"type": "object", "properties": {"p": )" + schema + "}}";
+  const std::string tools = R"([{"type": "function", "function": {"name": "f", "parameters": )" + schema + "}}]";
+  auto accepted = Parse(Endpoint::kChat, R"({"messages": [)" + user + R"(], "tools": )" + tools + "}", context, &out);
+  EXPECT_FALSE(accepted.has_value()) << accepted->message;
+  EXPECT_EQ(out.generate.text().rfind("hi[{", 0), 0u) << out.generate.text().substr(0, 64);
+}
+
+TEST(OpenAiRequestTest, TemplateKwargsAreBounded) {
+  nlohmann::json kwargs = nlohmann::json::object();
+  for (int i = 0; i < 65; ++i) kwargs["k" + std::to_string(i)] = i;
+  ParsedRequest out;
+  auto error = Parse(Endpoint::kChat,
+                     json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"chat_template_kwargs", kwargs}}.dump(),
+                     {}, &out);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->param, "chat_template_kwargs");
+  EXPECT_EQ(error->message, "chat_template_kwargs has 65 keys; the limit is 64");
+}
+
+// The chat path keeps the client's key order (the body is parsed into
+// ordered_json, never round-tripped through a sorted tree), so a template's
+// `tojson` and its loops over a message see what the client wrote.
+TEST(OpenAiRequestTest, ChatKeepsTheClientsKeyOrder) {
+  auto chat = ChatTemplate::FromSource(
+      "{% for m in messages %}{% for k in m %}{{ k }},{% endfor %}{% endfor %}|{{ tools | tojson }}"
+      "|{{ messages[1].tool_calls | tojson }}",
+      "", "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  RequestContext context;
+  context.chat_template = &*chat;
+  ParsedRequest out;
+  auto error = Parse(Endpoint::kChat,
+                     R"({"messages": [{"role": "tool", "tool_call_id": "c1", "name": "f", "content": "4"},
+                                      {"role": "assistant", "tool_calls": [{"type": "function", "id": "c1",
+                                       "function": {"name": "f", "arguments": "{}"}}]}],
+                         "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}]})",
+                     context, &out);
+  ASSERT_FALSE(error.has_value()) << error->message;
+  EXPECT_EQ(out.generate.text(),
+            "role,content,tool_call_id,name,role,content,tool_calls,"
+            R"(|[{"type": "function", "function": {"name": "f", "description": "d"}}])"
+            R"(|[{"type": "function", "id": "c1", "function": {"name": "f", "arguments": "{}"}}])");
+}
+
 }  // namespace
 }  // namespace floe::openai
