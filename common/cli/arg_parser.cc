@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace floe {
 namespace {
@@ -37,6 +40,16 @@ void ArgParser::Add(Option option) { options_.push_back(std::move(option)); }
 void ArgParser::AddString(const std::string& name, std::string* value, const std::string& help) {
   Add({name, help, *value, false, [value](const std::string& text) {
          *value = text;
+         return absl::OkStatus();
+       }});
+}
+void ArgParser::AddStringList(const std::string& name, std::vector<std::string>* values, const std::string& help) {
+  Add({name, help, absl::StrJoin(*values, ","), false, [values](const std::string& text) {
+         values->clear();
+         for (absl::string_view item : absl::StrSplit(text, ',')) {
+           item = absl::StripAsciiWhitespace(item);
+           if (!item.empty()) values->emplace_back(item);
+         }
          return absl::OkStatus();
        }});
 }

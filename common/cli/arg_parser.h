@@ -23,6 +23,9 @@ class ArgParser {
   void AddUint64(const std::string& name, uint64_t* value, const std::string& help);
   void AddDouble(const std::string& name, double* value, const std::string& help);
   void AddFloat(const std::string& name, float* value, const std::string& help);
+  // A comma-separated list ("a,b"); empty items are dropped, each item is
+  // trimmed of spaces.
+  void AddStringList(const std::string& name, std::vector<std::string>* values, const std::string& help);
   // A switch: `--name` sets true, `--name=false` sets false.
   void AddBool(const std::string& name, bool* value, const std::string& help);
 

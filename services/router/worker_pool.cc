@@ -52,6 +52,7 @@ void WorkerPool::PollOnce() {
   for (const auto& worker : workers_) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + options_.poll_deadline);
+    PrepareContext(&context);
     floe::v1::LoadReport report;
     grpc::Status status = worker->stub->GetLoad(&context, floe::v1::LoadRequest(), &report);
     if (status.ok()) {
@@ -86,6 +87,7 @@ bool WorkerPool::FetchModelInfo(floe::v1::ModelInfo* info, std::chrono::millisec
   for (const auto& worker : workers_) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + deadline);
+    PrepareContext(&context);
     if (worker->stub->GetModelInfo(&context, floe::v1::GetModelInfoRequest(), info).ok()) return true;
   }
   return false;

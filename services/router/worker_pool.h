@@ -20,6 +20,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/auth/internal_trust.h"
 #include "floe/v1/worker.grpc.pb.h"
 
 namespace floe {
@@ -47,6 +48,9 @@ struct WorkerPoolOptions {
   int eject_after_failures = 2;
   // TLS towards the workers (common/rpc/tls.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The internal key every call to a worker carries (common/auth/
+  // internal_trust.h); null: none.
+  std::shared_ptr<const InternalTrust> internal_trust;
 };
 
 class WorkerPool {
@@ -60,6 +64,11 @@ class WorkerPool {
   int healthy_count() const;
   // A call to this worker failed: stop routing to it until a poll succeeds.
   void ReportFailure(WorkerState* worker);
+  // Adds what every call to a worker carries (the internal key): each
+  // ClientContext made for a worker goes through here before its call.
+  void PrepareContext(grpc::ClientContext* context) const {
+    if (options_.internal_trust) options_.internal_trust->Attach(context);
+  }
   // The model as the first healthy worker describes it; false if none answers.
   bool FetchModelInfo(floe::v1::ModelInfo* info, std::chrono::milliseconds deadline) const;
 

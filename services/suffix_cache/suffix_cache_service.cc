@@ -46,8 +46,28 @@ class SuffixCacheService::CallSlot {
   grpc::Status status_;
 };
 
-SuffixCacheService::SuffixCacheService(SuffixCacheStore* store, ServiceLimits limits)
-    : store_(store), limits_(std::move(limits)) {}
+SuffixCacheService::SuffixCacheService(SuffixCacheStore* store, ServiceLimits limits,
+                                       std::shared_ptr<const InternalTrust> internal_trust)
+    : store_(store), limits_(std::move(limits)), internal_trust_(std::move(internal_trust)) {}
+
+grpc::Status SuffixCacheService::AuthorizeInternal(const grpc::ServerContext& context, std::string_view call) const {
+  return internal_trust_ ? internal_trust_->Authorize(context, call) : grpc::Status::OK;
+}
+
+absl::StatusOr<std::optional<std::string>> SuffixCacheService::StatsScope(const grpc::ServerContext& context) const {
+  // Without internal trust the workers send no credential: open, as before.
+  if (!internal_trust_ || !internal_trust_->enabled()) return std::nullopt;
+  if (internal_trust_->IsInternalCaller(context)) return std::nullopt;
+  const std::string_view authorization = CallMetadata(context, "authorization");
+  if (admin_keys_ && !authorization.empty()) {
+    auto tenant = admin_keys_->Authenticate(authorization);
+    if (tenant.ok()) return (*tenant)->admin ? std::nullopt : std::optional<std::string>((*tenant)->name);
+  }
+  return absl::UnauthenticatedError(
+      admin_keys_ ? "SuffixCache.GetStats needs the cluster's internal key (--internal-key-file) or a key from "
+                    "--admin-key-file (a tenant's key reads its own namespaces)"
+                  : "SuffixCache.GetStats needs the cluster's internal key (--internal-key-file)");
+}
 
 absl::Status SuffixCacheService::CheckNamespace(absl::string_view field, const std::string& ns) const {
   if (static_cast<int>(ns.size()) > limits_.max_namespace_bytes) {
@@ -134,8 +154,9 @@ absl::StatusOr<DraftParams> SuffixCacheService::ToDraftParams(absl::string_view 
   return d;
 }
 
-grpc::Status SuffixCacheService::StartRequest(grpc::ServerContext*, const floe::v1::SuffixStartRequest* req,
+grpc::Status SuffixCacheService::StartRequest(grpc::ServerContext* context, const floe::v1::SuffixStartRequest* req,
                                               floe::v1::SuffixStartResponse*) {
+  if (grpc::Status s = AuthorizeInternal(*context, "SuffixCache.StartRequest"); !s.ok()) return s;
   CallSlot slot(this, "StartRequest");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
@@ -147,8 +168,9 @@ grpc::Status SuffixCacheService::StartRequest(grpc::ServerContext*, const floe::
   return ToGrpcStatus(started);
 }
 
-grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::SuffixStepRequest* req,
+grpc::Status SuffixCacheService::Step(grpc::ServerContext* context, const floe::v1::SuffixStepRequest* req,
                                       floe::v1::SuffixStepResponse* resp) {
+  if (grpc::Status s = AuthorizeInternal(*context, "SuffixCache.Step"); !s.ok()) return s;
   CallSlot slot(this, "Step");
   if (!slot.status().ok()) return slot.status();
   const int n = req->entries_size();
@@ -213,8 +235,9 @@ grpc::Status SuffixCacheService::Step(grpc::ServerContext*, const floe::v1::Suff
   return grpc::Status::OK;
 }
 
-grpc::Status SuffixCacheService::EndRequest(grpc::ServerContext*, const floe::v1::SuffixEndRequest* req,
+grpc::Status SuffixCacheService::EndRequest(grpc::ServerContext* context, const floe::v1::SuffixEndRequest* req,
                                             floe::v1::SuffixEndResponse* resp) {
+  if (grpc::Status s = AuthorizeInternal(*context, "SuffixCache.EndRequest"); !s.ok()) return s;
   CallSlot slot(this, "EndRequest");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
@@ -224,24 +247,49 @@ grpc::Status SuffixCacheService::EndRequest(grpc::ServerContext*, const floe::v1
   return grpc::Status::OK;
 }
 
-grpc::Status SuffixCacheService::AbortRequest(grpc::ServerContext*, const floe::v1::SuffixAbortRequest* req,
+grpc::Status SuffixCacheService::AbortRequest(grpc::ServerContext* context, const floe::v1::SuffixAbortRequest* req,
                                               floe::v1::SuffixAbortResponse*) {
+  if (grpc::Status s = AuthorizeInternal(*context, "SuffixCache.AbortRequest"); !s.ok()) return s;
   CallSlot slot(this, "AbortRequest");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckIds("", req->namespace_(), req->request_id()); !s.ok()) return ToGrpcStatus(s);
   return ToGrpcStatus(store_->AbortRequest(NamespaceOrDefault(req->namespace_()), req->request_id()));
 }
 
-grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::SuffixStatsRequest*,
+grpc::Status SuffixCacheService::GetStats(grpc::ServerContext* context, const floe::v1::SuffixStatsRequest*,
                                           floe::v1::SuffixStats* resp) {
+  auto scope = StatsScope(*context);
+  if (!scope.ok()) return ToGrpcStatus(scope.status());
   CallSlot slot(this, "GetStats");
   if (!slot.status().ok()) return slot.status();
   StoreStats s = store_->Stats();
+  resp->set_max_bytes(store_->options().max_bytes);
+  resp->set_last_snapshot_unix_ms(last_snapshot_ms_.load());
+  resp->set_max_depth(store_->options().max_depth);
+  resp->set_max_cached_responses(store_->options().max_cached_responses);
+  resp->set_eviction(EvictionKindName(store_->options().eviction));
+  resp->set_async_global_appends(store_->options().async_global_appends);
+  for (const NamespaceStats& n : s.namespaces) {
+    if (*scope && !TenantOwnsNamespace(**scope, n.name)) continue;
+    floe::v1::SuffixNamespaceStats* out = resp->add_namespaces();
+    out->set_namespace_(n.name);
+    out->set_active_requests(n.active);
+    out->set_cached_responses(n.cached);
+    out->set_cached_tokens(n.cached_tokens);
+    out->set_tree_bytes(n.tree_bytes);
+    if (*scope) {
+      // A tenant's totals are over its own namespaces only.
+      resp->set_active_requests(resp->active_requests() + n.active);
+      resp->set_cached_responses(resp->cached_responses() + n.cached);
+      resp->set_cached_tokens(resp->cached_tokens() + n.cached_tokens);
+      resp->set_bytes(resp->bytes() + n.tree_bytes);
+    }
+  }
+  if (*scope) return grpc::Status::OK;  // the service-wide counters mix every tenant's traffic
   resp->set_active_requests(s.active);
   resp->set_cached_responses(s.cached);
   resp->set_cached_tokens(s.cached_tokens);
   resp->set_bytes(s.bytes);
-  resp->set_max_bytes(store_->options().max_bytes);
   resp->set_evictions_total(s.evictions_total);
   resp->set_budget_evictions_total(s.budget_evictions_total);
   resp->set_active_bytes(s.active_bytes);
@@ -250,25 +298,14 @@ grpc::Status SuffixCacheService::GetStats(grpc::ServerContext*, const floe::v1::
   resp->set_steps_total(steps_total_.load());
   resp->set_drafts_total(drafts_total_.load());
   resp->set_rejected_overload_total(rejected_total_.load());
-  resp->set_last_snapshot_unix_ms(last_snapshot_ms_.load());
-  resp->set_max_depth(store_->options().max_depth);
-  resp->set_max_cached_responses(store_->options().max_cached_responses);
-  resp->set_eviction(EvictionKindName(store_->options().eviction));
-  resp->set_async_global_appends(store_->options().async_global_appends);
-  for (const NamespaceStats& n : s.namespaces) {
-    floe::v1::SuffixNamespaceStats* out = resp->add_namespaces();
-    out->set_namespace_(n.name);
-    out->set_active_requests(n.active);
-    out->set_cached_responses(n.cached);
-    out->set_cached_tokens(n.cached_tokens);
-    out->set_tree_bytes(n.tree_bytes);
-  }
   return grpc::Status::OK;
 }
 
 grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext* context, const floe::v1::SuffixSnapshotRequest*,
                                           floe::v1::SuffixSnapshotResponse* resp) {
-  if (grpc::Status s = AuthorizeAdminCall(admin_keys_, *context, "SuffixCache.Snapshot"); !s.ok()) return s;
+  if (grpc::Status s = AuthorizeAdminOrInternal(admin_keys_, internal_trust_.get(), *context, "SuffixCache.Snapshot");
+      !s.ok())
+    return s;
   CallSlot slot(this, "Snapshot");
   if (!slot.status().ok()) return slot.status();
   auto info = WriteSnapshot();
@@ -282,7 +319,10 @@ grpc::Status SuffixCacheService::Snapshot(grpc::ServerContext* context, const fl
 grpc::Status SuffixCacheService::ClearNamespace(grpc::ServerContext* context,
                                                 const floe::v1::SuffixClearNamespaceRequest* req,
                                                 floe::v1::SuffixClearNamespaceResponse* resp) {
-  if (grpc::Status s = AuthorizeAdminCall(admin_keys_, *context, "SuffixCache.ClearNamespace"); !s.ok()) return s;
+  if (grpc::Status s =
+          AuthorizeAdminOrInternal(admin_keys_, internal_trust_.get(), *context, "SuffixCache.ClearNamespace");
+      !s.ok())
+    return s;
   CallSlot slot(this, "ClearNamespace");
   if (!slot.status().ok()) return slot.status();
   if (absl::Status s = CheckNamespace("", req->namespace_()); !s.ok()) return ToGrpcStatus(s);

@@ -5,6 +5,18 @@
 // RESOURCE_EXHAUSTED from the store), answers UNAVAILABLE while restoring or
 // draining, and writes/restores snapshots.
 //
+// Internal trust (common/auth/internal_trust.h), when on: StartRequest,
+// Step, EndRequest and AbortRequest need the internal key the workers send
+// (UNAUTHENTICATED without it; checked before anything else, so a caller
+// without it learns nothing of the store). GetStats takes the internal key
+// (everything), an admin key from --admin-key-file (everything) or a
+// tenant's key from that file: then only the namespaces the router gives
+// that tenant (TENANT, TENANT/...), with totals over them; the service-wide
+// counters (steps, drafts, evictions, refusals) sum every tenant's traffic
+// and read 0. Snapshot and ClearNamespace: an admin key, else (no
+// --admin-key-file) the internal key. With internal trust off every call but
+// the admin ones is open, as before.
+//
 // Thread-safety: every method may be called from any thread; gRPC calls run
 // concurrently (the store does the locking, see suffix_cache_store.h).
 #pragma once
@@ -12,11 +24,15 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth/api_keys.h"
+#include "common/auth/internal_trust.h"
 #include "floe/v1/suffix_cache.grpc.pb.h"
 #include "services/suffix_cache/suffix_cache_store.h"
 
@@ -41,7 +57,9 @@ struct SnapshotInfo {
 class SuffixCacheService final : public floe::v1::SuffixCache::Service {
  public:
   // `store` must outlive the service. Starts not accepting calls.
-  SuffixCacheService(SuffixCacheStore* store, ServiceLimits limits);
+  // `internal_trust` null or disabled: the engine calls are open.
+  SuffixCacheService(SuffixCacheStore* store, ServiceLimits limits,
+                     std::shared_ptr<const InternalTrust> internal_trust = nullptr);
 
   // Restores limits().snapshot_path when it exists; a corrupt or truncated
   // file is logged (event snapshot_corrupt), moved aside to PATH.corrupt and
@@ -68,7 +86,8 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
   int in_flight() const { return in_flight_.load(); }
   const ServiceLimits& limits() const { return limits_; }
   // Optional (--admin-key-file); set before serving, must outlive the
-  // service. With keys, Snapshot and ClearNamespace need an admin key.
+  // service. With keys, Snapshot and ClearNamespace need an admin key, and
+  // a tenant's key reads its own namespaces' GetStats.
   void SetAdminKeys(const ApiKeys* keys) { admin_keys_ = keys; }
 
   grpc::Status StartRequest(grpc::ServerContext*, const floe::v1::SuffixStartRequest*,
@@ -88,6 +107,11 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
 
  private:
   class CallSlot;
+  grpc::Status AuthorizeInternal(const grpc::ServerContext& context, std::string_view call) const;
+  // Whose stats a GetStats caller may read: nullopt for everything, else a
+  // tenant's name; UNAUTHENTICATED when internal trust is on and the caller
+  // has neither key.
+  absl::StatusOr<std::optional<std::string>> StatsScope(const grpc::ServerContext& context) const;
   absl::Status CheckIds(absl::string_view field, const std::string& ns, const std::string& request_id) const;
   absl::Status CheckNamespace(absl::string_view field, const std::string& ns) const;
   absl::Status CheckTokens(absl::string_view field, const google::protobuf::RepeatedField<int32_t>& tokens) const;
@@ -95,6 +119,7 @@ class SuffixCacheService final : public floe::v1::SuffixCache::Service {
 
   SuffixCacheStore* store_;
   const ServiceLimits limits_;
+  const std::shared_ptr<const InternalTrust> internal_trust_;  // null: none
   const ApiKeys* admin_keys_ = nullptr;
   std::atomic<bool> accepting_{false};
   std::atomic<int> in_flight_{0};

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/auth/grpc_auth.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
 #include "services/request/resolve_request.h"
@@ -94,9 +93,14 @@ void WorkerService::AttachEngine(Engine* engine, WorkerServiceOptions descriptio
   engine_.store(engine);
 }
 
-WorkerService::WorkerService() {
+WorkerService::WorkerService(std::shared_ptr<const InternalTrust> internal_trust)
+    : internal_trust_(std::move(internal_trust)) {
   std::random_device entropy;
   instance_ = absl::StrFormat("%08x%08x", entropy(), entropy());
+}
+
+grpc::Status WorkerService::AuthorizeInternal(const grpc::ServerContext& context, std::string_view call) const {
+  return internal_trust_ ? internal_trust_->Authorize(context, call) : grpc::Status::OK;
 }
 
 void WorkerService::StartDraining() { draining_.store(true); }
@@ -104,6 +108,7 @@ void WorkerService::StartDraining() { draining_.store(true); }
 grpc::Status WorkerService::Generate(grpc::ServerContext* context, const GenerateRequest* request,
                                      grpc::ServerWriter<GenerateResponse>* writer) {
   const auto arrival = std::chrono::steady_clock::now();
+  if (grpc::Status s = AuthorizeInternal(*context, "Worker.Generate"); !s.ok()) return s;
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
@@ -217,7 +222,8 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
 
 grpc::Status WorkerService::Abort(grpc::ServerContext* context, const floe::v1::AbortRequest* request,
                                   floe::v1::AbortResponse* response) {
-  if (grpc::Status s = AuthorizeAdminCall(admin_keys_, *context, "Worker.Abort"); !s.ok()) return s;
+  if (grpc::Status s = AuthorizeAdminOrInternal(admin_keys_, internal_trust_.get(), *context, "Worker.Abort"); !s.ok())
+    return s;
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   std::vector<std::string> engine_ids;
@@ -231,8 +237,9 @@ grpc::Status WorkerService::Abort(grpc::ServerContext* context, const floe::v1::
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::GetLoad(grpc::ServerContext*, const floe::v1::LoadRequest*,
+grpc::Status WorkerService::GetLoad(grpc::ServerContext* context, const floe::v1::LoadRequest*,
                                     floe::v1::LoadReport* response) {
+  if (grpc::Status s = AuthorizeInternal(*context, "Worker.GetLoad"); !s.ok()) return s;
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   EngineLoad load = engine->Load();
@@ -245,8 +252,9 @@ grpc::Status WorkerService::GetLoad(grpc::ServerContext*, const floe::v1::LoadRe
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::GetModelInfo(grpc::ServerContext*, const floe::v1::GetModelInfoRequest*,
+grpc::Status WorkerService::GetModelInfo(grpc::ServerContext* context, const floe::v1::GetModelInfoRequest*,
                                          floe::v1::ModelInfo* response) {
+  if (grpc::Status s = AuthorizeInternal(*context, "Worker.GetModelInfo"); !s.ok()) return s;
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   const ModelConfig& config = engine->model_config();

@@ -10,15 +10,24 @@
 // share a suffix cache); the client's request_id is only a label, echoed in
 // its responses and logs, never a key into another request's state. Only
 // the Worker.Abort call (an internal, admin one) finds requests by label.
+//
+// Internal trust (common/auth/internal_trust.h): with a trust that is on,
+// Generate, GetLoad and GetModelInfo (every call the router makes) need the
+// internal key (UNAUTHENTICATED without it), so a client that skips the
+// router cannot probe another tenant's cached prefixes; Abort needs an
+// admin key (--admin-key-file), else the internal key. Health (the gRPC
+// health service beside this one) stays open.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "common/auth/api_keys.h"
+#include "common/auth/internal_trust.h"
 #include "floe/v1/worker.grpc.pb.h"
 #include "services/request/resolve_request.h"
 #include "services/worker/engine/engine.h"
@@ -42,7 +51,9 @@ struct WorkerServiceOptions {
 
 class WorkerService final : public floe::v1::Worker::Service {
  public:
-  WorkerService();
+  // `internal_trust` null or disabled: every call but Abort is open, as
+  // before internal trust existed.
+  explicit WorkerService(std::shared_ptr<const InternalTrust> internal_trust = nullptr);
 
   // Until an engine is attached, calls answer UNAVAILABLE ("model loading").
   // Called once; `description` is what GetModelInfo reports.
@@ -50,7 +61,8 @@ class WorkerService final : public floe::v1::Worker::Service {
   // Optional; set before serving. Must outlive the service.
   void SetMetrics(WorkerMetrics* metrics) { metrics_ = metrics; }
   // Optional (--admin-key-file); set before serving, must outlive the
-  // service. With keys, Abort needs an admin key.
+  // service. With keys, Abort needs an admin key (without, the internal key
+  // when internal trust is on).
   void SetAdminKeys(const ApiKeys* keys) { admin_keys_ = keys; }
   // New Generate calls answer UNAVAILABLE from now on; running ones finish.
   void StartDraining();
@@ -66,6 +78,9 @@ class WorkerService final : public floe::v1::Worker::Service {
                             floe::v1::ModelInfo* response) override;
 
  private:
+  grpc::Status AuthorizeInternal(const grpc::ServerContext& context, std::string_view call) const;
+
+  const std::shared_ptr<const InternalTrust> internal_trust_;  // null: none
   WorkerServiceOptions options_;  // written once, before engine_ is published
   std::atomic<Engine*> engine_{nullptr};
   WorkerMetrics* metrics_ = nullptr;

@@ -129,8 +129,9 @@ SuffixCacheClient::SuffixCacheClient(const ClientOptions& options, NamespaceRing
   }
 }
 
-void SuffixCacheClient::SetDeadline(grpc::ClientContext* ctx) const {
+void SuffixCacheClient::PrepareContext(grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
+  if (options_.internal_trust) options_.internal_trust->Attach(ctx);
 }
 
 absl::Status SuffixCacheClient::StartRequest(const std::string& ns, const std::string& request_id,
@@ -141,7 +142,7 @@ absl::Status SuffixCacheClient::StartRequest(const std::string& ns, const std::s
   req.mutable_prompt()->Add(prompt.begin(), prompt.end());
   floe::v1::SuffixStartResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareContext(&ctx);
   return FromGrpcStatus(StubFor(ns)->StartRequest(&ctx, req, &resp));
 }
 
@@ -151,7 +152,7 @@ absl::StatusOr<bool> SuffixCacheClient::EndRequest(const std::string& ns, const 
   req.set_request_id(request_id);
   floe::v1::SuffixEndResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareContext(&ctx);
   if (grpc::Status s = StubFor(ns)->EndRequest(&ctx, req, &resp); !s.ok()) return FromGrpcStatus(s);
   return resp.cached();
 }
@@ -162,7 +163,7 @@ absl::Status SuffixCacheClient::AbortRequest(const std::string& ns, const std::s
   req.set_request_id(request_id);
   floe::v1::SuffixAbortResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareContext(&ctx);
   return FromGrpcStatus(StubFor(ns)->AbortRequest(&ctx, req, &resp));
 }
 
@@ -172,7 +173,7 @@ absl::StatusOr<floe::v1::SuffixStats> SuffixCacheClient::GetStats(int replica) {
   }
   floe::v1::SuffixStats stats;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareContext(&ctx);
   if (grpc::Status s = stubs_[replica]->GetStats(&ctx, {}, &stats); !s.ok()) return FromGrpcStatus(s);
   return stats;
 }
@@ -215,6 +216,7 @@ floe::v1::SuffixStepResponse SuffixCacheClient::Step(const floe::v1::SuffixStepR
   for (int r : issued) {
     std::shared_ptr<PendingStep> call = calls[r];
     call->ctx.set_deadline(deadline);
+    if (options_.internal_trust) options_.internal_trust->Attach(&call->ctx);
     stubs_[r]->async()->Step(&call->ctx, &call->request, &call->response,
                              [call, latch, r](grpc::Status s) {
                                absl::MutexLock l(&latch->mu);

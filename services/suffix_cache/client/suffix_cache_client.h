@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/auth/internal_trust.h"
 #include "floe/v1/suffix_cache.grpc.pb.h"
 #include "services/suffix_cache/suffix_tree/suffix_tree.h"
 
@@ -44,6 +45,9 @@ struct ClientOptions {
   int virtual_nodes = 64;
   // TLS towards the replicas (common/rpc/tls.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The internal key every call carries, Step and the lifecycle calls alike
+  // (common/auth/internal_trust.h); null: none.
+  std::shared_ptr<const InternalTrust> internal_trust;
 };
 
 // Consistent-hash ring over replica indices (separate for tests and tools).
@@ -80,7 +84,8 @@ class SuffixCacheClient {
  private:
   SuffixCacheClient(const ClientOptions& options, NamespaceRing ring);
   floe::v1::SuffixCache::Stub* StubFor(const std::string& ns) { return stubs_[ring_.ReplicaFor(ns)].get(); }
-  void SetDeadline(grpc::ClientContext* ctx) const;
+  // The lifecycle calls' deadline and the internal key.
+  void PrepareContext(grpc::ClientContext* ctx) const;
 
   ClientOptions options_;
   NamespaceRing ring_;

@@ -53,13 +53,15 @@ void RankStoreService::Close() {
   changed_.notify_all();
 }
 
-grpc::Status RankStoreService::Set(grpc::ServerContext*, const floe::v1::RankStoreSetRequest* request,
+grpc::Status RankStoreService::Set(grpc::ServerContext* context, const floe::v1::RankStoreSetRequest* request,
                                    floe::v1::RankStoreSetResponse*) {
+  if (grpc::Status s = Authorize(*context, "RankStore.Set"); !s.ok()) return s;
   return ToGrpc(DoSet(request->key(), request->value()));
 }
 
 grpc::Status RankStoreService::Get(grpc::ServerContext* context, const floe::v1::RankStoreGetRequest* request,
                                    floe::v1::RankStoreGetResponse* response) {
+  if (grpc::Status s = Authorize(*context, "RankStore.Get"); !s.ok()) return s;
   // Never past the caller's deadline.
   auto wait = std::chrono::milliseconds(std::max<int64_t>(0, request->wait_ms()));
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(context->deadline() -
@@ -71,9 +73,11 @@ grpc::Status RankStoreService::Get(grpc::ServerContext* context, const floe::v1:
   return grpc::Status::OK;
 }
 
-RemoteRankStore::RemoteRankStore(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials)
+RemoteRankStore::RemoteRankStore(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                 std::shared_ptr<const InternalTrust> internal_trust)
     : stub_(floe::v1::RankStore::NewStub(
-          grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()))) {}
+          grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()))),
+      internal_trust_(std::move(internal_trust)) {}
 
 absl::Status RemoteRankStore::Set(const std::string& key, const std::string& value) {
   floe::v1::RankStoreSetRequest request;
@@ -84,6 +88,7 @@ absl::Status RemoteRankStore::Set(const std::string& key, const std::string& val
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
   context.set_wait_for_ready(true);
+  if (internal_trust_) internal_trust_->Attach(&context);
   return FromGrpc(stub_->Set(&context, request, &response));
 }
 
@@ -95,6 +100,7 @@ absl::StatusOr<std::string> RemoteRankStore::Get(const std::string& key, std::ch
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + wait + std::chrono::seconds(10));
   context.set_wait_for_ready(true);
+  if (internal_trust_) internal_trust_->Attach(&context);
   const grpc::Status s = stub_->Get(&context, request, &response);
   if (!s.ok()) return FromGrpc(s);
   return response.value();

@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<Proposer>> MakeSuffixProposer(const SpeculationCo
     suffix_cache::ClientOptions client_options;
     client_options.addresses = config.suffix_cache_addresses;
     client_options.credentials = config.credentials;
+    client_options.internal_trust = config.internal_trust;
     client_options.step_deadline = std::chrono::milliseconds(config.suffix_cache_deadline_ms);
     // Start/End run on the source's lifecycle thread, never the engine's;
     // a stopped replica still should not hold up the queue for long.

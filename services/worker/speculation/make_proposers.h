@@ -8,6 +8,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
+#include "common/auth/internal_trust.h"
 #include "services/worker/speculation/proposer.h"
 #include "services/worker/speculation/remote_suffix_stats.h"
 
@@ -30,6 +31,9 @@ struct SpeculationConfig {
   bool reference_compatible = false;
   // TLS towards the suffix-cache (common/rpc/tls.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The internal key the suffix-cache calls carry (common/auth/
+  // internal_trust.h); null: none.
+  std::shared_ptr<const InternalTrust> internal_trust;
   // lstm, suffix+lstm: the Arctic speculator's folder (lstm_speculator.h),
   // its matmul threads, and the served model it must fit (hidden size and
   // vocabulary; 0: not checked).

@@ -1,7 +1,8 @@
 // The rendezvous store rank 0 serves (real gRPC on loopback): two ranks meet
 // through it, rank 0 in process and rank 1 over gRPC, and their Gloo
 // all-reduce works; bad keys and values are refused naming the limit; a
-// missing key times out naming it; once closed, every call says so.
+// missing key times out naming it; once closed, every call says so. With
+// internal trust on, only ranks that send the internal key get in.
 #include "services/worker/parallel/rank_store.h"
 
 #include <grpcpp/grpcpp.h>
@@ -19,7 +20,7 @@ struct Server {
   RankStoreService service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
-  Server() {
+  explicit Server(std::shared_ptr<const InternalTrust> trust = nullptr) : service(std::move(trust)) {
     int port = 0;
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -70,6 +71,25 @@ TEST(RankStoreTest, BoundsAndDeadlinesNameTheirLimits) {
   EXPECT_EQ(*remote.Get("k", std::chrono::milliseconds(50)), "v");
   for (size_t i = 1; i < RankStoreService::kMaxKeys; ++i) ASSERT_TRUE(s.service.Local().Set("k" + std::to_string(i), "").ok());
   EXPECT_EQ(remote.Set("one-too-many", "v").code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(RankStoreTest, WithInternalTrustOnlyRanksWithTheKeyGetIn) {
+  auto trust = InternalTrust::FromKey("rank-store-internal-key-0123456789");
+  ASSERT_TRUE(trust.ok()) << trust.status();
+  Server s(*trust);
+  RemoteRankStore stranger(s.address);
+  const absl::Status planted = stranger.Set("floe/1", "attacker:1234");
+  EXPECT_EQ(planted.code(), absl::StatusCode::kUnauthenticated) << planted;
+  EXPECT_NE(planted.message().find("RankStore.Set"), std::string::npos) << planted;
+  ASSERT_TRUE(s.service.Local().Set("floe/0", "10.0.0.1:5000").ok());
+  auto read = stranger.Get("floe/0", std::chrono::milliseconds(10));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kUnauthenticated) << read.status();
+  EXPECT_NE(read.status().message().find("RankStore.Get"), std::string::npos) << read.status();
+
+  RemoteRankStore rank(s.address, nullptr, *trust);
+  ASSERT_TRUE(rank.Set("floe/1", "10.0.0.2:5000").ok());
+  EXPECT_EQ(*rank.Get("floe/0", std::chrono::milliseconds(10)), "10.0.0.1:5000");
+  EXPECT_EQ(*s.service.Local().Get("floe/1", std::chrono::milliseconds(10)), "10.0.0.2:5000");
 }
 
 }  // namespace
