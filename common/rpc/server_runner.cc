@@ -34,6 +34,12 @@ absl::StatusOr<std::unique_ptr<ServerRunner>> ServerRunner::Start(
   std::unique_ptr<ServerRunner> runner(new ServerRunner());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, *credentials, &runner->port_);
+  // With SO_REUSEPORT, gRPC 1.51 clones a listener per polling thread by
+  // binding the address it was given again: for port 0 that is a second,
+  // unprinted free port serving the same services (issue 41). Without it,
+  // one socket; a second process on a taken port fails to bind instead of
+  // sharing it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);

@@ -1,7 +1,10 @@
 // Starts a gRPC server the way every Floe service needs it: the given
 // services, grpc.health.v1.Health (NOT_SERVING until SetServing(true)), a
-// bounded message size, TLS/mTLS when configured, and server reflection only
-// when asked for (it lists every method to whoever connects).
+// bounded message size, TLS/mTLS when configured, server reflection only
+// when asked for (it lists every method to whoever connects), and one
+// listening socket per resolved address: port 0 is one free port, the one
+// address() reports, and a port another process listens on is an error,
+// never shared (no SO_REUSEPORT).
 #pragma once
 
 #include <chrono>

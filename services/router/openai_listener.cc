@@ -1,0 +1,76 @@
+#include "services/router/openai_listener.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/log/log.h"
+
+namespace floe {
+namespace {
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const OpenAiListenerOptions& o,
+                                                               const Tokenizer& tokenizer) {
+  namespace fs = std::filesystem;
+  const std::string bos = tokenizer.bos_id() ? tokenizer.Decode(std::vector<int32_t>{*tokenizer.bos_id()}, false).value_or("") : "";
+  const std::string eos = tokenizer.eos_ids().empty() ? "" : tokenizer.Decode(std::vector<int32_t>{tokenizer.eos_ids()[0]}, false).value_or("");
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file);
+    if (!in) return absl::NotFoundError(absl::StrCat("--chat-template: cannot read ", o.chat_template_file));
+    std::stringstream source;
+    source << in.rdbuf();
+    auto loaded = ChatTemplate::FromSource(source.str(), bos, eos);
+    if (!loaded.ok()) return loaded.status();
+    return std::make_unique<ChatTemplate>(*std::move(loaded));
+  }
+  fs::path dir = o.tokenizer_path;
+  if (!fs::is_directory(dir)) dir = dir.parent_path();
+  const fs::path config = dir / "tokenizer_config.json";
+  if (!fs::exists(config)) return std::unique_ptr<ChatTemplate>();
+  auto loaded = ChatTemplate::FromTokenizerConfig(config.string());
+  if (absl::IsNotFound(loaded.status())) return std::unique_ptr<ChatTemplate>();
+  if (!loaded.ok()) return loaded.status();
+  return std::make_unique<ChatTemplate>(*std::move(loaded));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OpenAiListener>> OpenAiListener::Start(const OpenAiListenerOptions& o,
+                                                                       const Tokenizer& tokenizer,
+                                                                       RouterService* service) {
+  std::unique_ptr<OpenAiListener> listener(new OpenAiListener());
+  auto loaded = LoadChatTemplate(o, tokenizer);
+  if (!loaded.ok()) {
+    LogEvent(LogLevel::kError, "router", "chat_template_failed", {{"error", std::string(loaded.status().message())}});
+    std::fprintf(stderr, "floe-router: chat template: %s\n", std::string(loaded.status().message()).c_str());
+    return loaded.status();
+  }
+  listener->chat_template_ = *std::move(loaded);
+  if (!listener->chat_template_)
+    LogEvent(LogLevel::kWarning, "router", "no_chat_template", {{"effect", "/v1/chat/completions refused"}});
+  listener->frontend_ = std::make_unique<openai::Frontend>(service, listener->chat_template_.get(), [service] {
+    return service->model_info().has_value() && !service->draining();
+  });
+  http::ServerOptions http_options;
+  http_options.host = o.host;
+  http_options.port = o.port;
+  http_options.threads = o.threads;
+  http_options.max_body_bytes = o.max_body_bytes;
+  http_options.tls_cert_file = o.tls.cert_file;
+  http_options.tls_key_file = o.tls.key_file;
+  http_options.tls_client_ca_file = o.tls.client_ca_file;
+  openai::Frontend* frontend = listener->frontend_.get();
+  auto started = http::Server::Start(http_options, [frontend](http::Request request, std::shared_ptr<http::Exchange> exchange) {
+    frontend->Handle(std::move(request), std::move(exchange));
+  });
+  if (!started.ok()) {
+    LogEvent(LogLevel::kError, "router", "http_listen_failed", {{"error", std::string(started.status().message())}});
+    return started.status();
+  }
+  listener->server_ = *std::move(started);
+  return listener;
+}
+
+}  // namespace floe
