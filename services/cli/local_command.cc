@@ -1,6 +1,8 @@
-// floe local: a router and N workers on loopback, in the foreground, until
-// SIGTERM/SIGINT (or one of them dies). With --builtin tiny it first writes
-// the built-in demo model (seeded random weights, the real Llama 3.1 tokenizer).
+// floe local: a router and N workers (and a suffix-cache) on loopback, in
+// the foreground, until SIGTERM/SIGINT. It supervises them: a service that
+// dies, or that stops answering its health checks once it was ready, is
+// restarted on its ports. With --builtin tiny it first writes the built-in
+// demo model (seeded random weights, the real Llama 3.1 tokenizer).
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,8 @@
 #include "common/rpc/tls.h"
 #include "floe/v1/router.grpc.pb.h"
 #include "services/cli/commands.h"
+#include "services/cli/internal_key_file.h"
+#include "services/cli/liveness_monitor.h"
 #include "services/cli/subprocess.h"
 #include "services/worker/model/checkpoint_writer.h"
 
@@ -80,7 +84,8 @@ absl::Status CheckBinaries(const fs::path& dir, bool suffix_cache) {
 struct Supervised {
   std::string name;
   std::vector<std::string> argv;
-  std::string ready;  // the line prefix that says it is up
+  std::string ready;    // the line prefix that says it is up
+  std::string address;  // its gRPC "host:port", where its health is checked
   int restarts = 0;
   std::chrono::seconds backoff{1};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -129,6 +134,7 @@ int RunLocal(int argc, char** argv) {
   std::string speculator, speculative_selection;
   std::string weight_cache = "auto";
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
+  int liveness_checks = 3;
   std::string chat_template, api_key_file;
   double rate_limit_rps = 0, rate_limit_tps = 0;
   int speculative_token_threshold = 0;
@@ -171,6 +177,9 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("weight-cache", &weight_cache,
                    "workers' --weight-cache: repacked weights kept for the next start (auto: MODEL/.floe-cache | off | DIR)");
   parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
+  parser.AddInt("liveness-checks", &liveness_checks,
+                "unanswered health checks in a row (one a second, 2 s deadline each) after which a service that was "
+                "ready is killed and restarted (0: never, e.g. while one is stopped in a debugger)");
   parser.AddString("speculative", &speculative,
                    "off|ngram|suffix|lstm|suffix+lstm (lossless; suffix also starts a floe-suffix-cache for the "
                    "global tree; lstm needs --speculator)");
@@ -210,6 +219,21 @@ int RunLocal(int argc, char** argv) {
   }
   if (absl::Status s = ValidateTlsOptions(tls); !s.ok()) {
     std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  // Its services call each other over TLS and verify each other's
+  // certificate. With no CA named they would check it against the system's
+  // roots, which hold no local cluster's CA: the router would never reach a
+  // worker, and the cluster would never become ready.
+  if (tls.server_enabled() && tls.roots_file().empty()) {
+    std::fprintf(stderr,
+                 "floe local: --tls-ca is required with --tls-cert: the router, workers and suffix-cache call each "
+                 "other over TLS and verify each other's certificate with --tls-ca (or --tls-client-ca); give the "
+                 "CA that signed --tls-cert (for a self-signed certificate, the same file)\n");
+    return 2;
+  }
+  if (liveness_checks < 0 || liveness_checks > 100) {
+    std::fprintf(stderr, "floe local: --liveness-checks must be in [0, 100] (0: off), got %d\n", liveness_checks);
     return 2;
   }
   // Every service gets the TLS flags, reflection (a local cluster is for
@@ -252,6 +276,18 @@ int RunLocal(int argc, char** argv) {
     model = *dir;
   }
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
+  // The run's internal key (issue 41): every service requires it on the
+  // calls they make to each other, so a client that skips the router (and
+  // its API keys) is refused by the workers and the suffix-cache. Always on:
+  // a local cluster is no different from a deployed one there, and the
+  // logged path lets its owner poke a worker with it.
+  auto internal_key = InternalKeyFile::Create();
+  if (!internal_key.ok()) {
+    std::fprintf(stderr, "floe local: %s\n", std::string(internal_key.status().message()).c_str());
+    return 1;
+  }
+  common_args.insert(common_args.end(), {"--internal-key-file", (*internal_key)->path()});
+  LogEvent(LogLevel::kInfo, "local", "internal_key", {{"path", (*internal_key)->path()}});
 
   std::vector<std::unique_ptr<Subprocess>> children;
   std::vector<std::string> names;  // parallel to children, for the metrics lines
@@ -297,7 +333,7 @@ int RunLocal(int argc, char** argv) {
     if (!address.ok()) return std::fprintf(stderr, "floe local: suffix-cache: %s\n", std::string(address.status().message()).c_str()), shutdown(1);
     // Its metrics line follows the listening line.
     (void)children.back()->WaitForLine("metrics ", std::chrono::seconds(10));
-    supervised.push_back({"suffix-cache", cache_argv, "suffix-cache listening on "});
+    supervised.push_back({"suffix-cache", cache_argv, "suffix-cache listening on ", *address});
     PinPorts(supervised.back(), *children.back(), *address);
     speculation_args.insert(speculation_args.end(), {"--suffix-cache", *address});
   }
@@ -328,7 +364,7 @@ int RunLocal(int argc, char** argv) {
     names.push_back(absl::StrCat("worker-", i));
     if (!address.ok()) return std::fprintf(stderr, "floe local: worker %d: %s\n", i, std::string(address.status().message()).c_str()), shutdown(1);
     worker_addresses.push_back(*address);
-    supervised.push_back({names.back(), argv, "worker listening on "});
+    supervised.push_back({names.back(), argv, "worker listening on ", *address});
     PinPorts(supervised.back(), *children.back(), *address);
   }
   std::vector<std::string> router_argv = {(bin / "floe-router").string(), "--workers",
@@ -346,7 +382,7 @@ int RunLocal(int argc, char** argv) {
   children.push_back(std::move(router).value());
   names.push_back("router");
   if (!router_address.ok()) return std::fprintf(stderr, "floe local: router: %s\n", std::string(router_address.status().message()).c_str()), shutdown(1);
-  supervised.push_back({"router", router_argv, "router bound to "});
+  supervised.push_back({"router", router_argv, "router bound to ", *router_address});
 
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);
   const std::shared_ptr<grpc::ChannelCredentials> credentials = *MakeChannelCredentials(tls);  // validated above
@@ -356,6 +392,15 @@ int RunLocal(int argc, char** argv) {
       if (child->Exited()) return std::fprintf(stderr, "floe local: a process exited during start-up\n"), shutdown(1);
     }
     if (std::chrono::steady_clock::now() > give_up) return std::fprintf(stderr, "floe local: not ready in time\n"), shutdown(1);
+  }
+  // Liveness (see the supervision loop below). Its first round runs now, so
+  // every service ready at the "router listening" line is watched from
+  // then on; a worker still loading is judged once it answered SERVING.
+  std::optional<LivenessMonitor> liveness;
+  if (liveness_checks > 0) {
+    liveness.emplace(LivenessMonitor::Options{.failures = liveness_checks}, credentials, (*internal_key)->key());
+    for (size_t i = 0; i < children.size(); ++i) liveness->Watch(i, supervised[i].address);
+    (void)liveness->CheckAllNow();  // nothing was ready before: no verdict
   }
   // One line per service's /metrics endpoint, so tools can find every one;
   // they come before the listening line, which marks the end of start-up output.
@@ -380,18 +425,30 @@ int RunLocal(int argc, char** argv) {
   // Supervision: a child that dies is restarted on its ports after a
   // backoff (1 s, doubling to 30 s; back to 1 s once it has run a minute),
   // while the others keep serving (the router ejects a dead worker and
-  // takes it back once it answers again).
+  // takes it back once it answers again). A child that lives on but stops
+  // answering its health checks once it was ready (stopped, deadlocked, its
+  // port dead) is killed, and then restarted as a dead one.
   constexpr std::chrono::seconds kMaxBackoff{30}, kStable{60};
+  // A hung child is past helping: a short grace, then SIGKILL.
+  constexpr std::chrono::seconds kHungGrace{3};
   for (;;) {
     if (auto signal = termination.WaitFor(std::chrono::milliseconds(200))) {
       LogEvent(LogLevel::kInfo, "local", "stopping", {{"signal", static_cast<int64_t>(*signal)}});
       return shutdown(0);
+    }
+    for (const LivenessMonitor::Verdict& hung : liveness ? liveness->Poll() : std::vector<LivenessMonitor::Verdict>{}) {
+      LogEvent(LogLevel::kError, "local", "process_unresponsive",
+               {{"process", supervised[hung.id].name},
+                {"pid", static_cast<int64_t>(children[hung.id]->pid())},
+                {"reason", hung.reason}});
+      children[hung.id]->Terminate(kHungGrace);
     }
     const auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < children.size(); ++i) {
       Supervised& child = supervised[i];
       if (!child.restart_at) {
         if (!children[i]->Exited()) continue;
+        if (liveness) liveness->Forget(i);
         if (now - child.started >= kStable) child.backoff = std::chrono::seconds(1);
         child.restart_at = now + child.backoff;
         LogEvent(LogLevel::kError, "local", "process_died",
@@ -433,6 +490,7 @@ int RunLocal(int argc, char** argv) {
       child.restart_at.reset();
       child.started = std::chrono::steady_clock::now();
       ++child.restarts;
+      if (liveness) liveness->Watch(i, child.address);
       LogEvent(LogLevel::kInfo, "local", "process_restarted",
                {{"process", child.name},
                 {"pid", static_cast<int64_t>(children[i]->pid())},

@@ -113,6 +113,10 @@ bool Subprocess::Exited() {
 int Subprocess::Terminate(std::chrono::milliseconds grace) {
   if (Exited()) return exit_status_;
   kill(pid_, SIGTERM);
+  // A stopped child (SIGSTOP, a hung service the supervisor gave up on)
+  // holds SIGTERM pending until continued: continue it, so it gets its
+  // grace period instead of waiting it out and being killed.
+  kill(pid_, SIGCONT);
   const auto give_up = std::chrono::steady_clock::now() + grace;
   while (!Exited() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

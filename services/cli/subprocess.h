@@ -34,7 +34,8 @@ class Subprocess {
   // True once the child has exited; `exit_status` then holds waitpid's status.
   bool Exited();
   int exit_status() const { return exit_status_; }
-  // SIGTERM, wait up to `grace`, then SIGKILL. Returns the exit status.
+  // SIGTERM (and SIGCONT, so a stopped child sees it), wait up to `grace`,
+  // then SIGKILL. Returns the exit status.
   int Terminate(std::chrono::milliseconds grace);
   pid_t pid() const { return pid_; }
 

@@ -3,11 +3,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "common/metrics/http_get.h"
+#include "common/metrics/prometheus_text.h"
 #include "services/worker/model/checkpoint_writer.h"
 
 namespace floe::testing {
@@ -68,18 +72,40 @@ LocalCluster::LocalCluster(int num_workers, std::vector<std::string> worker_args
   router_ = std::move(router).value();
   if (!address.ok()) return;
   router_address_ = *address;
-  // Ready once the router serves model info (a worker has loaded).
+  // Ready once the router serves model info (a worker has loaded) and has
+  // polled every worker healthy.
   auto stub = RouterStub();
   for (int attempt = 0; attempt < 600; ++attempt) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     floe::v1::ModelInfo info;
     if (stub->GetModelInfo(&context, floe::v1::GetModelInfoRequest(), &info).ok()) {
-      ok_ = true;
+      ok_ = RouterSeesEveryWorker();
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+// The router serves once one worker answers its poll. A request sent before
+// it has polled the others lands on that one, so a test of where requests go
+// (session affinity) would measure how fast the router's first polls were on
+// this host: wait (a bound, not a timing) until its metrics count every
+// worker healthy. Without a plain-HTTP metrics endpoint to read (metrics off,
+// TLS, a key), readiness stays what GetModelInfo said.
+bool LocalCluster::RouterSeesEveryWorker() {
+  if (workers_.size() <= 1) return true;
+  const std::string url = MetricsUrl(*router_);
+  if (url.rfind("http://", 0) != 0) return true;
+  const double want = static_cast<double>(workers_.size());
+  const bool all = WaitFor(
+      [&] {
+        auto body = HttpGet(url);
+        return !body.ok() || SumByLabels(ParsePrometheusText(*body), "floe_router_worker_healthy") >= want;
+      },
+      std::chrono::seconds(60));
+  if (!all) std::fprintf(stderr, "LocalCluster: the router never polled all %zu workers healthy\n", workers_.size());
+  return all;
 }
 
 LocalCluster::~LocalCluster() {
@@ -123,6 +149,30 @@ std::string MetricsUrl(Subprocess& process) {
     if (line.rfind("metrics ", 0) == 0) return line.substr(line.rfind(' ') + 1);
   }
   return "";
+}
+
+std::vector<pid_t> ChildrenRunning(pid_t parent, const std::string& binary) {
+  std::vector<pid_t> out;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator("/proc", error)) {
+    const pid_t pid = std::atoi(entry.path().filename().c_str());
+    if (pid <= 0) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+    const size_t close = line.rfind(')');
+    char state;
+    int ppid = 0;
+    if (close == std::string::npos || std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
+    if (ppid != parent || state == 'Z') continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string argv0;
+    std::getline(cmdline, argv0, '\0');
+    if (argv0.size() >= binary.size() && argv0.compare(argv0.size() - binary.size(), binary.size(), binary) == 0)
+      out.push_back(pid);
+  }
+  return out;
 }
 
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {

@@ -4,6 +4,8 @@
 // helper goes out of scope.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -35,12 +37,14 @@ class LocalCluster {
   const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
   Subprocess& worker(int i) { return *workers_[i]; }
   Subprocess& router() { return *router_; }
+  // Every process came up and the router has polled every worker healthy.
   bool ok() const { return ok_; }
 
   std::unique_ptr<floe::v1::Floe::Stub> RouterStub() const;
   std::unique_ptr<floe::v1::Worker::Stub> WorkerStub(int i) const;
 
  private:
+  bool RouterSeesEveryWorker();
   bool ok_ = false;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::unique_ptr<Subprocess> router_;
@@ -67,6 +71,10 @@ class SuffixCacheProcess {
 // The /metrics URL a floe binary printed ("metrics <who> <url>"); "" when it
 // printed none.
 std::string MetricsUrl(Subprocess& process);
+
+// The live (not zombie) children of `parent` whose argv[0] ends with
+// `binary`, from /proc: how a test finds the processes `floe local` started.
+std::vector<pid_t> ChildrenRunning(pid_t parent, const std::string& binary);
 
 // Polls `condition` every 50 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);

@@ -2,14 +2,16 @@
 // a full outage). Kill a worker and the suffix-cache with SIGKILL: the
 // router keeps serving on the other worker, floe local restarts both on
 // their ports, and the cluster serves every session again; SIGTERM still
-// stops it cleanly.
+// stops it cleanly. And every service it starts shares the run's own
+// internal key, which a client that skips the router does not have.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <thread>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,29 +22,6 @@
 
 namespace floe::testing {
 namespace {
-
-// floe local's children whose command line names `binary`.
-std::vector<pid_t> ChildrenRunning(pid_t parent, const std::string& binary) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const pid_t pid = std::atoi(entry.path().filename().c_str());
-    if (pid <= 0) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    char state;
-    int ppid = 0;
-    if (close == std::string::npos || std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid != parent || state == 'Z') continue;
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string argv0;
-    std::getline(cmdline, argv0, '\0');
-    if (argv0.size() >= binary.size() && argv0.compare(argv0.size() - binary.size(), binary.size(), binary) == 0)
-      out.push_back(pid);
-  }
-  return out;
-}
 
 bool Serves(floe::v1::Floe::Stub& stub, const std::string& session) {
   floe::v1::GenerateRequest r;
@@ -110,6 +89,71 @@ TEST(LocalSupervisionTest, AKilledWorkerAndSuffixCacheAreRestartedWhileTheRestSe
   kill(parent, SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return (*local)->Exited(); }, std::chrono::seconds(60)));
   EXPECT_TRUE(WIFEXITED((*local)->exit_status()) && WEXITSTATUS((*local)->exit_status()) == 0);
+}
+
+// A process's command line, from /proc.
+std::vector<std::string> CommandLine(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  std::vector<std::string> argv;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) argv.push_back(arg);
+  return argv;
+}
+
+// The value after `flag` in `argv`; "" when absent.
+std::string FlagValue(const std::vector<std::string>& argv, const std::string& flag) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  return it == argv.end() || it + 1 == argv.end() ? "" : *(it + 1);
+}
+
+TEST(LocalSupervisionTest, EveryServiceGetsTheRunsInternalKeyAndAWorkerRefusesCallersWithoutIt) {
+  auto local = Subprocess::Spawn({BinaryPath("floe"), "local", "--builtin", "tiny", "--workers", "1", "--port", "0",
+                                  "--threads", "1", "--speculative", "suffix"});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address = (*local)->WaitForLine("router listening on ", std::chrono::seconds(120));
+  ASSERT_TRUE(address.ok()) << address.status();
+  const pid_t parent = (*local)->pid();
+  std::vector<pid_t> children;
+  for (const char* binary : {"floe-router", "floe-worker", "floe-suffix-cache"}) {
+    const std::vector<pid_t> found = ChildrenRunning(parent, binary);
+    ASSERT_EQ(found.size(), 1u) << binary;
+    children.push_back(found[0]);
+  }
+  // One key file for the run, handed to all three, readable by its owner only.
+  const std::string key_file = FlagValue(CommandLine(children[0]), "--internal-key-file");
+  ASSERT_FALSE(key_file.empty()) << "the router got no --internal-key-file";
+  for (pid_t child : children) EXPECT_EQ(FlagValue(CommandLine(child), "--internal-key-file"), key_file) << child;
+  struct stat st;
+  ASSERT_EQ(stat(key_file.c_str(), &st), 0) << key_file;
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::ifstream in(key_file);
+  std::stringstream key;
+  key << in.rdbuf();
+  ASSERT_EQ(key.str().size(), 64u);
+
+  // The worker (the router's --workers) refuses a caller without the key
+  // and answers one with it.
+  const std::string worker = FlagValue(CommandLine(children[0]), "--workers");
+  ASSERT_FALSE(worker.empty());
+  auto stub = floe::v1::Worker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()));
+  for (bool with_key : {false, true}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (with_key) context.AddMetadata("authorization", "Bearer " + key.str());
+    floe::v1::ModelInfo info;
+    const grpc::Status status = stub->GetModelInfo(&context, floe::v1::GetModelInfoRequest(), &info);
+    if (with_key) {
+      EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+    }
+  }
+
+  // Gone with the run.
+  kill(parent, SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return (*local)->Exited(); }, std::chrono::seconds(60)));
+  EXPECT_TRUE(WIFEXITED((*local)->exit_status()) && WEXITSTATUS((*local)->exit_status()) == 0);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(key_file).parent_path())) << key_file;
 }
 
 }  // namespace
