@@ -37,7 +37,7 @@ DOCS = ["README.md", "deploy/README.md"]
 
 CANNOT_RUN = [
     (r"^scripts/(demo|test)\.sh\b", "the README's two commands: .ci/run runs them"),
-    (r"^helm install\b", "needs a Kubernetes cluster"),
+    (r"^(helm install|kubectl)\b", "needs a Kubernetes cluster"),
     (r"^docker\b", "no Docker on the build machines"),
 ]
 

@@ -147,13 +147,19 @@ class EngineHarness : public testing::Test {
     r.seeded = true;
   }
 
-  // Engine options for speculation tests: k draft tokens, never turned off by load.
+  // Engine options for speculation tests: k draft tokens, never turned off by
+  // load, and a pinned draft budget: the step cost is the line 1 + N, never a
+  // curve measured on this host, so what a test drafts and accepts does not
+  // depend on how busy the machine was (MeasuredStepCostCurve* tests measure).
   static EngineOptions SpeculationOptions(int k) {
     EngineOptions options;
     options.block_size = 4;
     options.num_blocks = 512;
     options.num_speculative_tokens = k;
     options.speculative_token_threshold = 1 << 20;
+    options.measure_step_cost = false;
+    options.speculative_step_cost_curve.clear();
+    options.speculative_step_overhead_tokens = 1.0;
     return options;
   }
 

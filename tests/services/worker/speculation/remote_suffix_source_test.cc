@@ -19,35 +19,73 @@ using suffix_cache::StoreOptions;
 using suffix_cache::SuffixCacheClient;
 using suffix_cache::TestServer;
 
+// How long any call here may take: these tests are about what reaches the
+// service and what it drafts, not about deadlines (UnreachableServiceOnlyCostsDrafts
+// and suffix_cache_client_test are), and a sanitized build beside busy CPUs
+// can take hundreds of ms for a loopback call.
+constexpr std::chrono::seconds kPatient{30};
+
+// A client to `address` whose Steps and lifecycle calls wait kPatient: a late
+// Start would otherwise leave its request unregistered (no drafts, no End),
+// and a late Step would cost that step's draft.
+std::unique_ptr<SuffixCacheClient> PatientClient(const std::string& address) {
+  ClientOptions options;
+  options.addresses = {address};
+  options.step_deadline = kPatient;
+  options.call_deadline = kPatient;
+  auto client = SuffixCacheClient::Create(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(client).value() : nullptr;
+}
+
+// A RemoteSuffixSource whose requests are registered before the engine's next
+// step: after each Query the engine thread waits until the lifecycle thread
+// has run what that Query queued (its StartRequests). In a worker the engine
+// never waits, so a Start may land any number of steps later on a busy host;
+// here how many steps a request drafts for must not depend on that, or the
+// accepted-token counts below would measure the host, not the source.
+class RegisteredBeforeNextStep final : public GlobalDraftSource {
+ public:
+  explicit RegisteredBeforeNextStep(std::unique_ptr<RemoteSuffixSource> source) : source_(std::move(source)) {}
+  void Query(std::span<const SpecSequence> batch, int max_spec_tokens, std::span<DraftProposal> out) override {
+    source_->Query(batch, max_spec_tokens, out);
+    EXPECT_TRUE(source_->WaitIdle(absl::Seconds(60))) << "a StartRequest did not finish";
+  }
+  void Finish(std::string_view request_id, std::string_view ns, std::span<const int32_t> tokens,
+              int32_t prompt_len) override {
+    source_->Finish(request_id, ns, tokens, prompt_len);
+  }
+
+ private:
+  std::unique_ptr<RemoteSuffixSource> source_;
+};
+
 class RemoteSuffixSourceTest : public EngineHarness {
  protected:
   // A worker whose suffix proposer has no local global tree: drafts across
-  // requests can only come from the service.
+  // requests can only come from the service. Its draft budget is pinned
+  // (SpeculationOptions), and its requests register before their next step
+  // (RegisteredBeforeNextStep).
   // `source`, when given, receives the remote source (owned by the engine).
   static std::unique_ptr<EngineCore> Worker(SuffixCacheClient* client, RemoteSuffixSource** source = nullptr,
                                             RemoteSuffixOptions remote = {}) {
-    EngineOptions options;
-    options.block_size = 4;
+    EngineOptions options = SpeculationOptions(6);
     options.num_blocks = 256;
-    options.num_speculative_tokens = 6;
-    options.speculative_token_threshold = 1 << 20;
     SuffixProposerOptions suffix;
     suffix.max_cached_requests = 0;
     std::vector<std::unique_ptr<Proposer>> p;
     auto global = std::make_unique<RemoteSuffixSource>(client, suffix.params, std::move(remote));
     if (source) *source = global.get();
-    p.push_back(std::make_unique<SuffixProposer>(suffix, std::move(global)));
+    p.push_back(std::make_unique<SuffixProposer>(
+        suffix, std::make_unique<RegisteredBeforeNextStep>(std::move(global))));
     return MakeEngine(options, std::move(p));
   }
 };
 
 TEST_F(RemoteSuffixSourceTest, OneWorkersResponseDraftsForAnother) {
   TestServer server(StoreOptions{}, ServiceLimits{});
-  ClientOptions options;
-  options.addresses = {server.runner->address()};
-  options.step_deadline = std::chrono::milliseconds(500);  // loaded CI machines
-  auto client = SuffixCacheClient::Create(options);
-  ASSERT_TRUE(client.ok());
+  auto client = PatientClient(server.runner->address());
+  ASSERT_TRUE(client);
 
   std::mt19937 rng(9);
   auto a = MakeRequest("a", RandomPrompt(rng, 12), 24);
@@ -55,36 +93,37 @@ TEST_F(RemoteSuffixSourceTest, OneWorkersResponseDraftsForAnother) {
   auto want = RunAlone({a})["a"].tokens;
 
   RemoteSuffixSource* first_source = nullptr;
-  auto first = Worker(client->get(), &first_source);
+  auto first = Worker(client.get(), &first_source);
   EXPECT_EQ(Run(*first, {a})["a"].tokens, want);
   // End runs on the source's lifecycle thread: wait until it has.
-  ASSERT_TRUE(first_source->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(first_source->WaitIdle(absl::Seconds(60)));
   RemoteSuffixSource* second_source = nullptr;
-  auto second = Worker(client->get(), &second_source);
+  auto second = Worker(client.get(), &second_source);
   auto b = a;
   b.id = "b";
   EXPECT_EQ(Run(*second, {b})["b"].tokens, want);
+  // b registers on its first decoding step and drafts from a's response on
+  // every step after: 23 tokens to go in drafts of up to 6.
   const SpeculationCounters& c = second->counters().speculation.at(0);
   EXPECT_GE(c.accepted_tokens, 12) << "drafts: " << c.drafts << " draft tokens: " << c.draft_tokens;
-  ASSERT_TRUE(second_source->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(second_source->WaitIdle(absl::Seconds(60)));
   EXPECT_EQ(server.store.Stats().cached, 2);
 }
 
+// The Start and End calls run on the lifecycle thread (the test's wrapper
+// only waits for them, so that Steps go out on any host).
 TEST_F(RemoteSuffixSourceTest, StatsCountCallsAndLifecycleRunsOffTheEngineThread) {
   TestServer server(StoreOptions{}, ServiceLimits{});
-  ClientOptions options;
-  options.addresses = {server.runner->address()};
-  options.step_deadline = std::chrono::milliseconds(500);
-  auto client = SuffixCacheClient::Create(options);
-  ASSERT_TRUE(client.ok());
+  auto client = PatientClient(server.runner->address());
+  ASSERT_TRUE(client);
   RemoteSuffixOptions remote;
-  remote.stats = std::make_shared<RemoteSuffixStats>(options.addresses);
+  remote.stats = std::make_shared<RemoteSuffixStats>(client->addresses());
   RemoteSuffixSource* source = nullptr;
-  auto worker = Worker(client->get(), &source, remote);
+  auto worker = Worker(client.get(), &source, remote);
   auto requests = MixedBatch(3, /*seeded=*/false);
   auto want = RunAlone(requests);
   ExpectSameTokens(Run(*worker, requests), want);
-  ASSERT_TRUE(source->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(source->WaitIdle(absl::Seconds(60)));
   const RemoteSuffixStats::Snapshot s = remote.stats->Read();
   EXPECT_EQ(s.latency[RemoteSuffixStats::kStart].count, 3);
   EXPECT_GE(s.latency[RemoteSuffixStats::kEnd].count, 3);  // End, after a last append when tokens were pending
@@ -101,41 +140,46 @@ TEST_F(RemoteSuffixSourceTest, StatsCountCallsAndLifecycleRunsOffTheEngineThread
 // request; the lifecycle thread's renewal Steps keep the service from
 // expiring it, and its response still joins the tree at the end. Without
 // renewals (the control) the same idle request expires.
+// Timing: a renewal every 50 ms against a 1 s lease, so the renewing run
+// fails only if the lifecycle thread is starved for most of a second.
 TEST_F(RemoteSuffixSourceTest, LeasesOfRequestsNotDraftedForAreRenewed) {
+  constexpr auto kLease = std::chrono::milliseconds(1000);
   for (const bool renew : {true, false}) {
     SCOPED_TRACE(renew ? "renewing" : "control: no renewal");
     StoreOptions store;
-    store.request_lease = std::chrono::milliseconds(300);
+    store.request_lease = kLease;
     TestServer server(store, ServiceLimits{});
-    ClientOptions options;
-    options.addresses = {server.runner->address()};
-    options.step_deadline = std::chrono::milliseconds(500);
-    auto client = SuffixCacheClient::Create(options);
-    ASSERT_TRUE(client.ok());
+    auto client = PatientClient(server.runner->address());
+    ASSERT_TRUE(client);
     RemoteSuffixOptions remote;
     remote.lease_renewal = renew ? absl::Milliseconds(50) : absl::Hours(1);
-    RemoteSuffixSource source(client->get(), SuffixProposerOptions{}.params, remote);
+    RemoteSuffixSource source(client.get(), SuffixProposerOptions{}.params, remote);
 
     const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};  // 8 prompt + 2 response
     SpecSequence seq{"a", "", std::span<const int32_t>(tokens.data(), 8), 8, 4, {}};
     std::vector<DraftProposal> out(1);
     source.Query({&seq, 1}, 4, out);  // registers it (StartRequest, off this thread)
-    ASSERT_TRUE(source.WaitIdle(absl::Seconds(10)));
+    ASSERT_TRUE(source.WaitIdle(absl::Seconds(60)));
     ASSERT_EQ(server.store.Stats().active, 1);
-    // Four leases with no Step from the engine.
-    absl::SleepFor(absl::Milliseconds(1200));
-    const suffix_cache::StoreStats stats = server.store.Stats();
     if (!renew) {
+      // Expired within a lease and a sweep period of its Start: waited for
+      // (with a deadline), not slept for.
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (server.store.Stats().active != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+      const suffix_cache::StoreStats stats = server.store.Stats();
       EXPECT_EQ(stats.active, 0);
       EXPECT_EQ(stats.expired_total, 1);
       EXPECT_EQ(source.renewals(), 0);
       continue;
     }
+    // Three leases with no Step from the engine.
+    absl::SleepFor(absl::FromChrono(3 * kLease));
+    const suffix_cache::StoreStats stats = server.store.Stats();
     EXPECT_EQ(stats.active, 1);
     EXPECT_EQ(stats.expired_total, 0);
     EXPECT_GE(source.renewals(), 4);
     source.Finish("a", "", tokens, 8);
-    ASSERT_TRUE(source.WaitIdle(absl::Seconds(10)));
+    ASSERT_TRUE(source.WaitIdle(absl::Seconds(60)));
     EXPECT_EQ(server.store.Stats().cached, 1);
     EXPECT_EQ(server.store.Stats().cached_tokens, 2);
   }
@@ -148,14 +192,12 @@ TEST_F(RemoteSuffixSourceTest, AFullServiceIsNotBackedOff) {
   StoreOptions store;
   store.max_bytes = 1 << 16;  // no 20k-token prompt fits
   TestServer server(store, ServiceLimits{});
-  ClientOptions options;
-  options.addresses = {server.runner->address()};
-  options.step_deadline = std::chrono::milliseconds(500);
-  auto client = SuffixCacheClient::Create(options);
-  ASSERT_TRUE(client.ok());
+  // Patient: a refusal that came late would read as a transport failure.
+  auto client = PatientClient(server.runner->address());
+  ASSERT_TRUE(client);
   RemoteSuffixOptions remote;
-  remote.stats = std::make_shared<RemoteSuffixStats>(options.addresses);
-  RemoteSuffixSource source(client->get(), SuffixProposerOptions{}.params, remote);
+  remote.stats = std::make_shared<RemoteSuffixStats>(client->addresses());
+  RemoteSuffixSource source(client.get(), SuffixProposerOptions{}.params, remote);
   std::vector<int32_t> prompt(20000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 5000);
   const std::vector<std::string> ids = {"r0", "r1", "r2", "r3", "r4", "r5"};
@@ -163,7 +205,7 @@ TEST_F(RemoteSuffixSourceTest, AFullServiceIsNotBackedOff) {
     SpecSequence seq{id, "", prompt, static_cast<int32_t>(prompt.size()), 4, {}};
     std::vector<DraftProposal> out(1);
     source.Query({&seq, 1}, 4, out);
-    ASSERT_TRUE(source.WaitIdle(absl::Seconds(10)));
+    ASSERT_TRUE(source.WaitIdle(absl::Seconds(60)));
   }
   const RemoteSuffixStats::Snapshot s = remote.stats->Read();
   EXPECT_EQ(s.latency[RemoteSuffixStats::kStart].count, 6);  // every Start was sent: none skipped
@@ -187,7 +229,7 @@ TEST_F(RemoteSuffixSourceTest, UnreachableServiceOnlyCostsDrafts) {
   RemoteSuffixSource* source = nullptr;
   auto worker = Worker(client->get(), &source, remote);
   ExpectSameTokens(Run(*worker, requests), want);
-  ASSERT_TRUE(source->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(source->WaitIdle(absl::Seconds(60)));
   // Three Starts fail, the replica goes down, and nothing is called after.
   const RemoteSuffixStats::Snapshot s = remote.stats->Read();
   EXPECT_EQ(s.replicas.at(0).went_down, 1);
