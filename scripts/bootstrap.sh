@@ -14,6 +14,7 @@ APT_PACKAGES=(
   python3-yaml unzip
   libgloo-dev
   libboost-dev python3-jinja2 curl
+  libssl-dev openssl
 )
 
 missing=()

@@ -15,14 +15,6 @@
 #include "common/log/log.h"
 
 namespace floe {
-namespace {
-
-// grpc.health.v1 has no generated C++ code in Debian's gRPC: the request for
-// the overall health ("" service) is the empty message, and any answer is
-// enough here, so its bytes are not read.
-constexpr char kCheckMethod[] = "/grpc.health.v1.Health/Check";
-
-}  // namespace
 
 LivenessWatchdog::LivenessWatchdog(const char* component, std::string target, ProbeCredentials credentials,
                                    LivenessOptions options, std::function<void()> on_dead)
@@ -61,7 +53,7 @@ grpc::Status CheckHealth(const std::shared_ptr<grpc::Channel>& channel, std::chr
   grpc::ByteBuffer request(&no_bytes, 1);
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
-  grpc::GenericStub(channel).UnaryCall(&context, kCheckMethod, grpc::StubOptions(), &request, &response,
+  grpc::GenericStub(channel).UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(), &request, &response,
                                        [&done](grpc::Status status) { done.set_value(std::move(status)); });
   // The deadline ends the call; the callback runs once, always.
   return done.get_future().get();

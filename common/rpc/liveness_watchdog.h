@@ -85,6 +85,11 @@ class LivenessWatchdog {
   std::thread thread_;     // last: starts once the rest is constructed
 };
 
+// grpc.health.v1.Health/Check, called without generated code (Debian ships
+// no health.proto for C++): the overall health's request ("" service)
+// serializes to no bytes.
+inline constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+
 // One grpc.health.v1.Health/Check of the overall health ("" service) on
 // `channel` under `deadline`: OK when the server answered (whatever its
 // serving status), the RPC's error otherwise.

@@ -10,14 +10,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/liveness_watchdog.h"
 
 namespace floe {
 namespace {
 
-// grpc.health.v1 without its generated code (Debian ships no health.proto
-// for C++): the request for the overall health ("" service) serializes to
-// no bytes, and the response is one enum field.
-constexpr char kCheckMethod[] = "/grpc.health.v1.Health/Check";
+// HealthCheckResponse without its generated code: one enum field.
 constexpr uint32_t kStatusTag = (1 << 3) | 0;  // field 1, varint
 constexpr uint32_t kServing = 1;               // HealthCheckResponse.SERVING
 
@@ -102,7 +100,7 @@ void LivenessMonitor::Start(Watched& watched) {
   if (!bearer_.empty()) check->context.AddMetadata("authorization", absl::StrCat("Bearer ", bearer_));
   Check* raw = check.get();  // the monitor owns it until `done`
   grpc::GenericStub(check->channel)
-      .UnaryCall(&check->context, kCheckMethod, grpc::StubOptions(), &check->request, &check->response,
+      .UnaryCall(&check->context, kHealthCheckMethod, grpc::StubOptions(), &check->request, &check->response,
                  [raw](grpc::Status status) {
                    raw->status = std::move(status);
                    raw->done.store(true, std::memory_order_release);

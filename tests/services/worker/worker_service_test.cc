@@ -9,7 +9,6 @@
 
 #include <unistd.h>
 
-#include <filesystem>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -19,35 +18,17 @@
 #include "services/suffix_cache/suffix_cache_service.h"
 #include "services/worker/backend/cpu_backend.h"
 #include "services/worker/model/checkpoint.h"
-#include "services/worker/model/checkpoint_writer.h"
 #include "services/worker/speculation/make_proposers.h"
+#include "tests/services/worker/engine/engine_test_harness.h"
 
 namespace floe {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr char kKey[] = "worker-test-internal-key-0123456789";
 
-class WorkerServiceTest : public ::testing::Test {
+// The engine tests' tiny random checkpoint, once per suite.
+class WorkerServiceTest : public EngineHarness {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("floe_worker_service_test_" + std::to_string(getpid())));
-    CheckpointSpec spec;
-    spec.preset = "tiny";
-    spec.dtype = DType::kF32;
-    spec.seed = 11;
-    ASSERT_TRUE(WriteRandomCheckpoint(spec, dir_->string()).ok());
-    auto checkpoint = Checkpoint::Load(dir_->string(), {});
-    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-    checkpoint_ = checkpoint->release();
-  }
-  static void TearDownTestSuite() {
-    delete checkpoint_;
-    fs::remove_all(*dir_);
-    delete dir_;
-  }
-
   static std::shared_ptr<const InternalTrust> Trust(const std::string& key = kKey) {
     auto trust = InternalTrust::FromKey(key);
     EXPECT_TRUE(trust.ok()) << trust.status();
@@ -133,12 +114,8 @@ class WorkerServiceTest : public ::testing::Test {
     return out;
   }
 
-  static fs::path* dir_;
-  static Checkpoint* checkpoint_;
 };
 
-fs::path* WorkerServiceTest::dir_ = nullptr;
-Checkpoint* WorkerServiceTest::checkpoint_ = nullptr;
 
 TEST_F(WorkerServiceTest, EveryCallTheRouterMakesNeedsTheInternalKey) {
   auto trust = Trust();
