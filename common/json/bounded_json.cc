@@ -177,6 +177,11 @@ template <typename Json>
 absl::StatusOr<Json> ParseUntrustedJson(std::string_view text, const JsonLimits& limits, std::string* error_path) {
   if (error_path) error_path->clear();
   const int max_depth = std::max(1, limits.max_depth);
+  // nlohmann's lexer takes a NUL byte for the end of its input, so "9\0<any
+  // bytes>" would parse as 9 and the rest would go unread. JSON text never
+  // holds a raw NUL (strings escape control characters), so one is refused.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    return absl::InvalidArgumentError(absl::StrCat("not valid JSON (syntax error at byte ", nul, ")"));
   Json root;
   BoundedSax<Json> sax(&root, max_depth);
   bool parsed = false;

@@ -14,6 +14,8 @@
 // (request_checks.h). Nesting: a valid JSON body deeper than 64 levels
 // (counted by a scan of its brackets outside strings, not by the parser
 // under test) is refused for its depth, and one within the limit never is.
+// A body holding a raw NUL byte (where nlohmann's lexer would stop reading)
+// is refused.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -85,8 +87,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   openai::ParsedRequest parsed;
   auto error = openai::Parse(endpoint, body, context, &parsed);
-  // nlohmann's accept() is iterative: safe on any depth.
-  if (nlohmann::json::accept(body)) {
+  // nlohmann's accept() is iterative: safe on any depth. It stops at a NUL
+  // byte as at the end of its input; the parser under test refuses one.
+  const bool has_nul = body.find('\0') != std::string::npos;
+  FUZZ_CHECK(!has_nul || error, "a body holding a NUL byte was accepted");
+  if (!has_nul && nlohmann::json::accept(body)) {
     const bool too_deep = ScanDepth(body) > kDefaultMaxJsonDepth;
     const bool refused_for_depth =
         error && error->message.find("JSON nests deeper than " + std::to_string(kDefaultMaxJsonDepth) + " levels") !=

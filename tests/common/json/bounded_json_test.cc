@@ -233,6 +233,15 @@ TEST(BoundedJsonTest, SyntaxErrorsSayWhereWithoutEchoingTheInput) {
     EXPECT_EQ(message.find("secret"), std::string::npos) << message;
     EXPECT_EQ(path, "");
   }
+  // A raw NUL ends nlohmann's input: without a check, "9\0..." would be
+  // the document 9 and the bytes after the NUL would go unread.
+  for (const std::string bad : {std::string("9\0[[[[", 6), std::string("{\"a\": 1}\0{", 10),
+                                std::string("{\"a\": \"x\0\"}", 11), std::string("\0", 1)}) {
+    auto parsed = ParseUntrustedJson(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(std::string(parsed.status().message()),
+              "not valid JSON (syntax error at byte " + std::to_string(bad.find('\0')) + ")");
+  }
   // Duplicate keys: the last wins, as nlohmann's parse (and Python's json) do.
   auto duplicate = ParseUntrustedJson(R"({"a": 1, "b": 2, "a": 3})");
   ASSERT_TRUE(duplicate.ok());
