@@ -12,6 +12,10 @@ memory, GPUs >= TP x SP; the router's config lists the worker pods' DNS names on
 the worker port; PDB, Service and KEDA selectors hit a workload; the
 PrometheusRule holds deploy/prometheus/floe-alerts.yaml; every flag passed
 exists in the binary's --help (PENDING_FLAGS excepted, reported).
+Multi-node workers (lws_checks.py): a LeaderWorkerSet's leader pod gets the
+checks above; its groups' rank processes are started as the kubelet would
+and checked (each rank once, the leader's store, GPUs per pod); the router,
+the worker Service, the PDB, KEDA and the ServiceMonitor reach leaders only.
 Each value's effect: the chart's values.yaml merged with --values (as Helm
 merges them, each modelSpec entry over modelDefaults) gives every worker's
 expected engine and speculation flags, compared with the rendered args; a
@@ -22,6 +26,7 @@ internal key's Secret, mount and flag on every service, and liveness probes
 that restart a hung service but not a busy or loading one.
 --expect pins facts of one value set (workers=N, gpu=N, tp=N, kinds=A,B, ...).
 """
+import hashlib
 import json
 import os
 import re
@@ -30,6 +35,7 @@ import sys
 
 import yaml
 
+from lws_checks import check_lws, pseudo_workload, worker_pods
 from security_checks import check_internal_key, check_liveness, check_network_policies
 
 # Flags the chart passes that a service may not have yet (landing in parallel).
@@ -88,7 +94,12 @@ def main(argv):
     for o in objs:
         by_kind.setdefault(o["kind"], []).append(o)
     kinds = set(by_kind)
-    workloads = by_kind.get("Deployment", []) + by_kind.get("StatefulSet", [])
+    lwss = {s["metadata"]["name"]: s for s in by_kind.get("LeaderWorkerSet", [])}
+    # A LeaderWorkerSet's leader pod is checked as a workload's pod; its other
+    # pods run ranks only (lws_checks.py).
+    leaders = [pseudo_workload(s, "leader") for s in lwss.values()]
+    followers = [pseudo_workload(s, "follower") for s in lwss.values()]
+    workloads = by_kind.get("Deployment", []) + by_kind.get("StatefulSet", []) + leaders
     services = by_kind.get("Service", [])
     configmaps = {c["metadata"]["name"]: c for c in by_kind.get("ConfigMap", [])}
     statefulsets = {s["metadata"]["name"]: s for s in by_kind.get("StatefulSet", [])}
@@ -107,14 +118,20 @@ def main(argv):
     routers = [w for w in workloads if component(w) == "router"]
     caches = [w for w in workloads if component(w) == "suffix-cache"]
     if "workers" in expect and len(workers) != int(expect["workers"]):
-        fail(f"{len(workers)} worker StatefulSets, expected {expect['workers']}")
+        fail(f"{len(workers)} worker StatefulSets and LeaderWorkerSets, expected {expect['workers']}")
+    if "lws" in expect and len(lwss) != int(expect["lws"]):
+        fail(f"{len(lwss)} LeaderWorkerSets, expected {expect['lws']}")
+    if "nodes" in expect and any(s["spec"]["leaderWorkerTemplate"].get("size") != int(expect["nodes"])
+                                 for s in lwss.values()):
+        fail(f"LeaderWorkerSet sizes {[s['spec']['leaderWorkerTemplate'].get('size') for s in lwss.values()]}, "
+             f"expected {expect['nodes']}")
     if "routers" in expect and len(routers) != int(expect["routers"]):
         fail(f"{len(routers)} router Deployments, expected {expect['routers']}")
     if "suffix-caches" in expect and len(caches) != int(expect["suffix-caches"]):
         fail(f"{len(caches)} suffix-cache StatefulSets, expected {expect['suffix-caches']}")
     for w in workers + caches:
-        if w["kind"] != "StatefulSet":
-            fail(f"{w['metadata']['name']}: {component(w)} must be a StatefulSet")
+        if w["kind"] != "StatefulSet" and not (w in leaders and component(w) == "worker"):
+            fail(f"{w['metadata']['name']}: {component(w)} must be a StatefulSet (or a worker LeaderWorkerSet)")
     for w in routers:
         if w["kind"] != "Deployment":
             fail(f"{w['metadata']['name']}: router must be a Deployment")
@@ -175,7 +192,7 @@ def main(argv):
         if not svcs:
             fail(f"{name}: no Service selects its pods")
         for s in svcs:
-            for sp in s["spec"]["ports"]:
+            for sp in s["spec"].get("ports", []):
                 if sp.get("targetPort") not in ports or sp["port"] != ports[sp["targetPort"]]:
                     fail(f"{name}: Service {s['metadata']['name']} port {sp} disagrees with container ports {ports}")
 
@@ -195,8 +212,10 @@ def main(argv):
                 fail(f"{name}: GPU request {gpu_req} != limit {gpu_lim}")
             tp = int(a.get("--tensor-parallel-size", 1))
             sp = int(a.get("--sequence-parallel-size", 1))
-            if gpu_req and gpu_req < tp * sp:
-                fail(f"{name}: {gpu_req} GPUs < TP {tp} x SP {sp}")
+            # A pod's ranks: all T x S, or a LeaderWorkerSet pod's share.
+            here = tp * sp // (int(w["lws"]["spec"]["leaderWorkerTemplate"].get("size", 1)) if "lws" in w else 1)
+            if gpu_req and gpu_req < here:
+                fail(f"{name}: {gpu_req} GPUs < its {here} of TP {tp} x SP {sp} ranks")
             if "gpu" in expect and gpu_req != int(expect["gpu"]):
                 fail(f"{name}: {gpu_req} GPUs, expected {expect['gpu']}")
             if "tp" in expect and tp != int(expect["tp"]):
@@ -220,7 +239,7 @@ def main(argv):
                 fail(f"{name}: --config {cfg_path} is not mounted from a rendered ConfigMap")
                 continue
             cfg = json.loads(cm["data"][os.path.basename(cfg_path)])
-            check_worker_addresses(name, cfg.get("workers", []), a.get("--model-name"), statefulsets, services)
+            check_worker_addresses(name, cfg.get("workers", []), a.get("--model-name"), statefulsets, lwss, services)
             tok = a.get("--tokenizer", "")
             if not any(tok.startswith(mp.rstrip("/") + "/") for mp in mounts.values()):
                 fail(f"{name}: --tokenizer {tok} lies under no volume mount {mounts}")
@@ -233,17 +252,31 @@ def main(argv):
             if vm not in claims:
                 fail(f"{name}: --snapshot-dir {snap} is not a volumeClaimTemplate mount (have {claims})")
 
+    # Leader pods only: a worker pod of a LeaderWorkerSet serves no port, and
+    # its group leaves and comes back with its leader.
     for pdb in by_kind.get("PodDisruptionBudget", []):
         sel = pdb["spec"]["selector"]["matchLabels"]
         if not any(matches(sel, pod_labels(w)) for w in workloads):
             fail(f"PDB {pdb['metadata']['name']} selects no workload")
+        for f in followers:
+            if matches(sel, pod_labels(f)):
+                fail(f"PDB {pdb['metadata']['name']} selects {f['metadata']['name']}, not a leader pod")
+    for s in services:
+        if s["metadata"]["name"] in lwss:
+            continue  # the set's own subdomain Service (lws_checks.py)
+        for f in followers:
+            if s["spec"].get("selector") and matches(s["spec"]["selector"], pod_labels(f)):
+                fail(f"Service {s['metadata']['name']} selects {f['metadata']['name']}, a pod that only runs ranks")
 
     for so in by_kind.get("ScaledObject", []):
         target = so["spec"]["scaleTargetRef"]
-        if target.get("kind") != "StatefulSet" or target.get("name") not in statefulsets:
-            fail(f"ScaledObject {so['metadata']['name']}: target {target} is not a rendered StatefulSet")
-        elif "replicas" in statefulsets[target["name"]]["spec"]:
-            fail(f"StatefulSet {target['name']} sets replicas although KEDA scales it")
+        kinds_at = {("apps/v1", "StatefulSet"): statefulsets, ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): lwss}
+        targets = kinds_at.get((target.get("apiVersion"), target.get("kind")), {})
+        if target.get("name") not in targets:
+            fail(f"ScaledObject {so['metadata']['name']}: target {target} is not a rendered StatefulSet "
+                 f"or LeaderWorkerSet")
+        elif "replicas" in targets[target["name"]]["spec"]:
+            fail(f"{target['kind']} {target['name']} sets replicas although KEDA scales it")
         for t in so["spec"]["triggers"]:
             if "floe_num_requests_waiting" not in t["metadata"].get("query", ""):
                 fail(f"ScaledObject {so['metadata']['name']}: trigger does not query floe_num_requests_waiting")
@@ -262,13 +295,20 @@ def main(argv):
         if jobs != want_jobs:
             fail(f"ServiceMonitor selects jobs {jobs}, expected {want_jobs}")
         for s in hit:
-            if "metrics" not in {p["name"] for p in s["spec"]["ports"]}:
+            if "metrics" not in {p["name"] for p in s["spec"].get("ports", [])}:
                 fail(f"Service {s['metadata']['name']}: scraped but has no metrics port")
+            if s["metadata"]["name"] in lwss:
+                fail(f"Service {s['metadata']['name']}: the LeaderWorkerSet's own Service is scraped")
+
+    for lws in lwss.values():
+        flags_used.setdefault("worker", set()).update(check_lws(lws, services, args_of, fail))
 
     values = load_values(values_file)
     check_values(values, workers, caches, routers, configmaps)
-    check_network_policies(values, by_kind, workloads, component, pod_labels, fail)
-    check_internal_key(values, by_kind, workloads, args_of, fail)
+    check_network_policies(values, by_kind, workloads, component, pod_labels, fail,
+                           worker_pods(workloads, lwss.values(), by_kind.get("ScaledObject", []), component,
+                                       pod_labels))
+    check_internal_key(values, by_kind, workloads + followers, args_of, fail)
 
     for comp, binary in helps.items():
         check_flags(comp, binary, flags_used.get(comp, set()))
@@ -279,7 +319,9 @@ def main(argv):
     return 1 if errors else 0
 
 
-def check_worker_addresses(router, addrs, model_name, statefulsets, services):
+def check_worker_addresses(router, addrs, model_name, statefulsets, lwss, services):
+    """Each address is a worker StatefulSet pod's DNS name, or a
+    LeaderWorkerSet leader's (<lws>-<group>, under the set's Service)."""
     if not addrs:
         fail(f"{router}: router config lists no workers")
     for addr in addrs:
@@ -289,10 +331,16 @@ def check_worker_addresses(router, addrs, model_name, statefulsets, services):
             continue
         sts, ordinal, svc, _, port = m.groups()
         s = statefulsets.get(sts)
-        if not s or s["spec"]["serviceName"] != svc:
+        if sts in lwss:
+            if svc != sts or svc not in {x["metadata"]["name"] for x in services}:
+                fail(f"{router}: {addr}: a leader of LeaderWorkerSet {sts} lives under its Service {sts}, not {svc}")
+                continue
+            c = lwss[sts]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+        elif not s or s["spec"]["serviceName"] != svc:
             fail(f"{router}: {addr}: no StatefulSet {sts} governed by Service {svc}")
             continue
-        c = s["spec"]["template"]["spec"]["containers"][0]
+        else:
+            c = s["spec"]["template"]["spec"]["containers"][0]
         a = args_of(c)
         if a.get("--port") != port:
             fail(f"{router}: {addr}: port {port} != worker --port {a.get('--port')}")
@@ -341,6 +389,10 @@ def expected_worker_args(model, values):
         "--sequence-parallel-size": str(model["sequenceParallelSize"]) if model["sequenceParallelSize"] > 1 else None,
         "--parallel-mode": model["parallelMode"] or None,
         "--shift-threshold": str(model["shiftThreshold"]) if model["shiftThreshold"] > 0 else None,
+        "--shift-profile": SHIFT_PROFILE_PATH if model["shiftProfile"] else None,
+        # Rank 0 of a multi-node worker waits for its ranks and listens on its pod's IP.
+        "--rank-launch": "remote" if model["nodesPerWorker"] > 1 else None,
+        "--rank-host": "$(POD_IP)" if model["nodesPerWorker"] > 1 else None,
     }
     sp = model["speculation"]
     want["--speculative"] = sp["method"]
@@ -363,12 +415,27 @@ def check_values(values, workers, caches, routers, configmaps):
             fail(f"model {model['name']}: no worker StatefulSet rendered")
             continue
         name = w["metadata"]["name"]
-        args = args_of(w["spec"]["template"]["spec"]["containers"][0])
+        pod = w["spec"]["template"]["spec"]
+        args = args_of(pod["containers"][0])
         for flag, value in expected_worker_args(model, values).items():
             if value is None and flag in args:
                 fail(f"{name}: {flag}={args[flag]} rendered, but its values turn it off")
             elif value is not None and args.get(flag) != value:
                 fail(f"{name}: {flag}={args.get(flag)!r}, its values give {value!r}")
+        nodes = model["nodesPerWorker"]
+        if (w["kind"] == "LeaderWorkerSet") != (nodes > 1):
+            fail(f"{name}: a {w['kind']} for nodesPerWorker {nodes}")
+        elif nodes > 1:
+            size = w["lws"]["spec"]["leaderWorkerTemplate"].get("size")
+            if size != nodes:
+                fail(f"{name}: size {size}, its values give nodesPerWorker {nodes}")
+            ranks = model["tensorParallelSize"] * model["sequenceParallelSize"]
+            gpus = int(pod["containers"][0].get("resources", {}).get("limits", {}).get(model["gpuResourceName"], 0))
+            if gpus != (ranks // nodes if model["requestGPU"] > 0 else 0):
+                fail(f"{name}: {gpus} GPUs per pod; its values give {ranks} ranks / {nodes} pods"
+                     f"{'' if model['requestGPU'] > 0 else ' on CPUs (requestGPU 0)'}")
+        check_weight_cache_bound(name, model, args)
+        check_shift_profile(name, model, w["spec"]["template"], configmaps)
         # The global tree: every suffix-cache pod, on the suffix cache's port.
         suffix = model["speculation"]["method"] == "suffix"
         if suffix and cache_cfg["enabled"]:
@@ -392,6 +459,58 @@ def check_values(values, workers, caches, routers, configmaps):
             if keys != {"workers"}:
                 fail(f"ConfigMap {cm['metadata']['name']}: router.json has keys {sorted(keys)}; "
                      f"floe-router --config reads only workers")
+
+
+# Where the chart mounts shiftProfile's ConfigMap (_helpers.tpl floe.shiftProfilePath).
+SHIFT_PROFILE_PATH = "/etc/floe-shift-profile/shift-profile.json"
+QUANTITY_UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+                  "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+
+
+def check_weight_cache_bound(name, model, args):
+    """--weight-cache-max-gb (GiB) below weightCache.sizeLimit, by the chart's
+    10% margin (the kubelet evicts a pod whose emptyDir passes its limit)."""
+    wc = model["weightCache"]
+    flag = args.get("--weight-cache-max-gb")
+    if not (wc["enabled"] and wc["sizeLimit"]):
+        if flag is not None:
+            fail(f"{name}: --weight-cache-max-gb={flag} without a weight cache sizeLimit")
+        return
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)", wc["sizeLimit"])
+    limit_gib = float(m.group(1)) * QUANTITY_UNITS[m.group(2)] / 2 ** 30
+    if flag is None:
+        fail(f"{name}: weightCache.sizeLimit {wc['sizeLimit']} but no --weight-cache-max-gb")
+    elif not re.fullmatch(r"[0-9]+(\.[0-9]{1,2})?", flag):
+        fail(f"{name}: --weight-cache-max-gb={flag} is not a number with at most 2 decimals")
+    elif not 0.9 * limit_gib - 0.01 - 1e-9 <= float(flag) <= 0.9 * limit_gib + 1e-9:
+        fail(f"{name}: --weight-cache-max-gb={flag}, expected 90% of sizeLimit {wc['sizeLimit']} = "
+             f"{0.9 * limit_gib:.4f} GiB (rounded down)")
+
+
+def check_shift_profile(name, model, template, configmaps):
+    """shiftProfile: the ConfigMap mounted at --shift-profile holds it, and a
+    changed profile rolls the pods (the worker reads it at start)."""
+    profile = model["shiftProfile"]
+    pod = template["spec"]
+    c = pod["containers"][0]
+    mount = next((m for m in c.get("volumeMounts", []) if m["mountPath"] == os.path.dirname(SHIFT_PROFILE_PATH)), None)
+    if not profile:
+        if mount:
+            fail(f"{name}: a shift profile mounted although shiftProfile is empty")
+        return
+    vol = next((v for v in pod.get("volumes", []) if mount and v["name"] == mount["name"]), {})
+    cm = configmaps.get(vol.get("configMap", {}).get("name"))
+    if not cm:
+        fail(f"{name}: --shift-profile {SHIFT_PROFILE_PATH} is not mounted from a rendered ConfigMap")
+        return
+    got = json.loads(cm["data"].get(os.path.basename(SHIFT_PROFILE_PATH), "null"))
+    want = json.loads(profile) if isinstance(profile, str) else profile
+    if got != want:
+        fail(f"ConfigMap {cm['metadata']['name']}: the profile {got} is not shiftProfile {want}")
+    text = cm["data"][os.path.basename(SHIFT_PROFILE_PATH)]
+    annotation = (template["metadata"].get("annotations") or {}).get("checksum/shift-profile")
+    if annotation != hashlib.sha256(text.encode()).hexdigest():
+        fail(f"{name}: checksum/shift-profile {annotation} is not the profile's: a new profile would not roll it")
 
 
 def check_flags(comp, binary, used):

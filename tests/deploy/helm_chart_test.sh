@@ -46,13 +46,28 @@ refused() {  # NAME MESSAGE_REGEX VALUES_YAML
 }
 
 run default "" workers=1 routers=1 suffix-caches=1 gpu=1 tp=1 policy=session-affinity \
-  kinds=PodDisruptionBudget,NetworkPolicy,Secret no-kinds=ScaledObject,ServiceMonitor,PrometheusRule
+  kinds=PodDisruptionBudget,NetworkPolicy,Secret no-kinds=ScaledObject,ServiceMonitor,PrometheusRule,LeaderWorkerSet
 run cpu-dev "$CHART/ci/cpu-dev-values.yaml" workers=1 routers=1 suffix-caches=1 gpu=0 \
   no-kinds=PodDisruptionBudget,ScaledObject
 run gpu-tp8 "$CHART/ci/gpu-tp8-values.yaml" workers=1 routers=1 gpu=8 tp=8 \
   node-selector=nvidia.com/gpu.product:NVIDIA-H200 kinds=ScaledObject,ServiceMonitor,PrometheusRule,PodDisruptionBudget
 run multi-model "$CHART/ci/multi-model-values.yaml" workers=3 routers=3 suffix-caches=0 policy=least-outstanding \
-  kinds=ScaledObject
+  kinds=ScaledObject no-kinds=LeaderWorkerSet
+# Multi-node workers (check_rendered.py runs every group's rank processes,
+# lws_checks.py): TP 8 x SP 2 over 2 GPU pods (8 ranks each) with KEDA and a
+# ServiceMonitor; TP 2 over 2 CPU pods (1 rank each) and TP 2 x SP 2 over 2
+# (2 each); TP 8 over 4 GPU pods (2 each) and TP 4 over 4 CPU pods (1 each).
+run multi-node "$CHART/ci/multi-node-values.yaml" workers=1 lws=1 nodes=2 gpu=8 tp=8 \
+  kinds=LeaderWorkerSet,ScaledObject,ServiceMonitor,PodDisruptionBudget,NetworkPolicy
+run multi-node-cpu "$CHART/ci/multi-node-cpu-values.yaml" workers=2 lws=2 nodes=2 gpu=0 tp=2 \
+  kinds=LeaderWorkerSet,NetworkPolicy no-kinds=ScaledObject,PodDisruptionBudget
+cat >"$TMP/nodes4-values.yaml" <<'EOF'
+servingEngineSpec:
+  modelSpec:
+    - {name: tp8, modelPath: /models/m, requestGPU: 8, tensorParallelSize: 8, nodesPerWorker: 4, replicaCount: 3}
+    - {name: tp4-cpu, modelPath: /models/m, requestGPU: 0, tensorParallelSize: 4, nodesPerWorker: 4}
+EOF
+run nodes4 "$TMP/nodes4-values.yaml" workers=2 lws=2 nodes=4 kinds=LeaderWorkerSet,PodDisruptionBudget,NetworkPolicy
 
 # The TP=8 set: 6 addresses (KEDA's maximum) for the router, the tokenizer from its URL.
 grep -q 'floe-worker-llama-3-1-70b-5.floe-worker-llama-3-1-70b.serving.svc.cluster.local:50061' "$TMP/gpu-tp8.yaml" &&
@@ -61,6 +76,24 @@ grep -q 'floe-worker-llama-3-1-70b-5.floe-worker-llama-3-1-70b.serving.svc.clust
   grep -q -- '--tokenizer=/tokenizer/tokenizer.json' "$TMP/gpu-tp8.yaml" &&
   { echo "ok: gpu-tp8 details"; passed=$((passed + 1)); } ||
   { echo "FAIL: gpu-tp8 details"; failed=$((failed + 1)); }
+
+# The multi-node contract, as rendered: the leader's args hold
+# --rank-launch=remote, the worker pods' --rank-store (and with one rank per
+# pod --rank) at the leader's address; router entries name the leaders; the
+# weight cache bound is 90% of sizeLimit; the profile's ConfigMap is mounted.
+lws=$(grep -A400 '^kind: LeaderWorkerSet' "$TMP/multi-node-cpu.yaml")
+grep -q -- '- --rank-launch=remote' <<<"$lws" &&
+  grep -q -- '- --rank-store=$(LWS_LEADER_ADDRESS):50061' <<<"$lws" &&
+  grep -q -- '- --rank=$(LWS_WORKER_INDEX)' <<<"$lws" &&
+  grep -q -- '"$0" "$@" --rank="$r" &' "$TMP/multi-node-cpu.yaml" &&
+  grep -q -- '--weight-cache-max-gb=0.45' "$TMP/multi-node-cpu.yaml" &&
+  grep -q -- '--shift-profile=/etc/floe-shift-profile/shift-profile.json' "$TMP/multi-node.yaml" &&
+  grep -q 'name: floe-worker-llama-3-1-405b-shift-profile' "$TMP/multi-node.yaml" &&
+  grep -q '"floe-worker-llama-3-1-405b-lws-2.floe-worker-llama-3-1-405b-lws.serving.svc.cluster.local:50061"' "$TMP/multi-node.yaml" &&
+  grep -q 'name: floe-worker-llama-3-1-405b-lws-ranks-2$' "$TMP/multi-node.yaml" &&
+  ! grep -q -- '--weight-cache-max-gb\|--shift-profile\|--rank' "$TMP/default.yaml" &&
+  { echo "ok: multi-node details"; passed=$((passed + 1)); } ||
+  { echo "FAIL: multi-node details"; failed=$((failed + 1)); }
 
 # The router's OpenAI HTTP API: on by default (port 8000 on the Service and
 # the container), probes over HTTP on request, off with httpPort: null.
@@ -135,6 +168,33 @@ refused too-few-gpus "requestGPU 4 is below tensorParallelSize x sequenceParalle
 servingEngineSpec:
   modelSpec:
     - {name: m, modelPath: /models/m, requestGPU: 4, tensorParallelSize: 4, sequenceParallelSize: 2}'
+refused uneven-split "modelSpec\\[m\\]: nodesPerWorker 3 does not divide tensorParallelSize x sequenceParallelSize = 4 x 2 = 8 ranks" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, requestGPU: 8, tensorParallelSize: 4, sequenceParallelSize: 2, nodesPerWorker: 3}'
+refused more-pods-than-ranks "nodesPerWorker 4 does not divide .* = 2 ranks" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, tensorParallelSize: 2, nodesPerWorker: 4}'
+refused zero-nodes "nodesPerWorker" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, nodesPerWorker: 0}'
+refused shift-profile-without-sp "shiftProfile needs sequenceParallelSize > 1" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, shiftProfile: {points: [{tokens: 1, tp_s: 1, sp_s: 2}]}}'
+refused shift-profile-not-json "shiftProfile is not a JSON object" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, requestGPU: 2, sequenceParallelSize: 2, shiftProfile: "points: 3"}'
+refused shift-profile-no-points "shiftProfile has no points" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, requestGPU: 2, sequenceParallelSize: 2, shiftProfile: "{\"points\": []}"}'
+refused bad-size-limit "sizeLimit" '
+servingEngineSpec:
+  modelDefaults: {weightCache: {sizeLimit: 20GB}}'
 refused bad-policy "routingLogic" '
 routerSpec: {routingLogic: round-robin}'
 refused bad-model-name "name" '

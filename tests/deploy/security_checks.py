@@ -6,7 +6,10 @@ what some rule of such a policy allows; a rule's peers and ports are ORs, a
 peer's podSelector and namespaceSelector an AND), over the rendered pods plus
 synthetic ones: a stranger in the release namespace, one in another
 namespace, and the monitoring pods the values describe. Then: who may reach
-which port of each worker, suffix cache and router.
+which port of each worker, suffix cache and router. Rank traffic (rank 0's
+store on the worker port, Gloo/NCCL on any port) flows only inside a rank
+group: the pods of one LeaderWorkerSet group; a StatefulSet worker pod is a
+group of its own (its ranks talk inside it, where no policy applies).
 """
 import base64
 import hashlib
@@ -105,7 +108,10 @@ def pod_admitted_by(peer, name):
     return Pod(name, RELEASE_NS, labels_for(peer.get("podSelector")))
 
 
-def check_network_policies(values, by_kind, workloads, component, pod_labels, fail):
+def check_network_policies(values, by_kind, workloads, component, pod_labels, fail, rank_pods=()):
+    """rank_pods: (pod name, labels, rank group) of every worker pod to
+    evaluate rank traffic between (lws_checks.worker_pods); a group None is
+    another group than all the others, and its own traffic is not asserted."""
     policies = by_kind.get("NetworkPolicy", [])
     np = values.get("networkPolicy", {})
     if not np.get("enabled"):
@@ -119,7 +125,8 @@ def check_network_policies(values, by_kind, workloads, component, pod_labels, fa
         if p["spec"].get("policyTypes") != ["Ingress"]:
             fail(f"NetworkPolicy {p['metadata']['name']}: policyTypes {p['spec'].get('policyTypes')}, "
                  f"expected [Ingress] (egress is left open)")
-        if not any(selects(p["spec"]["podSelector"], pod_labels(w)) for w in workloads):
+        if not any(selects(p["spec"]["podSelector"], labels)
+                   for labels in [pod_labels(w) for w in workloads] + [labels for _, labels, _ in rank_pods]):
             fail(f"NetworkPolicy {p['metadata']['name']} selects no workload's pods")
 
     def ports_of(w):
@@ -175,15 +182,29 @@ def check_network_policies(values, by_kind, workloads, component, pod_labels, fa
             expect(pods[r["metadata"]["name"]], w, grpc, same,
                    "worker gRPC from its model's router" if same else "worker gRPC from another model's router")
             expect(pods[r["metadata"]["name"]], w, RANK_PORT, False, "a router on a rank port")
-        for sib in workers:
-            same = model(sib) == model(w)
-            for port, what in ((grpc, "rank store"), (RANK_PORT, "Gloo/NCCL")):
-                expect(pods[sib["metadata"]["name"]], w, port, same,
-                       f"{what} from a {'sibling' if same else 'other model'}'s worker pod")
         for c in caches:
             expect(pods[c["metadata"]["name"]], w, grpc, False, "worker gRPC from the suffix cache")
         for s in strangers + [monitoring]:
             expect(s, w, grpc, False, "worker gRPC from a pod outside the release")
+
+    # Rank traffic: inside a group only, from no one else.
+    worker_port = values["servingEngineSpec"]["port"]
+    ranks = [(Pod(n, RELEASE_NS, labels), group) for n, labels, group in rank_pods]
+    for dst, dst_group in ranks:
+        if not any(selects(p["spec"]["podSelector"], dst.labels) for p in policies):
+            fail(f"{dst}: no NetworkPolicy selects this worker pod (it accepts anyone)")
+        for src, src_group in ranks:
+            if src is dst or src_group is dst_group is None:
+                continue  # a pod's own traffic never meets a policy; None: not asserted
+            for port, what in ((worker_port, "rank store"), (RANK_PORT, "Gloo/NCCL")):
+                same = src_group == dst_group
+                if allowed(policies, src, dst, port) != same:
+                    fail(f"NetworkPolicy: {src} -> {dst}:{port} ({what}) is "
+                         f"{'denied' if same else 'allowed'}, expected {'allowed' if same else 'denied'}: "
+                         f"{'the same' if same else 'another'} rank group")
+        for src in strangers + [monitoring] + [pods[r["metadata"]["name"]] for r in routers + caches]:
+            if allowed(policies, src, dst, RANK_PORT):
+                fail(f"NetworkPolicy: {src} -> {dst}:{RANK_PORT} (Gloo/NCCL) is allowed, expected denied")
 
     for c in caches:
         grpc = ports_of(c)["grpc"]
