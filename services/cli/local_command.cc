@@ -26,6 +26,7 @@
 #include "services/cli/liveness_monitor.h"
 #include "services/cli/subprocess.h"
 #include "services/worker/model/checkpoint_writer.h"
+#include "services/worker/worker_flags.h"
 
 namespace floe {
 namespace {
@@ -133,6 +134,7 @@ int RunLocal(int argc, char** argv) {
   std::string model, builtin, host = "127.0.0.1", load_format = "auto", speculative = "suffix";
   std::string speculator, speculative_selection;
   std::string weight_cache = "auto";
+  double weight_cache_max_gb = WorkerFlags().weight_cache_max_gb;
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
   int liveness_checks = 3;
   std::string chat_template, api_key_file;
@@ -176,6 +178,9 @@ int RunLocal(int argc, char** argv) {
                    "share of its GPU, so with N workers on one GPU give each at most 1/N");
   parser.AddString("weight-cache", &weight_cache,
                    "workers' --weight-cache: repacked weights kept for the next start (auto: MODEL/.floe-cache | off | DIR)");
+  parser.AddDouble("weight-cache-max-gb", &weight_cache_max_gb,
+                   "workers' --weight-cache-max-gb: bound of the weight cache folder, GiB (writing a file first "
+                   "deletes the least recently used ones, not those used in the last 10 minutes, until all fit)");
   parser.AddInt("ready-timeout-s", &ready_timeout_s, "give up if the cluster is not serving by then");
   parser.AddInt("liveness-checks", &liveness_checks,
                 "unanswered health checks in a row (one a second, 2 s deadline each) after which a service that was "
@@ -230,6 +235,10 @@ int RunLocal(int argc, char** argv) {
                  "floe local: --tls-ca is required with --tls-cert: the router, workers and suffix-cache call each "
                  "other over TLS and verify each other's certificate with --tls-ca (or --tls-client-ca); give the "
                  "CA that signed --tls-cert (for a self-signed certificate, the same file)\n");
+    return 2;
+  }
+  if (absl::Status s = CheckWeightCacheMaxGb(weight_cache_max_gb); !s.ok()) {
+    std::fprintf(stderr, "floe local: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (liveness_checks < 0 || liveness_checks > 100) {
@@ -340,7 +349,8 @@ int RunLocal(int argc, char** argv) {
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> argv = {(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
                                      "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
-                                     "--load-format", load_format, "--weight-cache", weight_cache};
+                                     "--load-format", load_format, "--weight-cache", weight_cache,
+                                     "--weight-cache-max-gb", absl::StrCat(weight_cache_max_gb)};
     argv.insert(argv.end(), speculation_args.begin(), speculation_args.end());
     argv.insert(argv.end(), common_args.begin(), common_args.end());
     argv.insert(argv.end(), admin_args.begin(), admin_args.end());

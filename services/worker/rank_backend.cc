@@ -279,7 +279,7 @@ absl::StatusOr<RankZeroBackend> BuildRankZeroBackend(const WorkerFlags& f, Worke
               {"rank0_weight_bytes", made.weight_bytes}});
     made.backend = std::make_unique<LeaderBackend>(
         std::move(made.backend), *links.grid.world,
-        [on_rank_failure](const absl::Status& s) { on_rank_failure(std::string(s.message()), -1); }, policy,
+        [on_rank_failure](const absl::Status& s) { on_rank_failure(std::string(s.message()), LostRank(s)); }, policy,
         made.parallel_stats);
   }
   return made;

@@ -35,7 +35,8 @@ namespace floe {
 
 // The ranks are out of step for good (a collective failed, a rank process
 // exited): stops serving, logs "rank_failed" and exits 1; never returns.
-// `rank` -1: not known.
+// `rank`: the lost rank (a local rank's exit, or the peer of a broken
+// connection: LostRank); -1: not known.
 using RankFailure = std::function<void(const std::string& why, int64_t rank)>;
 RankFailure FailWorkerOnRankFailure(ServerRunner* server);
 

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace floe {
 
 class ArgParser;
@@ -57,6 +60,13 @@ struct WorkerFlags {
   std::string rank_store;
   std::string rank_host = "127.0.0.1";
 };
+
+// --weight-cache-max-gb (GiB): floe-worker refuses a value outside [0, 1e6]
+// at start (worker_plan.h), and so does floe local, which passes it on.
+inline absl::Status CheckWeightCacheMaxGb(double gb) {
+  if (gb >= 0 && gb <= 1e6) return absl::OkStatus();  // NaN fails too
+  return absl::InvalidArgumentError(absl::StrCat("--weight-cache-max-gb must be in [0, 1e6], got ", gb));
+}
 
 void AddWorkerFlags(ArgParser& parser, WorkerFlags* flags);
 

@@ -100,8 +100,7 @@ absl::StatusOr<WorkerPlan> PlanWorker(WorkerFlags& f) {
   plan.threads = plan.ranks == 1            ? f.threads
                  : f.threads_per_rank > 0 ? f.threads_per_rank
                                           : std::max(1, cores / plan.ranks);
-  if (!(f.weight_cache_max_gb >= 0) || f.weight_cache_max_gb > 1e6)
-    return Invalid(absl::StrCat("--weight-cache-max-gb must be in [0, 1e6], got ", f.weight_cache_max_gb));
+  if (absl::Status s = CheckWeightCacheMaxGb(f.weight_cache_max_gb); !s.ok()) return s;
   // Ranks started elsewhere (--rank-launch remote, --rank-store) bring their own GPU.
   const int ranks_here = f.rank_launch == "remote" || !f.rank_store.empty() ? 1 : plan.ranks;
   plan.support = ThisBuildAndMachine(f);

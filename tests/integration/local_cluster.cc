@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/metrics/http_get.h"
 #include "common/metrics/prometheus_text.h"
@@ -47,7 +49,7 @@ const std::string& TinyModelDir() {
 }
 
 LocalCluster::LocalCluster(int num_workers, std::vector<std::string> worker_args,
-                           std::vector<std::string> router_args) {
+                           std::vector<std::string> router_args, WorkerHooks hooks) {
   for (int i = 0; i < num_workers; ++i) {
     // The linear cost curve: how many drafts a test's steps verify must not
     // depend on how busy the host was when a worker timed its forward
@@ -56,12 +58,15 @@ LocalCluster::LocalCluster(int num_workers, std::vector<std::string> worker_args
                                      "--threads", "1", "--kv-cache-gb", "0.1", "--max-model-len", "1024",
                                      "--speculative-cost-curve", "linear"};
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-    auto child = Subprocess::Spawn(argv);
+    std::vector<std::string> wrapped = hooks.wrap;
+    wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+    auto child = Subprocess::Spawn(wrapped);
     if (!child.ok()) return;
     auto address = (*child)->WaitForLine("worker listening on ", std::chrono::seconds(60));
     workers_.push_back(std::move(child).value());
     if (!address.ok()) return;
     worker_addresses_.push_back(*address);
+    if (hooks.on_listening && !hooks.on_listening(i, *address, argv)) return;
   }
   std::vector<std::string> argv = {BinaryPath("floe-router"), "--workers", absl::StrJoin(worker_addresses_, ","),
                                    "--tokenizer", TinyModelDir(), "--port", "0", "--health-interval-ms", "100"};
@@ -143,6 +148,19 @@ void SuffixCacheProcess::Kill() {
 }
 
 bool SuffixCacheProcess::Restart() { return Start(address_.substr(address_.rfind(':') + 1)); }
+
+std::vector<std::string> LogTo(const std::string& path) {
+  // sh -c SCRIPT NAME ARGS: $0 is NAME (the log), "$@" the worker's argv;
+  // exec keeps the pid the cluster signals.
+  return {"/bin/sh", "-c", "exec \"$@\" 2>>\"$0\"", path};
+}
+
+std::string RankFailedLog(int rank) { return absl::StrCat("\"event\":\"rank_failed\",\"rank\":", rank, ","); }
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 std::string MetricsUrl(Subprocess& process) {
   for (const std::string& line : process.lines()) {

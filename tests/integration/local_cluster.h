@@ -26,11 +26,33 @@ const std::string& TinyModelDir();
 
 std::string BinaryPath(const std::string& name);
 
+// How a test takes part in starting the workers (each optional).
+struct WorkerHooks {
+  // Goes before each worker's argv: a command that execs the rest (the
+  // worker keeps its pid), e.g. to send its log to a file.
+  std::vector<std::string> wrap;
+  // Runs once worker i listens, before the router starts: where a test
+  // starts the ranks of a worker that waits for ranks started elsewhere
+  // (--rank-launch remote), with the worker's own flags (`worker_argv`,
+  // without `wrap`). False: the cluster does not come up.
+  std::function<bool(int worker, const std::string& address, const std::vector<std::string>& worker_argv)>
+      on_listening;
+};
+
+// A WorkerHooks::wrap that appends each worker's stderr (its log) to `path`.
+std::vector<std::string> LogTo(const std::string& path);
+
+// What rank 0's log says when it loses rank `rank` (it then exits 1).
+std::string RankFailedLog(int rank);
+
+// The file's contents ("" when it cannot be read).
+std::string ReadWholeFile(const std::string& path);
+
 class LocalCluster {
  public:
   // Starts `num_workers` workers with `worker_args` added to each, then a router.
   LocalCluster(int num_workers, std::vector<std::string> worker_args = {},
-               std::vector<std::string> router_args = {});
+               std::vector<std::string> router_args = {}, WorkerHooks hooks = {});
   ~LocalCluster();
 
   const std::string& router_address() const { return router_address_; }

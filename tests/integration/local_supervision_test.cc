@@ -108,7 +108,7 @@ std::string FlagValue(const std::vector<std::string>& argv, const std::string& f
 
 TEST(LocalSupervisionTest, EveryServiceGetsTheRunsInternalKeyAndAWorkerRefusesCallersWithoutIt) {
   auto local = Subprocess::Spawn({BinaryPath("floe"), "local", "--builtin", "tiny", "--workers", "1", "--port", "0",
-                                  "--threads", "1", "--speculative", "suffix"});
+                                  "--threads", "1", "--speculative", "suffix", "--weight-cache-max-gb", "3.5"});
   ASSERT_TRUE(local.ok()) << local.status();
   auto address = (*local)->WaitForLine("router listening on ", std::chrono::seconds(120));
   ASSERT_TRUE(address.ok()) << address.status();
@@ -123,6 +123,8 @@ TEST(LocalSupervisionTest, EveryServiceGetsTheRunsInternalKeyAndAWorkerRefusesCa
   const std::string key_file = FlagValue(CommandLine(children[0]), "--internal-key-file");
   ASSERT_FALSE(key_file.empty()) << "the router got no --internal-key-file";
   for (pid_t child : children) EXPECT_EQ(FlagValue(CommandLine(child), "--internal-key-file"), key_file) << child;
+  // Its workers get floe local's weight cache bound.
+  EXPECT_EQ(FlagValue(CommandLine(children[1]), "--weight-cache-max-gb"), "3.5");
   struct stat st;
   ASSERT_EQ(stat(key_file.c_str(), &st), 0) << key_file;
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -154,6 +156,40 @@ TEST(LocalSupervisionTest, EveryServiceGetsTheRunsInternalKeyAndAWorkerRefusesCa
   ASSERT_TRUE(WaitFor([&] { return (*local)->Exited(); }, std::chrono::seconds(60)));
   EXPECT_TRUE(WIFEXITED((*local)->exit_status()) && WEXITSTATUS((*local)->exit_status()) == 0);
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(key_file).parent_path())) << key_file;
+}
+
+// --weight-cache-max-gb: the worker's default and meaning in --help, and
+// a bound the worker would refuse is refused before anything starts (exit
+// 2, the worker's message).
+TEST(LocalSupervisionTest, TheWeightCacheBoundIsTheWorkersAndIsCheckedFirst) {
+  const std::string log = ::testing::TempDir() + "/local_weight_cache_bound.log";
+  auto run = [&](const std::vector<std::string>& args) {
+    std::remove(log.c_str());
+    std::vector<std::string> argv = LogTo(log);
+    argv.insert(argv.end(), {BinaryPath("floe"), "local"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto local = Subprocess::Spawn(argv);
+    EXPECT_TRUE(local.ok()) << local.status();
+    if (!local.ok()) return -1;
+    EXPECT_TRUE(WaitFor([&] { return (*local)->Exited(); }, std::chrono::seconds(30)));
+    return WIFEXITED((*local)->exit_status()) ? WEXITSTATUS((*local)->exit_status()) : -1;
+  };
+  for (const char* bad : {"-1", "1000001", "nan"}) {
+    EXPECT_EQ(run({"--builtin", "tiny", "--port", "0", "--weight-cache-max-gb", bad}), 2) << bad;
+    EXPECT_TRUE(absl::StrContains(ReadWholeFile(log), "--weight-cache-max-gb must be in [0, 1e6], got"))
+        << bad << ": " << ReadWholeFile(log);
+  }
+  auto help = Subprocess::Spawn({BinaryPath("floe"), "local", "--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  (void)(*help)->WaitForLine("no such line", std::chrono::seconds(30));
+  std::string text;
+  for (const std::string& line : (*help)->lines()) text += line + "\n";
+  // Its entry runs to the next option's.
+  const size_t entry = text.find("  --weight-cache-max-gb ");
+  ASSERT_NE(entry, std::string::npos) << text;
+  const std::string help_entry = text.substr(entry, text.find("\n  --", entry + 1) - entry);
+  EXPECT_TRUE(absl::StrContains(help_entry, "bound of the weight cache folder, GiB")) << help_entry;
+  EXPECT_TRUE(absl::StrContains(help_entry, "(default: 64)")) << help_entry;
 }
 
 }  // namespace

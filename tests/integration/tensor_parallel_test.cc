@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -22,47 +23,13 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "common/metrics/http_get.h"
+#include "tests/integration/greedy_tokens.h"
 #include "tests/integration/local_cluster.h"
 
 namespace floe::testing {
 namespace {
 
 using floe::v1::GenerateRequest;
-
-// |logprob| margin below which TP and one rank may pick differently.
-constexpr double kMarginTolerance = 1e-3;
-
-GenerateRequest Request(const std::string& text, int max_tokens) {
-  GenerateRequest r;
-  r.set_text(text);
-  r.mutable_stopping()->set_max_tokens(max_tokens);
-  r.mutable_stopping()->set_ignore_eos(true);
-  r.mutable_logprobs()->set_enabled(true);
-  r.mutable_logprobs()->set_top_n(2);
-  return r;
-}
-
-struct Output {
-  std::vector<int32_t> ids;
-  std::vector<double> margins;  // top-2 logprob margin at each position
-};
-
-Output Stream(floe::v1::Floe::Stub& stub, const GenerateRequest& r) {
-  Output out;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto reader = stub.Generate(&context, r);
-  floe::v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    if (!response.has_chunk()) continue;
-    for (const auto& lp : response.chunk().logprobs()) {
-      out.ids.push_back(lp.token_id());
-      out.margins.push_back(lp.top_logprobs_size() >= 2 ? lp.top_logprobs(0) - lp.top_logprobs(1) : 1e9);
-    }
-  }
-  EXPECT_TRUE(reader->Finish().ok());
-  return out;
-}
 
 const std::vector<std::string>& Prompts() {
   static const std::vector<std::string> prompts = {
@@ -110,30 +77,26 @@ double Metric(const std::string& metrics, absl::string_view prefix, absl::string
 }
 
 TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
-  std::vector<Output> want;
+  std::vector<GreedyOutput> want;
   {
     LocalCluster one(1, {"--speculative", "ngram", "--max-num-batched-tokens", "16"});
     ASSERT_TRUE(one.ok());
     auto stub = one.RouterStub();
-    for (const std::string& p : Prompts()) want.push_back(Stream(*stub, Request(p, 24)));
+    for (const std::string& p : Prompts()) want.push_back(StreamGreedy(*stub, GreedyRequest(p, 24)));
   }
   LocalCluster tp(1, TpArgs());
   ASSERT_TRUE(tp.ok());
   auto stub = tp.RouterStub();
-  auto compare = [&](const Output& got, const Output& w, size_t i) {
-    ASSERT_EQ(got.ids.size(), w.ids.size()) << "prompt " << i;
-    for (size_t t = 0; t < w.ids.size(); ++t) {
-      if (got.ids[t] == w.ids[t]) continue;
-      EXPECT_LT(w.margins[t], kMarginTolerance) << "prompt " << i << " token " << t << ": a flip above the margin";
-      break;  // past a flip the contexts differ
-    }
+  auto compare = [&](const GreedyOutput& got, const GreedyOutput& w, size_t i) {
+    ExpectSameGreedyTokens(got, w, kTensorParallelMarginTolerance, absl::StrCat("prompt ", i));
   };
-  for (size_t i = 0; i < Prompts().size(); ++i) compare(Stream(*stub, Request(Prompts()[i], 24)), want[i], i);
+  for (size_t i = 0; i < Prompts().size(); ++i)
+    compare(StreamGreedy(*stub, GreedyRequest(Prompts()[i], 24)), want[i], i);
   // Batched: all four at once.
-  std::vector<Output> got(Prompts().size());
+  std::vector<GreedyOutput> got(Prompts().size());
   std::vector<std::thread> clients;
   for (size_t i = 0; i < Prompts().size(); ++i)
-    clients.emplace_back([&, i] { got[i] = Stream(*stub, Request(Prompts()[i], 24)); });
+    clients.emplace_back([&, i] { got[i] = StreamGreedy(*stub, GreedyRequest(Prompts()[i], 24)); });
   for (auto& c : clients) c.join();
   for (size_t i = 0; i < Prompts().size(); ++i) compare(got[i], want[i], i);
 
@@ -141,15 +104,13 @@ TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
   LocalCluster sp(1, SpArgs());
   ASSERT_TRUE(sp.ok());
   auto sp_stub = sp.RouterStub();
-  std::vector<Output> sp_got(Prompts().size());
+  std::vector<GreedyOutput> sp_got(Prompts().size());
   std::vector<std::thread> sp_clients;
   for (size_t i = 0; i < Prompts().size(); ++i)
-    sp_clients.emplace_back([&, i] { sp_got[i] = Stream(*sp_stub, Request(Prompts()[i], 24)); });
+    sp_clients.emplace_back([&, i] { sp_got[i] = StreamGreedy(*sp_stub, GreedyRequest(Prompts()[i], 24)); });
   for (auto& c : sp_clients) c.join();
-  for (size_t i = 0; i < Prompts().size(); ++i) {
-    EXPECT_EQ(sp_got[i].ids, want[i].ids) << "prompt " << i;
-    EXPECT_EQ(sp_got[i].margins, want[i].margins) << "prompt " << i;
-  }
+  for (size_t i = 0; i < Prompts().size(); ++i)
+    ExpectSameGreedyTokens(sp_got[i], want[i], 0, absl::StrCat("prompt ", i));
   // Its metrics say how it runs.
   const std::string metrics = HttpGet(MetricsUrl(sp.worker(0))).value_or("");
   bool sp_mode = false, two_ranks = false;
@@ -165,11 +126,13 @@ TEST(TensorParallelClusterTest, TwoRanksServeTheSameTokensAsOne) {
   LocalCluster shift(1, ShiftArgs());
   ASSERT_TRUE(shift.ok());
   auto shift_stub = shift.RouterStub();
-  for (size_t i = 0; i < Prompts().size(); ++i) compare(Stream(*shift_stub, Request(Prompts()[i], 24)), want[i], i);
-  std::vector<Output> shift_got(Prompts().size());
+  for (size_t i = 0; i < Prompts().size(); ++i)
+    compare(StreamGreedy(*shift_stub, GreedyRequest(Prompts()[i], 24)), want[i], i);
+  std::vector<GreedyOutput> shift_got(Prompts().size());
   std::vector<std::thread> shift_clients;
   for (size_t i = 0; i < Prompts().size(); ++i)
-    shift_clients.emplace_back([&, i] { shift_got[i] = Stream(*shift_stub, Request(Prompts()[i], 24)); });
+    shift_clients.emplace_back(
+        [&, i] { shift_got[i] = StreamGreedy(*shift_stub, GreedyRequest(Prompts()[i], 24)); });
   for (auto& c : shift_clients) c.join();
   for (size_t i = 0; i < Prompts().size(); ++i) compare(shift_got[i], want[i], i);
   const std::string m = HttpGet(MetricsUrl(shift.worker(0))).value_or("");
@@ -203,14 +166,16 @@ std::vector<pid_t> Children(pid_t parent) {
 }
 
 TEST(TensorParallelClusterTest, AKilledRankTakesItsWorkerDownAndTheRouterServesOn) {
-  LocalCluster cluster(2, TpArgs());
+  const std::string log = ::testing::TempDir() + "/tensor_parallel_killed_rank.log";
+  std::remove(log.c_str());
+  LocalCluster cluster(2, TpArgs(), {}, {.wrap = LogTo(log)});
   ASSERT_TRUE(cluster.ok());
   auto stub = cluster.RouterStub();
   std::atomic<bool> stop{false};
   std::atomic<int> ok{0}, failed{0};
   std::thread load([&] {
     for (int i = 0; !stop; ++i) {
-      GenerateRequest r = Request(absl::StrCat("load ", i), 16);
+      GenerateRequest r = GreedyRequest(absl::StrCat("load ", i), 16);
       r.set_session_id(absl::StrCat("s", i));
       Generation g = Generate(*stub, r, 30000);
       (g.status.ok() ? ok : failed)++;
@@ -223,13 +188,15 @@ TEST(TensorParallelClusterTest, AKilledRankTakesItsWorkerDownAndTheRouterServesO
   // The worker notices at once (it watches its ranks) and exits non-zero.
   ASSERT_TRUE(WaitFor([&] { return cluster.worker(0).Exited(); }, std::chrono::seconds(30)));
   EXPECT_TRUE(WIFEXITED(cluster.worker(0).exit_status()) && WEXITSTATUS(cluster.worker(0).exit_status()) == 1);
+  // Its log names the rank it lost (two_node_test expects the same line).
+  EXPECT_NE(ReadWholeFile(log).find(RankFailedLog(1)), std::string::npos) << ReadWholeFile(log);
   const int ok_at_kill = ok.load();
   // The router ejects it; requests keep succeeding on the other worker.
   ASSERT_TRUE(WaitFor([&] { return ok.load() >= ok_at_kill + 5; }, std::chrono::seconds(60)));
   stop = true;
   load.join();
   for (int i = 0; i < 4; ++i) {
-    GenerateRequest r = Request(absl::StrCat("after ", i), 8);
+    GenerateRequest r = GreedyRequest(absl::StrCat("after ", i), 8);
     r.set_session_id(absl::StrCat("after", i));
     EXPECT_TRUE(Generate(*stub, r).status.ok());
   }

@@ -16,8 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 
 namespace floe {
 
@@ -44,5 +47,22 @@ class Communicator {
                                  std::chrono::milliseconds wait = std::chrono::milliseconds(0)) = 0;
   virtual absl::Status Barrier() = 0;
 };
+
+// A collective that failed because the connection to a peer broke names
+// that peer: its world rank rides on the Status (a payload), for the log
+// line of the worker that goes down ("rank_failed"), as a rank process's
+// exit names its rank in one pod.
+inline constexpr char kLostRankPayload[] = "type.floe.dev/lost_rank";
+inline absl::Status WithLostRank(absl::Status status, int world_rank) {
+  if (!status.ok() && world_rank >= 0) status.SetPayload(kLostRankPayload, absl::Cord(std::to_string(world_rank)));
+  return status;
+}
+// -1: the status names no lost rank (a deadline, a bad size, OK).
+inline int LostRank(const absl::Status& status) {
+  const auto payload = status.GetPayload(kLostRankPayload);
+  int rank = -1;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &rank)) return -1;
+  return rank;
+}
 
 }  // namespace floe

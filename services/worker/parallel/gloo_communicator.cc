@@ -20,18 +20,43 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace floe {
 namespace {
 
 // Gloo's messages say "Timed out" (collectives) or "Wait timeout" (the
 // store) for deadlines; anything else from a peer is a broken connection.
-absl::Status FromException(const char* what, int rank, const std::exception& e) {
-  const std::string message = absl::StrCat(what, " on rank ", rank, ": ", e.what());
+// `lost`: the world rank of the peer the message names (-1: none).
+absl::Status FromException(const char* what, int rank, const std::exception& e, int lost = -1) {
+  const std::string message =
+      absl::StrCat(what, " on rank ", rank, lost >= 0 ? absl::StrCat(" (lost rank ", lost, ")") : "", ": ", e.what());
   const std::string lower = absl::AsciiStrToLower(e.what());
   if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout"))
-    return absl::DeadlineExceededError(message);
-  return absl::UnavailableError(message);
+    return WithLostRank(absl::DeadlineExceededError(message), lost);
+  return WithLostRank(absl::UnavailableError(message), lost);
+}
+
+// Room for "[IPv6]:PORT" and a terminating zero.
+constexpr size_t kAddressBytes = 64;
+
+// The "[IP]:PORT" addresses in a Gloo message (its "[file.cc:123]" source
+// location is not one: no port follows it).
+std::vector<absl::string_view> AddressesIn(absl::string_view text) {
+  std::vector<absl::string_view> out;
+  for (size_t close = text.find("]:"); close != absl::string_view::npos; close = text.find("]:", close + 1)) {
+    const size_t open = text.rfind('[', close);
+    size_t end = close + 2;
+    while (end < text.size() && absl::ascii_isdigit(text[end])) ++end;
+    if (open != absl::string_view::npos && end > close + 2) out.push_back(text.substr(open, end - open));
+  }
+  return out;
+}
+
+// "[IP]:PORT" -> "IP".
+absl::string_view IpOf(absl::string_view address) {
+  const size_t close = address.rfind(']');
+  return address.size() > 1 && close != absl::string_view::npos ? address.substr(1, close - 1) : address;
 }
 
 // A RendezvousStore as Gloo's Store (whose errors are exceptions).
@@ -90,11 +115,60 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(cons
     context->setTimeout(options.rendezvous_timeout);
     context->connectFullMesh(store, device);
     context->setTimeout(options.timeout);
-    return std::unique_ptr<GlooCommunicator>(
-        new GlooCommunicator(std::move(context), options.rank, options.size, options.timeout));
+    std::unique_ptr<GlooCommunicator> comm(
+        new GlooCommunicator(std::move(context), options.rank, options.size, options.timeout, options.world_ranks));
+    if (absl::Status s = comm->ExchangePeerAddresses(); !s.ok()) return s;
+    return comm;
   } catch (const std::exception& e) {
     return FromException("rendezvous", options.rank, e);
   }
+}
+
+// Gloo names a broken pair only by an address of the peer (PeerIn), and
+// each pair listens on a port of its own: every rank tells the others the
+// address of its end of their pair (row r of the gather: rank r's pair
+// addresses, by rank).
+absl::Status GlooCommunicator::ExchangePeerAddresses() {
+  peer_addresses_.assign(size_, "");
+  if (size_ == 1) return absl::OkStatus();
+  std::vector<char> mine(size_ * kAddressBytes, '\0'), all(size_ * mine.size(), '\0');
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) context_->getPair(r)->address().str().copy(&mine[r * kAddressBytes], kAddressBytes - 1);
+  }
+  FLOE_RETURN_IF_ERROR(Run("rendezvous", [&](uint32_t tag) {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(mine.data(), mine.size());
+    opts.setOutput(all.data(), all.size());
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    gloo::allgather(opts);
+  }));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const char* address = &all[(r * size_ + rank_) * kAddressBytes];
+    peer_addresses_[r].assign(address, strnlen(address, kAddressBytes));
+  }
+  return absl::OkStatus();
+}
+
+// Gloo names the peer of a broken pair by an address: the peer's listening
+// one where this rank made the connection, else the peer's end of it (a
+// port the peer's kernel chose). The first names the rank; the second only
+// its IP, which names the rank where no other peer of this group has it.
+int GlooCommunicator::PeerIn(const char* error) const {
+  std::vector<absl::string_view> ips;
+  for (const std::string& address : peer_addresses_) ips.push_back(IpOf(address));
+  for (const absl::string_view address : AddressesIn(error)) {
+    int exact = -1, same_ip = -1, with_ip = 0;
+    for (int r = 0; r < static_cast<int>(peer_addresses_.size()); ++r) {
+      if (peer_addresses_[r].empty()) continue;
+      if (peer_addresses_[r] == address) exact = r;
+      if (ips[r] == IpOf(address)) same_ip = r, ++with_ip;
+    }
+    const int peer = exact >= 0 ? exact : with_ip == 1 ? same_ip : -1;
+    if (peer >= 0) return world_ranks_.empty() ? peer : world_ranks_[peer];
+  }
+  return -1;
 }
 
 GlooCommunicator::~GlooCommunicator() = default;
@@ -107,7 +181,7 @@ absl::Status GlooCommunicator::Run(const char* what, const Fn& fn) {
     return absl::OkStatus();
   } catch (const std::exception& e) {
     broken_ = true;
-    return FromException(what, rank_, e);
+    return FromException(what, rank_, e, PeerIn(e.what()));
   }
 }
 
@@ -212,12 +286,16 @@ absl::StatusOr<GlooGrid> ConnectGlooGrid(const GlooOptions& options, int sequenc
     o.group = absl::StrCat(options.group, "-sp", t);
     o.rank = s;
     o.size = sp;
+    o.world_ranks.clear();
+    for (int j = 0; j < sp; ++j) o.world_ranks.push_back(t * sp + j);
     auto sp_comm = GlooCommunicator::Connect(o);
     if (!sp_comm.ok()) return sp_comm.status();
     grid.sequence = std::move(sp_comm).value();
     o.group = absl::StrCat(options.group, "-tp", s);
     o.rank = t;
     o.size = tp;
+    o.world_ranks.clear();
+    for (int i = 0; i < tp; ++i) o.world_ranks.push_back(i * sp + s);
     auto tp_comm = GlooCommunicator::Connect(o);
     if (!tp_comm.ok()) return tp_comm.status();
     grid.tensor = std::move(tp_comm).value();

@@ -9,12 +9,14 @@
 //
 // Errors: Gloo reports failures (a peer gone, a deadline passed, sizes that
 // disagree) as exceptions; every call here catches them and answers a
-// Status that names the collective and the rank.
+// Status that names the collective and the rank, and, where the connection
+// to a peer broke, that peer's world rank (LostRank, communicator.h).
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "services/worker/parallel/communicator.h"
@@ -33,6 +35,9 @@ struct GlooOptions {
   RendezvousStore* store = nullptr;  // a store they reach (must outlive Connect)
   std::string group = "floe";      // key prefix in the store
   std::string hostname = "127.0.0.1";  // the address this rank listens on
+  // The world rank of each rank of this group, for LostRank (empty: the
+  // group is the world).
+  std::vector<int> world_ranks;
   // Deadline of every collective, and of the rendezvous (ranks may still
   // be loading their checkpoint).
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
@@ -57,14 +62,29 @@ class GlooCommunicator final : public Communicator {
   absl::Status Barrier() override;
 
  private:
-  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size, std::chrono::milliseconds timeout)
-      : context_(std::move(context)), rank_(rank), size_(size), timeout_(timeout) {}
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size, std::chrono::milliseconds timeout,
+                   std::vector<int> world_ranks)
+      : context_(std::move(context)),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout),
+        world_ranks_(std::move(world_ranks)) {}
   template <class Fn>
   absl::Status Run(const char* what, const Fn& fn);
+  // Learns peer_addresses_ (a collective of its own, at connect).
+  absl::Status ExchangePeerAddresses();
+  // The world rank whose pair `error` names (by its address, or by an IP no
+  // other peer of this group has); -1: none.
+  int PeerIn(const char* error) const;
 
   std::shared_ptr<gloo::Context> context_;
   int rank_, size_;
   std::chrono::milliseconds timeout_;
+  std::vector<int> world_ranks_;
+  // By group rank: the address the peer's end of its pair with this rank
+  // listens on ("[IP]:PORT", a port per pair), as Gloo's errors print it
+  // where this rank connected; "" for this rank.
+  std::vector<std::string> peer_addresses_;
   uint32_t tag_ = 0;  // each collective its own tag, so a late message never matches a later call
   bool broken_ = false;
 };

@@ -1,7 +1,8 @@
 // GlooCommunicator over real Gloo TCP on loopback, one thread per rank:
 // every collective against a brute-force oracle for 2-4 ranks (uneven and
 // zero all-to-all counts included), and the failures a worker must survive:
-// a rank that never shows up, a rank that stops taking part.
+// a rank that never shows up, a rank that stops taking part, a rank whose
+// connections break (named by its world rank).
 #include "services/worker/parallel/gloo_communicator.h"
 
 #include <sys/wait.h>
@@ -182,6 +183,48 @@ TEST(GlooCommunicatorTest, ARankProcessThatDiesFailsTheOthersWithinTheDeadline) 
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(waited, 30.0);
+  // Its connection broke: the failure names it (the worker's log line).
+  EXPECT_EQ(LostRank(s), 1) << s;
+  fs::remove_all(dir);
+}
+
+// On a 2 x 2 grid, world rank 3 goes (its connections close): rank 1, in TP
+// group 1 with it (group ranks 0 and 1), learns from its group's all-reduce
+// that world rank 3 was lost, not its group rank.
+TEST(GlooCommunicatorTest, ABrokenConnectionNamesTheLostWorldRank) {
+  const std::string dir = FreshStoreDir();
+  std::atomic<bool> gone{false}, seen{false};
+  absl::Status failed;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      // Rank 3 says it went, and rank 1 that it saw it, on every way out
+      // (a failed assertion too), so no thread waits for good.
+      struct Signal {
+        std::atomic<bool>* flag;
+        ~Signal() {
+          if (flag) *flag = true;
+        }
+      } done{r == 3 ? &gone : r == 1 ? &seen : nullptr};
+      auto grid = ConnectGlooGrid({.rank = r, .size = 4, .store_dir = dir, .timeout = std::chrono::seconds(10)}, 2);
+      ASSERT_TRUE(grid.ok()) << grid.status();
+      ASSERT_TRUE(grid->tensor && grid->sequence);
+      if (r == 3) {
+        *grid = GlooGrid();  // closes every connection, as an exit would
+      } else if (r == 1) {
+        while (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::vector<float> data(1 << 12, 1.0f);
+        failed = grid->tensor->AllReduceSum(data);
+      } else {
+        while (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_EQ(LostRank(failed), 3) << failed;
+  EXPECT_NE(failed.message().find("lost rank 3"), absl::string_view::npos) << failed;
+  EXPECT_EQ(LostRank(absl::UnavailableError("no payload")), -1);
   fs::remove_all(dir);
 }
 
