@@ -14,6 +14,7 @@
 #include "floe/v1/router.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/finish_reason_name.h"
+#include "services/cli/structured_output_flags.h"
 
 namespace floe {
 namespace {
@@ -29,7 +30,9 @@ int RunGenerate(int argc, char** argv) {
   ArgParser parser(
       "floe generate --addr HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [options]",
       "Sends one Generate request to a router and streams the text to stdout; a summary line\n"
-      "(TTFT, tokens/s, finish reason) goes to stderr. --json prints one object instead.");
+      "(TTFT, tokens/s, finish reason) goes to stderr. --json prints one object instead.\n"
+      "At most one of --json-schema, --json-object, --regex, --choice, --grammar constrains the output\n"
+      "(structured outputs: every token is masked to what it allows).");
   parser.AddString("addr", &addr, "router address HOST:PORT");
   parser.AddString("prompt", &prompt, "prompt text");
   parser.AddString("prompt-ids", &prompt_ids, "prompt as comma-separated token ids");
@@ -52,6 +55,8 @@ int RunGenerate(int argc, char** argv) {
   parser.AddString("tls-key", &tls.key_file, "private key (PEM) of --tls-cert");
   parser.AddInt("timeout-s", &timeout_s, "deadline of the request");
   parser.AddBool("json", &json, "print {token_ids, text, finish_reason, usage} instead of streaming");
+  StructuredOutputFlags structured;
+  structured.Register(parser);
   if (auto exit_code = parser.ParseOrExitCode(argc, argv, "floe generate")) return *exit_code;
   if (addr.empty() || (prompt.empty() == prompt_ids.empty())) {
     std::fprintf(stderr, "floe generate: need --addr and exactly one of --prompt / --prompt-ids (see --help)\n");
@@ -84,6 +89,10 @@ int RunGenerate(int argc, char** argv) {
   stopping->set_ignore_eos(ignore_eos);
   if (!stop.empty()) {
     for (absl::string_view s : absl::StrSplit(stop, '|')) stopping->add_stop(std::string(s));
+  }
+  if (absl::Status s = structured.Apply(&request); !s.ok()) {
+    std::fprintf(stderr, "floe generate: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
 
   auto credentials = MakeChannelCredentials(tls);

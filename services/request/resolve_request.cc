@@ -45,7 +45,63 @@ absl::Status ResolveSampling(floe::v1::SamplingParams& s) {
   return absl::OkStatus();
 }
 
+absl::Status CheckText(absl::string_view field, const std::string& text, size_t limit) {
+  if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));
+  if (text.size() > limit)
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", text.size(), " bytes; the limit is ", limit));
+  return absl::OkStatus();
+}
+
+absl::Status CheckChoices(absl::string_view field, const floe::v1::ChoiceList& list) {
+  if (list.choices_size() == 0) return absl::InvalidArgumentError(absl::StrCat(field, " holds no choices"));
+  if (list.choices_size() > kMaxChoices)
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " holds ", list.choices_size(), " choices; the limit is ", kMaxChoices));
+  for (int i = 0; i < list.choices_size(); ++i) {
+    const size_t bytes = list.choices(i).size();
+    if (bytes == 0 || bytes > kMaxChoiceBytes)
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] has ", bytes,
+                                                     " bytes; each choice must have 1 to ", kMaxChoiceBytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string StructuredOutputField(const floe::v1::StructuredOutput& output) {
+  using K = floe::v1::StructuredOutput;
+  switch (output.kind_case()) {
+    case K::kJsonSchema: return "structured_output.json_schema";
+    case K::kJsonObject: return "structured_output.json_object";
+    case K::kRegex: return "structured_output.regex";
+    case K::kChoice: return "structured_output.choice";
+    case K::kGrammar: return "structured_output.grammar";
+    case K::KIND_NOT_SET: break;
+  }
+  return "structured_output";
+}
+
+absl::Status CheckStructuredOutput(const floe::v1::StructuredOutput& output, absl::string_view field) {
+  using K = floe::v1::StructuredOutput;
+  // strict closes a schema's objects; on anything else it would be a no-op
+  // the client believes in.
+  if (output.strict() && output.kind_case() != K::kJsonSchema)
+    return absl::InvalidArgumentError("structured_output.strict applies to json_schema only");
+  switch (output.kind_case()) {
+    case K::kJsonSchema: return CheckText(field, output.json_schema(), kMaxJsonSchemaBytes);
+    case K::kRegex: return CheckText(field, output.regex(), kMaxRegexBytes);
+    case K::kGrammar: return CheckText(field, output.grammar(), kMaxGrammarBytes);
+    case K::kChoice: return CheckChoices(field, output.choice());
+    case K::kJsonObject:
+      if (!output.json_object())
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " is false: set it true, or leave structured_output unset for no constraint"));
+      return absl::OkStatus();
+    case K::KIND_NOT_SET: break;
+  }
+  return absl::InvalidArgumentError(
+      "structured_output sets no constraint: set one of json_schema, json_object, regex, choice, grammar");
+}
 
 RequestLimits LimitsOf(const floe::v1::ModelInfo& info) {
   RequestLimits limits;
@@ -78,6 +134,10 @@ absl::Status CheckRequestStrings(const GenerateRequest& request) {
 
 absl::Status ResolveRequest(const RequestLimits& limits, GenerateRequest& request) {
   if (absl::Status s = CheckRequestStrings(request); !s.ok()) return s;
+  if (request.has_structured_output()) {
+    const floe::v1::StructuredOutput& output = request.structured_output();
+    if (absl::Status s = CheckStructuredOutput(output, StructuredOutputField(output)); !s.ok()) return s;
+  }
   if (request.prompt_case() == GenerateRequest::kText)
     return absl::InvalidArgumentError("the prompt must be token_ids here (text is tokenized by the router)");
   const auto& ids = request.token_ids().ids();

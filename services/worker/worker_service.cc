@@ -109,6 +109,12 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
                                      grpc::ServerWriter<GenerateResponse>* writer) {
   const auto arrival = std::chrono::steady_clock::now();
   if (grpc::Status s = AuthorizeInternal(*context, "Worker.Generate"); !s.ok()) return s;
+  // Replaced when the worker compiles grammars.
+  // Until then a constraint is refused, never ignored: unconstrained output
+  // under a schema the client relies on would be a silent lie.
+  if (request->has_structured_output())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "structured_output: constrained decoding is not supported by this worker yet");
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");

@@ -23,6 +23,8 @@ inline bool InVocabulary(const Ids& ids, int32_t vocab) {
   return true;
 }
 
+inline bool Within(const std::string& text, size_t max_bytes) { return !text.empty() && text.size() <= max_bytes; }
+
 inline std::string Serialize(const floe::v1::GenerateRequest& r) {
   std::string out;
   google::protobuf::io::StringOutputStream stream(&out);
@@ -35,7 +37,8 @@ inline std::string Serialize(const floe::v1::GenerateRequest& r) {
 
 }  // namespace fuzz_internal
 
-// Strings bounded, prompt 1..max_context-1 ids in the vocabulary,
+// Strings bounded, structured_output one kind within its bounds (strict only
+// with a schema), prompt 1..max_context-1 ids in the vocabulary,
 // 1 <= max_tokens <= limit, prompt + max_tokens <= context, min_tokens in
 // [0, max_tokens], stop ids bounded and in the vocabulary, top_n in range,
 // sampling values in range (not NaN); resolving again changes nothing.
@@ -63,6 +66,22 @@ inline void CheckResolved(const RequestLimits& limits, const floe::v1::GenerateR
              "stop_token_ids");
   FUZZ_CHECK(r.logprobs().top_n() >= 0 && r.logprobs().top_n() <= limits.max_top_logprobs, "top_n %d",
              r.logprobs().top_n());
+  if (r.has_structured_output()) {
+    // Checked here on its own terms, not by calling CheckStructuredOutput.
+    const auto& o = r.structured_output();
+    using K = floe::v1::StructuredOutput;
+    using fuzz_internal::Within;
+    const bool text_ok = (o.kind_case() == K::kJsonSchema && Within(o.json_schema(), kMaxJsonSchemaBytes)) ||
+                         (o.kind_case() == K::kRegex && Within(o.regex(), kMaxRegexBytes)) ||
+                         (o.kind_case() == K::kGrammar && Within(o.grammar(), kMaxGrammarBytes));
+    bool choices_ok = o.kind_case() == K::kChoice && o.choice().choices_size() >= 1 &&
+                      o.choice().choices_size() <= kMaxChoices;
+    for (int i = 0; choices_ok && i < o.choice().choices_size(); ++i)
+      choices_ok = Within(o.choice().choices(i), kMaxChoiceBytes);
+    FUZZ_CHECK(text_ok || choices_ok || (o.kind_case() == K::kJsonObject && o.json_object()),
+               "structured_output kind %d out of bounds", static_cast<int>(o.kind_case()));
+    FUZZ_CHECK(!o.strict() || o.kind_case() == K::kJsonSchema, "strict without a json_schema");
+  }
   const auto& p = r.sampling();
   FUZZ_CHECK(std::isfinite(p.temperature()) && p.temperature() >= 0, "temperature %g", p.temperature());
   FUZZ_CHECK(p.top_k() >= 0, "top_k %d", p.top_k());

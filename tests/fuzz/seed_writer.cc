@@ -152,6 +152,15 @@ void WriteResolveSeeds(const std::string& dir) {
   Write(dir + "/resolve_request/every_field", ResolveInput(1000, 4096, 2048, r));
   r.mutable_stopping()->set_max_tokens(4094);
   Write(dir + "/resolve_request/context_edge", ResolveInput(1000, 4096, 4096, r));
+  floe::v1::GenerateRequest constrained;
+  for (int id : {9906, 1917}) constrained.mutable_token_ids()->add_ids(id % 1000);
+  auto* output = constrained.mutable_structured_output();
+  output->set_json_schema(R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})");
+  output->set_strict(true);
+  Write(dir + "/resolve_request/structured_json_schema", ResolveInput(1000, 4096, 2048, constrained));
+  output->Clear();
+  for (const char* choice : {"yes", "no"}) output->mutable_choice()->add_choices(choice);
+  Write(dir + "/resolve_request/structured_choice", ResolveInput(1000, 4096, 2048, constrained));
   floe::v1::GenerateRequest text;
   text.set_text("Hello world");
   Write(dir + "/resolve_request/text_prompt", ResolveInput(1000, 4096, 2048, text));

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/jinja/chat_template.h"
 #include "common/json/bounded_json.h"
+#include "services/router/openai/json_readers.h"
+#include "services/router/openai/structured_output_fields.h"
 
 namespace floe::openai {
 namespace {
@@ -24,60 +26,6 @@ constexpr size_t kMaxUserBytes = 256;
 // Each becomes a template variable (ChatTemplate::Apply inserts them one by
 // one into an ordered object, a scan per insert); real templates read a few.
 constexpr size_t kMaxTemplateKwargs = 64;
-
-ApiError Bad(std::string param, std::string message) {
-  ApiError e;
-  e.param = param;
-  e.message = std::move(message);
-  return e;
-}
-
-std::string TypeName(const ordered_json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-// Typed readers: a JSON value of the wrong type or out of range is an error
-// naming the field.
-std::optional<ApiError> Number(const std::string& name, const ordered_json& v, double lo, double hi, double* out) {
-  if (!v.is_number()) return Bad(name, absl::StrCat(name, " must be a number, not ", TypeName(v)));
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi)
-    return Bad(name, absl::StrCat(name, " is ", v.dump(), "; it must be in [", lo, ", ", hi, "]"));
-  *out = x;
-  return std::nullopt;
-}
-
-std::optional<ApiError> Integer(const std::string& name, const ordered_json& v, int64_t lo, int64_t hi, int64_t* out) {
-  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
-    return Bad(name, absl::StrCat(name, " must be an integer, not ", v.is_number() ? v.dump() : TypeName(v)));
-  const double x = v.get<double>();
-  // A float of 2^63 passes `x > hi` for hi = INT64_MAX (which rounds up to
-  // 2^63 as a double) but has no int64 value: converting it is undefined.
-  if (x < static_cast<double>(lo) || x > static_cast<double>(hi) || (v.is_number_float() && x >= 0x1p63))
-    return Bad(name, absl::StrCat(name, " is ", v.dump(), "; it must be in [", lo, ", ", hi, "]"));
-  *out = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX))
-                                : v.get<int64_t>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> Bool(const std::string& name, const ordered_json& v, bool* out) {
-  if (!v.is_boolean()) return Bad(name, absl::StrCat(name, " must be a boolean, not ", TypeName(v)));
-  *out = v.get<bool>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> String(const std::string& name, const ordered_json& v, size_t max_bytes, std::string* out) {
-  if (!v.is_string()) return Bad(name, absl::StrCat(name, " must be a string, not ", TypeName(v)));
-  const std::string& s = v.get_ref<const std::string&>();
-  if (s.size() > max_bytes) return Bad(name, absl::StrCat(name, " has ", s.size(), " bytes; the limit is ", max_bytes));
-  *out = s;
-  return std::nullopt;
-}
 
 std::optional<ApiError> TokenIdList(const std::string& name, const ordered_json& v, floe::v1::TokenIds* out) {
   for (size_t i = 0; i < v.size(); ++i) {
@@ -207,7 +155,8 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
 
   // One handler per field; a field not in the table is unknown.
   using FieldHandler = std::function<std::optional<ApiError>(const std::string&, const ordered_json&)>;
-  const std::map<std::string, FieldHandler> common = {
+  StructuredOutputFields structured;
+  std::map<std::string, FieldHandler> common = {
       {"model", [&](const std::string& n, const ordered_json& v) {
          if (auto e = String(n, v, 256, &out->model)) return e;
          g.set_model(out->model);
@@ -369,6 +318,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          return std::nullopt;
        }},
   };
+  common.merge(structured.Handlers());
   const std::map<std::string, FieldHandler> completions_only = {
       {"prompt", [&](const std::string&, const ordered_json& v) {
          has_prompt = true;
@@ -430,10 +380,6 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &b);
        }},
-      {"response_format", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
-         if (v.is_null() || (v.is_object() && v.value("type", "") == "text" && v.size() == 1)) return std::nullopt;
-         return Bad(n, "response_format: only {\"type\": \"text\"} is supported");
-       }},
       {"add_generation_prompt", [&](const std::string& n, const ordered_json& v) { return Bool(n, v, &add_generation_prompt); }},
       {"chat_template_kwargs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
@@ -477,6 +423,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
     // The template writes the special tokens (BOS) itself.
     g.set_add_special_tokens(false);
   }
+  if (structured.output()) *g.mutable_structured_output() = *structured.output();
   if (out->logprobs) {
     g.mutable_logprobs()->set_enabled(true);
     g.mutable_logprobs()->set_top_n(*out->logprobs);

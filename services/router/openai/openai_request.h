@@ -3,7 +3,9 @@
 // one, a wrong type or a value out of range is an ApiError naming the field
 // (OpenAI's `param`) and the limit. The body is parsed with its nesting
 // bounded (common/json/bounded_json.h): deeper than 64 levels is an ApiError
-// naming the field, before anything recurses over it. Pure functions, no I/O.
+// naming the field, before anything recurses over it. The fields that
+// constrain the output (response_format, structured_outputs, guided_*) are
+// structured_output_fields.h's. Pure functions, no I/O.
 #pragma once
 
 #include <optional>

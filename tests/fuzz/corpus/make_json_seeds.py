@@ -157,6 +157,30 @@ def openai_bodies():
         write('openai_request', 'chat_%d' % i, bytes([1 | (i % 3) << 1]) + json.dumps(body, ensure_ascii=False).encode())
 
 
+def structured_bodies():
+    """Every form of a structured-output constraint (a real tool schema, a
+    regex, choices, a grammar), on both endpoints."""
+    user = [{'role': 'user', 'content': 'Weather in Paris?'}]
+    schema = {'type': 'object', 'properties': {
+        'city': {'type': 'string', 'minLength': 1}, 'unit': {'enum': ['celsius', 'fahrenheit']},
+        'days': {'type': 'integer', 'minimum': 1, 'maximum': 14}}, 'required': ['city'],
+        'additionalProperties': False}
+    bodies = {
+        'chat_response_format_json_schema': {'messages': user, 'response_format': {
+            'type': 'json_schema', 'json_schema': {'name': 'get_weather', 'strict': True, 'schema': schema}}},
+        'chat_response_format_json_object': {'messages': user, 'response_format': {'type': 'json_object'}},
+        'chat_structured_outputs_choice': {'messages': user, 'structured_outputs': {'choice': ['sunny', 'rain']}},
+        'completions_structured_outputs_json_text': {'prompt': 'x', 'structured_outputs': {
+            'json': json.dumps(schema), 'disable_additional_properties': True, 'disable_fallback': True}},
+        'completions_guided_regex': {'prompt': 'Date: ', 'guided_regex': '[0-9]{4}-[0-9]{2}-[0-9]{2}',
+                                     'guided_decoding_backend': 'xgrammar'},
+        'completions_guided_grammar': {'prompt': 'x', 'guided_grammar': 'root ::= "yes" | "no"'},
+        'completions_two_sources': {'prompt': 'x', 'guided_json': schema, 'response_format': {'type': 'json_object'}},
+    }
+    for name, body in bodies.items():
+        write('openai_request', name, bytes([name.startswith('chat')]) + json.dumps(body).encode())
+
+
 def hostile_bodies():
     """Deep and wide request bodies (issue 41): the router parses with a
     64-level limit, so 2,000 levels exercise the refusal in every field that
@@ -228,6 +252,7 @@ def main():
     tokenizer_json()
     model_config(sys.argv[1])
     openai_bodies()
+    structured_bodies()
     hostile_bodies()
     tokenizer_texts()
 

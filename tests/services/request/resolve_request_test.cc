@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -92,6 +93,45 @@ TEST(ResolveRequestTest, EachBadFieldIsNamedWithItsLimit) {
        C::kInvalidArgument, "sampling.presence_penalty", "[-2, 2]"},
       {"frequency penalty", [](GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-3); },
        C::kInvalidArgument, "sampling.frequency_penalty", "[-2, 2]"},
+      {"schema past its limit",
+       [](GenerateRequest& r) { r.mutable_structured_output()->set_json_schema(std::string(kMaxJsonSchemaBytes + 1, ' ')); },
+       C::kInvalidArgument, "structured_output.json_schema has 65537 bytes", "limit is 65536"},
+      {"empty schema", [](GenerateRequest& r) { r.mutable_structured_output()->set_json_schema(""); },
+       C::kInvalidArgument, "structured_output.json_schema is empty", ""},
+      {"regex past its limit",
+       [](GenerateRequest& r) { r.mutable_structured_output()->set_regex(std::string(kMaxRegexBytes + 1, 'a')); },
+       C::kInvalidArgument, "structured_output.regex has 4097 bytes", "limit is 4096"},
+      {"grammar past its limit",
+       [](GenerateRequest& r) { r.mutable_structured_output()->set_grammar(std::string(kMaxGrammarBytes + 1, 'a')); },
+       C::kInvalidArgument, "structured_output.grammar has 65537 bytes", "limit is 65536"},
+      {"too many choices",
+       [](GenerateRequest& r) {
+         for (int i = 0; i <= kMaxChoices; ++i) r.mutable_structured_output()->mutable_choice()->add_choices("c");
+       },
+       C::kInvalidArgument, "structured_output.choice holds 257 choices", "limit is 256"},
+      {"no choices", [](GenerateRequest& r) { r.mutable_structured_output()->mutable_choice(); }, C::kInvalidArgument,
+       "structured_output.choice holds no choices", ""},
+      {"empty choice",
+       [](GenerateRequest& r) {
+         r.mutable_structured_output()->mutable_choice()->add_choices("yes");
+         r.mutable_structured_output()->mutable_choice()->add_choices("");
+       },
+       C::kInvalidArgument, "structured_output.choice[1] has 0 bytes", "1 to 1024"},
+      {"choice past its limit",
+       [](GenerateRequest& r) {
+         r.mutable_structured_output()->mutable_choice()->add_choices(std::string(kMaxChoiceBytes + 1, 'c'));
+       },
+       C::kInvalidArgument, "structured_output.choice[0] has 1025 bytes", "1 to 1024"},
+      {"json_object false", [](GenerateRequest& r) { r.mutable_structured_output()->set_json_object(false); },
+       C::kInvalidArgument, "structured_output.json_object is false", "unset"},
+      {"no kind", [](GenerateRequest& r) { r.mutable_structured_output(); }, C::kInvalidArgument,
+       "structured_output sets no constraint", "json_schema, json_object, regex, choice, grammar"},
+      {"strict without a schema",
+       [](GenerateRequest& r) {
+         r.mutable_structured_output()->set_regex("a+");
+         r.mutable_structured_output()->set_strict(true);
+       },
+       C::kInvalidArgument, "structured_output.strict", "json_schema only"},
   };
   for (const Case& c : cases) {
     GenerateRequest r = Prompt(10);
@@ -110,6 +150,32 @@ TEST(ResolveRequestTest, StringsAtTheirLimitsPass) {
   r.set_session_id(std::string(kMaxSessionIdBytes, 's'));
   r.mutable_speculation()->set_namespace_(std::string(kMaxNamespaceBytes, 'n'));
   EXPECT_TRUE(ResolveRequest(kLimits, r).ok());
+}
+
+TEST(ResolveRequestTest, StructuredOutputsAtTheirLimitsPassUnchanged) {
+  std::vector<floe::v1::StructuredOutput> outputs(5);
+  outputs[0].set_json_schema(std::string(kMaxJsonSchemaBytes, ' '));
+  outputs[0].set_strict(true);
+  outputs[1].set_json_object(true);
+  outputs[2].set_regex(std::string(kMaxRegexBytes, 'a'));
+  outputs[3].set_grammar(std::string(kMaxGrammarBytes, 'a'));
+  for (int i = 0; i < kMaxChoices; ++i) outputs[4].mutable_choice()->add_choices(std::string(kMaxChoiceBytes, 'c'));
+  for (const floe::v1::StructuredOutput& output : outputs) {
+    GenerateRequest r = Prompt(3);
+    *r.mutable_structured_output() = output;
+    const absl::Status s = ResolveRequest(kLimits, r);
+    EXPECT_TRUE(s.ok()) << StructuredOutputField(output) << ": " << s;
+    EXPECT_EQ(r.structured_output().SerializeAsString(), output.SerializeAsString());
+  }
+}
+
+// The OpenAI front and the CLI name the value in their own terms.
+TEST(ResolveRequestTest, StructuredOutputErrorsNameTheCallersField) {
+  floe::v1::StructuredOutput output;
+  output.set_regex(std::string(kMaxRegexBytes + 1, 'a'));
+  EXPECT_EQ(CheckStructuredOutput(output, "guided_regex").message(), "guided_regex has 4097 bytes; the limit is 4096");
+  EXPECT_EQ(StructuredOutputField(output), "structured_output.regex");
+  EXPECT_EQ(StructuredOutputField(floe::v1::StructuredOutput()), "structured_output");
 }
 
 TEST(ResolveRequestTest, DefaultsAreFilled) {

@@ -2,6 +2,11 @@
 // the engine has it, and every bad one is refused naming OpenAI's `param`.
 #include "services/router/openai/openai_request.h"
 
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "common/jinja/chat_template.h"
 #include "gtest/gtest.h"
 
@@ -105,7 +110,7 @@ TEST(OpenAiRequestTest, BadValuesNameTheirField) {
       {Endpoint::kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0]"},
       {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x", "color": "red"}]})", "messages[0].color"},
       {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
-      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "response_format"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})", "response_format.type"},
   };
   for (const Case& c : cases) {
     ParsedRequest out;
@@ -235,6 +240,223 @@ TEST(OpenAiRequestTest, ChatKeepsTheClientsKeyOrder) {
             "role,content,tool_call_id,name,role,content,tool_calls,"
             R"(|[{"type": "function", "function": {"name": "f", "description": "d"}}])"
             R"(|[{"type": "function", "id": "c1", "function": {"name": "f", "arguments": "{}"}}])");
+}
+
+// Structured outputs: every form, on both endpoints. `fields` are body
+// fields written as JSON text (their order is the body's).
+class StructuredOutputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto chat = ChatTemplate::FromSource("{% for m in messages %}{{ m.content }}{% endfor %}", "", "");
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    chat_ = std::make_unique<ChatTemplate>(std::move(*chat));
+    context_.chat_template = chat_.get();
+  }
+
+  static std::string Body(Endpoint endpoint, const std::string& fields) {
+    return absl::StrCat(endpoint == Endpoint::kChat ? R"({"messages": [{"role": "user", "content": "x"}])"
+                                                    : R"({"prompt": "x")",
+                        fields.empty() ? "" : ", ", fields, "}");
+  }
+
+  // The structured_output both endpoints map `fields` onto (they agree).
+  floe::v1::GenerateRequest Accepted(const std::string& fields) {
+    floe::v1::GenerateRequest first;
+    for (Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChat}) {
+      ParsedRequest out;
+      auto error = Parse(endpoint, Body(endpoint, fields), context_, &out);
+      EXPECT_FALSE(error.has_value()) << fields << " -> " << error->param << ": " << error->message;
+      if (endpoint == Endpoint::kCompletions) first = out.generate;
+      EXPECT_EQ(out.generate.has_structured_output(), first.has_structured_output()) << fields;
+      EXPECT_EQ(out.generate.structured_output().SerializeAsString(), first.structured_output().SerializeAsString())
+          << fields;
+    }
+    return first;
+  }
+
+  // The 400 both endpoints answer `fields` with (they agree).
+  ApiError Refused(const std::string& fields) {
+    ApiError first;
+    for (Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChat}) {
+      ParsedRequest out;
+      auto error = Parse(endpoint, Body(endpoint, fields), context_, &out);
+      if (!error.has_value()) {
+        ADD_FAILURE() << fields << " was accepted";
+        return {};
+      }
+      EXPECT_EQ(error->status, 400) << fields;
+      if (endpoint == Endpoint::kCompletions) first = *error;
+      EXPECT_EQ(error->param, first.param) << fields;
+      EXPECT_EQ(error->message, first.message) << fields;
+    }
+    return first;
+  }
+
+  std::unique_ptr<ChatTemplate> chat_;
+  RequestContext context_;
+};
+
+TEST_F(StructuredOutputTest, ResponseFormat) {
+  EXPECT_FALSE(Accepted(R"("response_format": {"type": "text"})").has_structured_output());
+  EXPECT_FALSE(Accepted(R"("response_format": null)").has_structured_output());
+  EXPECT_TRUE(Accepted(R"("response_format": {"type": "json_object"})").structured_output().json_object());
+  // The schema keeps the client's key order (properties are written in it),
+  // compactly serialized.
+  const auto g = Accepted(R"("response_format": {"type": "json_schema", "json_schema": {
+      "name": "weather_Report-2", "description": "d", "strict": true,
+      "schema": {"type": "object", "properties": {"zone": {"type": "string"}, "at": {"type": "integer"}},
+                 "required": ["zone"], "additionalProperties": false}}})");
+  EXPECT_EQ(g.structured_output().json_schema(),
+            R"({"type":"object","properties":{"zone":{"type":"string"},"at":{"type":"integer"}},)"
+            R"("required":["zone"],"additionalProperties":false})");
+  EXPECT_TRUE(g.structured_output().strict());
+  const auto lax = Accepted(R"("response_format": {"type": "json_schema",
+      "json_schema": {"name": "n", "schema": {"type": "string"}, "strict": null}})");
+  EXPECT_EQ(lax.structured_output().json_schema(), R"({"type":"string"})");
+  EXPECT_FALSE(lax.structured_output().strict());
+}
+
+TEST_F(StructuredOutputTest, VllmStructuredOutputs) {
+  const std::string schema = R"({"type":"object","properties":{"b":{"type":"boolean"},"a":{"type":"null"}}})";
+  EXPECT_EQ(Accepted(absl::StrCat(R"("structured_outputs": {"json": )", schema, "}")).structured_output().json_schema(),
+            schema);
+  // A schema given as text is parsed and written compactly.
+  nlohmann::json as_text = nlohmann::json::object();
+  as_text["json"] = R"({ "type" : "object",  "properties": {"b": {"type": "boolean"}, "a": {"type": "null"}} })";
+  EXPECT_EQ(Accepted(absl::StrCat(R"("structured_outputs": )", as_text.dump())).structured_output().json_schema(),
+            schema);
+  const auto closed = Accepted(absl::StrCat(R"("structured_outputs": {"json": )", schema,
+                                            R"(, "disable_additional_properties": true, "disable_fallback": true,
+                                               "disable_any_whitespace": false, "whitespace_pattern": null})"));
+  EXPECT_TRUE(closed.structured_output().strict());
+  EXPECT_EQ(Accepted(R"("structured_outputs": {"regex": "[0-9]{3}", "json": null})").structured_output().regex(),
+            "[0-9]{3}");
+  EXPECT_EQ(Accepted(R"("structured_outputs": {"grammar": "root ::= \"a\""})").structured_output().grammar(),
+            R"(root ::= "a")");
+  const auto choice = Accepted(R"("structured_outputs": {"choice": ["yes", "no", "New York"]})").structured_output();
+  ASSERT_EQ(choice.choice().choices_size(), 3);
+  EXPECT_EQ(choice.choice().choices(2), "New York");
+  EXPECT_TRUE(Accepted(R"("structured_outputs": {"json_object": true, "regex": null})").structured_output().json_object());
+  EXPECT_FALSE(Accepted(R"("structured_outputs": null)").has_structured_output());
+}
+
+TEST_F(StructuredOutputTest, VllmGuidedFields) {
+  EXPECT_EQ(Accepted(R"("guided_json": {"type": "integer"}, "guided_decoding_backend": "xgrammar")")
+                .structured_output()
+                .json_schema(),
+            R"({"type":"integer"})");
+  EXPECT_EQ(Accepted(R"("guided_json": "{\"type\": \"integer\"}")").structured_output().json_schema(),
+            R"({"type":"integer"})");
+  EXPECT_EQ(Accepted(R"("guided_regex": "a|b")").structured_output().regex(), "a|b");
+  EXPECT_EQ(Accepted(R"("guided_choice": ["x"])").structured_output().choice().choices(0), "x");
+  EXPECT_EQ(Accepted(R"("guided_grammar": "root ::= [a-z]+")").structured_output().grammar(), "root ::= [a-z]+");
+  // vLLM's defaults: null fields constrain nothing.
+  EXPECT_FALSE(Accepted(R"("guided_json": null, "guided_regex": null, "guided_choice": null, "guided_grammar": null,
+                           "guided_decoding_backend": null, "guided_whitespace_pattern": null)")
+                   .has_structured_output());
+}
+
+TEST_F(StructuredOutputTest, ValuesAtTheirLimitsPass) {
+  nlohmann::json fields = nlohmann::json::object();
+  fields["guided_choice"] = std::vector<std::string>(256, std::string(1024, 'c'));
+  EXPECT_EQ(Accepted(fields.dump().substr(1, fields.dump().size() - 2)).structured_output().choice().choices_size(), 256);
+  fields = {{"guided_regex", std::string(4096, 'a')}};
+  EXPECT_EQ(Accepted(fields.dump().substr(1, fields.dump().size() - 2)).structured_output().regex().size(), 4096u);
+  fields = {{"response_format", {{"type", "json_schema"},
+                                 {"json_schema", {{"name", std::string(64, 'n')},
+                                                  {"schema", {{"description", std::string(65536 - 18, 'd')}}}}}}}};
+  EXPECT_EQ(Accepted(fields.dump().substr(1, fields.dump().size() - 2)).structured_output().json_schema().size(),
+            65536u);
+}
+
+TEST_F(StructuredOutputTest, EachRefusalNamesItsFieldAndLimit) {
+  auto field = [](const char* name, const nlohmann::json& value) {
+    const std::string text = nlohmann::json{{name, value}}.dump();
+    return text.substr(1, text.size() - 2);
+  };
+  const std::string long_choices = field("guided_choice", std::vector<std::string>(257, "c"));
+  const std::string long_choice = field("guided_choice", {"ok", std::string(1025, 'c')});
+  const std::string big_schema =
+      field("response_format", {{"type", "json_schema"},
+                                {"json_schema", {{"name", "n"}, {"schema", {{"description", std::string(65536, 'd')}}}}}});
+  struct Case {
+    std::string fields;
+    std::string param;
+    std::string needle;  // in the message: the limit or what is wrong
+  } cases[] = {
+      {R"("response_format": "json")", "response_format", "object"},
+      {R"("response_format": {"type": "xml"})", "response_format.type", "expected text, json_object or json_schema"},
+      {R"("response_format": {})", "response_format.type", "must be a string"},
+      {R"("response_format": {"type": "text", "json_schema": {}})", "response_format.json_schema", "unknown field"},
+      {R"("response_format": {"type": "json_object", "schema": {}})", "response_format.schema", "unknown field"},
+      {R"("response_format": {"type": "json_schema"})", "response_format.json_schema", "required"},
+      {R"("response_format": {"type": "json_schema", "json_schema": []})", "response_format.json_schema", "object"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}}})", "response_format.json_schema.name",
+       "required"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "my schema", "schema": {}}})",
+       "response_format.json_schema.name", "1 to 64 characters of a-z, A-Z, 0-9, _ and -"},
+      {field("response_format", {{"type", "json_schema"}, {"json_schema", {{"name", std::string(65, 'n')}, {"schema", {{"type", "string"}}}}}}),
+       "response_format.json_schema.name", "1 to 64"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": ""}})", "response_format.json_schema.name",
+       "1 to 64"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})", "response_format.json_schema.schema",
+       "required"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": "{}"}})",
+       "response_format.json_schema.schema", "must be a JSON Schema object, not a string"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}, "strict": "yes"}})",
+       "response_format.json_schema.strict", "boolean"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}, "format": 1}})",
+       "response_format.json_schema.format", "unknown field"},
+      {big_schema, "response_format.json_schema.schema", "65554 bytes; the limit is 65536"},
+      {R"("structured_outputs": [])", "structured_outputs", "object"},
+      {R"("structured_outputs": {})", "structured_outputs", "sets none; set exactly one of json, regex, choice, grammar, json_object"},
+      {R"("structured_outputs": {"json_object": false})", "structured_outputs", "sets none"},
+      {R"("structured_outputs": {"regex": "a", "choice": ["a"]})", "structured_outputs",
+       "sets regex and choice; set exactly one"},
+      {R"("structured_outputs": {"json": "{\"type\": "})", "structured_outputs.json", "not valid JSON"},
+      {R"("structured_outputs": {"json": "[1]"})", "structured_outputs.json", "must hold a JSON Schema object"},
+      {R"("structured_outputs": {"json": 7})", "structured_outputs.json", "or a string holding one"},
+      {R"("structured_outputs": {"regex": 5})", "structured_outputs.regex", "must be a string"},
+      {R"("structured_outputs": {"regex": ""})", "structured_outputs.regex", "is empty"},
+      {R"("structured_outputs": {"choice": ["a", 1]})", "structured_outputs.choice", "choice[1] must be a string"},
+      {R"("structured_outputs": {"choice": []})", "structured_outputs.choice", "holds no choices"},
+      {R"("structured_outputs": {"grammar": ""})", "structured_outputs.grammar", "is empty"},
+      {R"("structured_outputs": {"json_object": "yes"})", "structured_outputs.json_object", "boolean"},
+      {R"("structured_outputs": {"regex": "a", "whitespace_pattern": " "})", "structured_outputs.whitespace_pattern",
+       "not supported"},
+      {R"("structured_outputs": {"json": {}, "disable_any_whitespace": true})",
+       "structured_outputs.disable_any_whitespace", "not supported"},
+      {R"("structured_outputs": {"regex": "a", "structural_tag": "{}"})", "structured_outputs.structural_tag",
+       "not supported"},
+      {R"("structured_outputs": {"regex": "a", "disable_additional_properties": true})",
+       "structured_outputs.disable_additional_properties", "json only"},
+      {R"("structured_outputs": {"regex": "a", "backend": "xgrammar"})", "structured_outputs.backend", "unknown field"},
+      {field("guided_regex", std::string(4097, 'a')), "guided_regex", "4097 bytes; the limit is 4096"},
+      {field("guided_grammar", std::string(65537, 'a')), "guided_grammar", "65537 bytes; the limit is 65536"},
+      {long_choices, "guided_choice", "257 choices; the limit is 256"},
+      {long_choice, "guided_choice", "guided_choice[1] has 1025 bytes; each choice must have 1 to 1024"},
+      {R"("guided_choice": ["a", ""])", "guided_choice", "guided_choice[1] has 0 bytes"},
+      {R"("guided_choice": "a,b")", "guided_choice", "array of strings"},
+      {R"("guided_json": [])", "guided_json", "JSON Schema object"},
+      {R"("guided_whitespace_pattern": "[ ]?")", "guided_whitespace_pattern", "not supported"},
+      {R"("guided_decoding_backend": 5)", "guided_decoding_backend", "string"},
+      {field("guided_decoding_backend", std::string(257, 'b')), "guided_decoding_backend", "the limit is 256"},
+      // Two sources of a constraint: the later one is named, with the first.
+      {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex",
+       "guided_regex and response_format both constrain the output"},
+      {R"("guided_json": {}, "structured_outputs": {"regex": "a"})", "structured_outputs",
+       "structured_outputs and guided_json both constrain the output"},
+      {R"("guided_choice": ["a"], "guided_grammar": "root ::= \"a\"")", "guided_grammar",
+       "guided_grammar and guided_choice"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = Refused(c.fields);
+    EXPECT_EQ(e.param, c.param) << c.fields.substr(0, 200) << " -> " << e.message;
+    EXPECT_NE(e.message.find(c.needle), std::string::npos) << c.fields.substr(0, 200) << " -> " << e.message;
+    EXPECT_LE(e.message.size(), 1024u);
+  }
+  // Text (no constraint) beside a constraint is no conflict.
+  EXPECT_EQ(Accepted(R"("response_format": {"type": "text"}, "guided_regex": "a")").structured_output().regex(), "a");
 }
 
 }  // namespace
