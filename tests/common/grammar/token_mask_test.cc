@@ -22,6 +22,23 @@
 #include "tests/common/grammar/string_generator.h"
 #include "tests/common/tokenizer/test_models.h"
 
+// Under the sanitizers every byte costs about ten times as much: the
+// walks are fewer (and the sampled ids), the checks the same.
+#if defined(__SANITIZE_ADDRESS__)
+#define FLOE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLOE_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef FLOE_TEST_SANITIZED
+constexpr int kWalks = 5;
+constexpr int kSampledIds = 500;
+#else
+constexpr int kWalks = 16;
+constexpr int kSampledIds = 2000;
+#endif
+
 namespace floe::grammar {
 namespace {
 
@@ -107,7 +124,7 @@ TEST(TokenMaskTest, SmallVocabularyMasksEqualTheOracle) {
       std::mt19937 rng(11);
       int set_bits = 0, clear_bits = 0, steps = 0;
       uint64_t stack_checked = 0;
-      for (int walk = 0; walk < 16; ++walk) {
+      for (int walk = 0; walk < kWalks; ++walk) {
         GrammarMatcher m(*compiled);
         GrammarMatcher oracle(*compiled, OracleOptions());
         for (int step = 0; step < 40; ++step) {
@@ -142,10 +159,10 @@ TEST(TokenMaskTest, SmallVocabularyMasksEqualTheOracle) {
       }
       EXPECT_GT(set_bits, 1000);
       EXPECT_GT(clear_bits, 1000);
-      EXPECT_GE(steps, 16);  // every walk takes a step; the JSON ones go deep
+      EXPECT_GE(steps, kWalks);  // every walk takes a step; the JSON ones go deep
       const bool json = std::string(name).rfind("json", 0) == 0;
       if (json || std::string(name) == "tool_call") {
-        EXPECT_GT(steps, 100);
+        EXPECT_GT(steps, kWalks * 6);
       }
       // The per-stack check must really run where the variant forces it.
       if (json && variant.options.refine_depth == 0) {
@@ -300,7 +317,7 @@ class Llama3MaskTest : public ::testing::Test {
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     std::mt19937 rng(29);
     std::vector<int32_t> sample;
-    for (int i = 0; i < 2000; ++i) sample.push_back(static_cast<int32_t>(rng() % vocab_->size()));
+    for (int i = 0; i < kSampledIds; ++i) sample.push_back(static_cast<int32_t>(rng() % vocab_->size()));
     int checked_allowed = 0, states = 0;
     const auto check = [&](GrammarMatcher& m, const GrammarMatcher& oracle, int32_t must_allow,
                            std::vector<int32_t>* allowed_in_sample) {
