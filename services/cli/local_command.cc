@@ -145,6 +145,7 @@ int RunLocal(int argc, char** argv) {
   int64_t shift_threshold = 0;
   std::string shift_profile;
   bool benchmark_forced_decoding = false, speculative_reference_compatible = false;
+  bool structured_output_drafts = true;
   std::string speculative_step_overhead_tokens, speculative_cost_curve, router_policy;
   std::string suffix_tree = "shared";
   double kv_cache_gb = 0.5;
@@ -193,6 +194,9 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("speculative-selection", &speculative_selection,
                    "workers' --speculative-selection (suffix+lstm): acceptance|score (empty: the worker's default)");
   parser.AddInt("num-speculative-tokens", &num_speculative_tokens, "draft length cap (0: the worker's default)");
+  parser.AddBool("structured-output-drafts", &structured_output_drafts,
+                 "workers' --structured-output-drafts (=false: constrained requests' drafts are verified as "
+                 "proposed, a benchmark baseline)");
   parser.AddBool("speculative-reference-compatible", &speculative_reference_compatible,
                  "workers draft suffixes exactly as Arctic Inference (default: Floe's drafting mode)");
   parser.AddInt("speculative-token-threshold", &speculative_token_threshold,
@@ -325,6 +329,7 @@ int RunLocal(int argc, char** argv) {
   }
   if (benchmark_forced_decoding) speculation_args.push_back("--benchmark-forced-decoding");
   if (speculative_reference_compatible) speculation_args.push_back("--speculative-reference-compatible");
+  if (!structured_output_drafts) speculation_args.push_back("--structured-output-drafts=false");
   if (!speculator.empty()) speculation_args.insert(speculation_args.end(), {"--speculator", speculator});
   if (!speculative_selection.empty()) {
     speculation_args.insert(speculation_args.end(), {"--speculative-selection", speculative_selection});

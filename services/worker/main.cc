@@ -43,6 +43,19 @@ constexpr ServiceSpec kWorker{
                       "is open",
     .admin_calls_open_why = "no --admin-key-file: Worker.Abort needs no key"};
 
+// Structured outputs need the model's tokenizer (its tokens' bytes): without
+// a tokenizer.json in the model folder such requests are refused, and the
+// worker serves everything else.
+std::shared_ptr<StructuredOutputCompiler> MakeStructuredOutputCompiler(const WorkerFlags& f, const WorkerPlan& plan) {
+  auto vocab = LoadGrammarVocab(f.model);
+  if (!vocab.ok()) {
+    LogEvent(absl::IsNotFound(vocab.status()) ? LogLevel::kInfo : LogLevel::kWarning, "worker",
+             "structured_output_off", {{"why", std::string(vocab.status().message())}});
+    return nullptr;
+  }
+  return std::make_shared<StructuredOutputCompiler>(*std::move(vocab), plan.structured_output);
+}
+
 int Run(int argc, char** argv) {
   ServiceBootstrap boot(kWorker);  // before any thread starts
   WorkerFlags f;
@@ -117,8 +130,10 @@ int Run(int argc, char** argv) {
   }
   // A compressed-tensors checkpoint is named by its Linear weights' type.
   const std::string weight_dtype(DTypeName((*checkpoint)->weight_dtype()));
-  service.AttachEngine(engine->get(),
-                       DescribeWorker(f, config, engine_options, weight_dtype, (*engine)->max_model_len()));
+  WorkerServiceOptions description = DescribeWorker(f, config, engine_options, weight_dtype, (*engine)->max_model_len());
+  description.structured_output = MakeStructuredOutputCompiler(f, *plan);
+  startup.Phase("grammar_vocab");
+  service.AttachEngine(engine->get(), std::move(description));
   if (metrics)
     metrics->SetStartup(startup.phases(), startup.SinceStartMs(), WeightCacheOutcomeName(backend->cache_outcome));
   boot.SetServing(true);

@@ -88,6 +88,15 @@ void AddWorkerFlags(ArgParser& parser, WorkerFlags* flags) {
   parser.AddString("rank-store", &f.rank_store,
                    "ranks > 0 started elsewhere: rank 0's worker address, where they meet the others");
   parser.AddString("rank-host", &f.rank_host, "the address this rank's collectives listen on (its pod IP)");
+  parser.AddInt("structured-output-cache-size", &f.structured_output_cache_size,
+                "compiled structured-output grammars kept (least recently used dropped first; 0: none), shared "
+                "by all requests");
+  parser.AddInt("structured-output-compile-timeout-ms", &f.structured_output_compile_timeout_ms,
+                "a structured output whose grammar and token masks take longer to compile is refused "
+                "(INVALID_ARGUMENT)");
+  parser.AddBool("structured-output-drafts", &f.structured_output_drafts,
+                 "cut constrained requests' drafts to their grammar and draft the tokens it forces (=false: "
+                 "verify proposers' drafts as they come, a benchmark baseline)");
 }
 
 }  // namespace floe

@@ -59,6 +59,9 @@ struct WorkerFlags {
   std::string rank_launch = "local";
   std::string rank_store;
   std::string rank_host = "127.0.0.1";
+  int structured_output_cache_size = 128;
+  int structured_output_compile_timeout_ms = 5000;
+  bool structured_output_drafts = true;
 };
 
 // --weight-cache-max-gb (GiB): floe-worker refuses a value outside [0, 1e6]

@@ -98,6 +98,47 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     return f;
   }
 
+  // Structured outputs in the engine: the time per token mask (one mask
+  // in StructuredOutputCounters::kMaskSampleEvery timed), forced tokens
+  // drafted and accepted, proposers' draft tokens the grammar cut, and
+  // requests ended because the mask left nothing.
+  void AppendStructuredOutput(const StructuredOutputCounters& c, std::vector<prometheus::MetricFamily>& out) const {
+    using prometheus::MetricType;
+    prometheus::MetricFamily mask = MakeFamily(
+        "floe_structured_output_mask_seconds",
+        "Time to compute a structured output's token mask (a sample: every 16th mask is timed).",
+        MetricType::Histogram);
+    prometheus::ClientMetric h;
+    h.label = {{"model_name", model_}};
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b < c.mask_seconds_buckets.size(); ++b) {
+      cumulative += static_cast<uint64_t>(c.mask_seconds_buckets[b]);
+      h.histogram.bucket.push_back({cumulative, b < StructuredOutputCounters::kMaskBuckets.size()
+                                                    ? StructuredOutputCounters::kMaskBuckets[b]
+                                                    : std::numeric_limits<double>::infinity()});
+    }
+    h.histogram.sample_count = cumulative;
+    h.histogram.sample_sum = c.mask_seconds_sum;
+    mask.metric.push_back(std::move(h));
+    out.push_back(std::move(mask));
+    const std::pair<const char*, std::pair<const char*, int64_t>> counters[] = {
+        {"floe_structured_output_masks_total", {"Token masks computed for structured outputs.", c.masks}},
+        {"floe_structured_output_forced_draft_tokens_total",
+         {"Tokens the grammar forced, verified as free drafts.", c.forced_draft_tokens}},
+        {"floe_structured_output_forced_draft_accepted_tokens_total",
+         {"Forced draft tokens accepted.", c.forced_draft_accepted}},
+        {"floe_structured_output_draft_tokens_cut_total",
+         {"Proposers' draft tokens the grammar forbade (cut before verification).", c.draft_tokens_cut}},
+        {"floe_structured_output_dead_ends_total",
+         {"Requests ended (reason stop) because the mask left no token (ignore_eos or min_tokens against a "
+          "complete output).",
+          c.dead_ends}},
+    };
+    for (const auto& [name, help_value] : counters)
+      out.push_back(Family(name, help_value.first, MetricType::Counter, model_,
+                           static_cast<double>(help_value.second)));
+  }
+
   void AppendSuffixCache(std::vector<prometheus::MetricFamily>& out) const {
     const std::shared_ptr<const RemoteSuffixStats> stats = suffix_cache_.load();
     if (!stats) return;
@@ -265,6 +306,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     info.metric.push_back(std::move(config));
     families.push_back(std::move(info));
     AppendSpeculation(c, families);
+    AppendStructuredOutput(c.structured_output, families);
     AppendSuffixCache(families);
     AppendParallel(families);
     return families;
@@ -306,6 +348,20 @@ WorkerMetrics::WorkerMetrics(MetricsServer& server, const std::string& model, in
                    .Register(registry);
   for (const char* reason : {"length", "stop", "abort", "context"})
     finished_->Add({{"model_name", model}, {"finished_reason", reason}});
+  // A tool schema compiles in milliseconds, a large API schema's masks in
+  // seconds; the compile time limit defaults to 5 s.
+  grammar_compile_ = histogram("floe_structured_output_compile_seconds",
+                               "Time to compile a structured output's grammar and its token masks (cache misses).",
+                               {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  auto counter = [&](const std::string& name, const std::string& help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add(labels);
+  };
+  grammar_hits_ = counter("floe_structured_output_cache_hits_total",
+                          "Structured-output requests whose grammar was cached (or being compiled for another).");
+  grammar_misses_ = counter("floe_structured_output_cache_misses_total",
+                            "Structured-output requests whose grammar this worker compiled.");
+  grammar_errors_ = counter("floe_structured_output_compile_errors_total",
+                            "Structured-output requests refused: the constraint did not compile, or not in time.");
   server.Add(collector_);
 }
 
@@ -342,6 +398,17 @@ void WorkerMetrics::ObserveTokens(double gap_s, int tokens) {
   const double share = gap_s / tokens;
   for (int i = 0; i < tokens; ++i) itl_->Observe(share);
 }
+
+void WorkerMetrics::ObserveGrammarCompile(bool cache_hit, double compile_s) {
+  if (cache_hit) {
+    grammar_hits_->Increment();
+  } else {
+    grammar_misses_->Increment();
+    grammar_compile_->Observe(compile_s);
+  }
+}
+
+void WorkerMetrics::ObserveGrammarCompileError() { grammar_errors_->Increment(); }
 
 void WorkerMetrics::ObserveFinished(const RequestOutput& out) {
   finished_->Add({{"model_name", model_}, {"finished_reason", FinishReasonLabel(out.finish_reason)}}).Increment();

@@ -55,6 +55,12 @@ class WorkerMetrics {
   // e2e = final_output.time - final_output.arrival = queue + prefill + decode.
   void ObserveFinished(const RequestOutput& final_output);
 
+  // Structured outputs: a request's grammar came from the cache, or was
+  // compiled in `compile_s` (floe_structured_output_cache_{hits,misses}_total,
+  // _compile_seconds); or its compile failed (_compile_errors_total).
+  void ObserveGrammarCompile(bool cache_hit, double compile_s);
+  void ObserveGrammarCompileError();
+
  private:
   class EngineCollector;
   std::shared_ptr<EngineCollector> collector_;
@@ -69,6 +75,10 @@ class WorkerMetrics {
   prometheus::Histogram* prompt_tokens_;
   prometheus::Histogram* generation_tokens_;
   prometheus::Family<prometheus::Counter>* finished_;
+  prometheus::Histogram* grammar_compile_;
+  prometheus::Counter* grammar_hits_;
+  prometheus::Counter* grammar_misses_;
+  prometheus::Counter* grammar_errors_;
   prometheus::Registry& registry_;
   std::string model_;
 };

@@ -1,6 +1,7 @@
 #include "services/worker/worker_plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -125,6 +126,16 @@ absl::StatusOr<WorkerPlan> PlanWorker(WorkerFlags& f) {
   if (f.rank_launch != "local" && f.rank_launch != "remote")
     return Invalid(absl::StrCat("--rank-launch must be local or remote, got ", f.rank_launch));
   plan.remote_ranks = plan.ranks > 1 && f.rank_launch == "remote";
+  if (f.structured_output_cache_size < 0 || f.structured_output_cache_size > 100000) {
+    return Invalid(absl::StrCat("--structured-output-cache-size must be in [0, 100000], got ",
+                                f.structured_output_cache_size));
+  }
+  if (f.structured_output_compile_timeout_ms < 1 || f.structured_output_compile_timeout_ms > 600000) {
+    return Invalid(absl::StrCat("--structured-output-compile-timeout-ms must be in [1, 600000], got ",
+                                f.structured_output_compile_timeout_ms));
+  }
+  plan.structured_output.cache_size = static_cast<size_t>(f.structured_output_cache_size);
+  plan.structured_output.compile_timeout = std::chrono::milliseconds(f.structured_output_compile_timeout_ms);
   return plan;
 }
 
@@ -186,6 +197,7 @@ EngineOptions EngineOptionsFor(const WorkerFlags& f, const ModelConfig& config, 
   o.enable_prefix_caching = !f.no_prefix_caching;
   o.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
   o.num_speculative_tokens = drafts ? f.num_speculative_tokens : 0;
+  o.grammar_drafts = f.structured_output_drafts;
   o.speculative_token_threshold = f.speculative_token_threshold;
   o.speculative_step_overhead_tokens = f.speculative_step_overhead_tokens;
   o.measure_step_cost = curve.source == "measure";

@@ -26,6 +26,7 @@
 #include "services/worker/model/checkpoint.h"
 #include "services/worker/parallel/cost_model.h"
 #include "services/worker/speculation/make_proposers.h"
+#include "services/worker/structured/structured_output_compiler.h"
 #include "services/worker/worker_flags.h"
 #include "services/worker/worker_service.h"
 
@@ -40,6 +41,7 @@ struct WorkerPlan {
   std::vector<std::pair<int, double>> cost_curve;  // a --speculative-cost-curve file's points
   DeviceSupport support;
   DeviceChoice device;
+  StructuredOutputOptions structured_output;  // --structured-output-*
 };
 
 // Checks every flag a rank needs and fills in the defaults `flags` leaves

@@ -109,12 +109,6 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
                                      grpc::ServerWriter<GenerateResponse>* writer) {
   const auto arrival = std::chrono::steady_clock::now();
   if (grpc::Status s = AuthorizeInternal(*context, "Worker.Generate"); !s.ok()) return s;
-  // Replaced when the worker compiles grammars.
-  // Until then a constraint is refused, never ignored: unconstrained output
-  // under a schema the client relies on would be a silent lie.
-  if (request->has_structured_output())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "structured_output: constrained decoding is not supported by this worker yet");
   Engine* engine = engine_.load();
   if (!engine) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model loading");
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
@@ -126,6 +120,13 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   if (absl::Status s = ResolveRequest(options_.limits, resolved); !s.ok()) return ToGrpcStatus(s);
   EngineRequest engine_request = FromProto(resolved, options_.default_namespace);
   engine_request.arrival = arrival;
+  if (resolved.has_structured_output()) {
+    // Compiled here, on this request's thread, never on the engine's step
+    // loop; the time it takes is this request's queue time.
+    auto compiled = CompileStructuredOutput(resolved.structured_output());
+    if (!compiled.ok()) return ToGrpcStatus(compiled.status());
+    engine_request.grammar = *std::move(compiled);
+  }
   engine_request.id = absl::StrCat(instance_, "-", next_request_number_.fetch_add(1));
   const std::string engine_id = engine_request.id;
   // What the client sees (its own label, or ours when it set none).
@@ -224,6 +225,23 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
       }
     }
   }
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> WorkerService::CompileStructuredOutput(
+    const floe::v1::StructuredOutput& output) {
+  // Refused, never ignored: unconstrained output under a schema the client
+  // relies on would be a silent lie.
+  if (!options_.structured_output)
+    return absl::FailedPreconditionError(
+        "structured_output: this worker has no tokenizer (tokenizer.json in its model folder) to compile "
+        "grammars against");
+  auto compiled = options_.structured_output->Compile(output);
+  if (!compiled.ok()) {
+    if (metrics_) metrics_->ObserveGrammarCompileError();
+    return compiled.status();
+  }
+  if (metrics_) metrics_->ObserveGrammarCompile(compiled->cache_hit, compiled->compile_seconds);
+  return std::move(compiled->grammar);
 }
 
 grpc::Status WorkerService::Abort(grpc::ServerContext* context, const floe::v1::AbortRequest* request,

@@ -1,6 +1,7 @@
 // The worker's gRPC face: floe.v1.Worker over one Engine.
 //
-// Generate runs on a gRPC thread: it submits to the engine, then relays the
+// Generate runs on a gRPC thread: it compiles the request's structured
+// output (if any; cached, under a time limit), submits to the engine, then relays the
 // engine's outputs (delivered on the engine thread into a per-call queue) to
 // the client until the request finishes. A cancelled call or a passed
 // deadline aborts the request in the engine, which frees its KV blocks.
@@ -31,6 +32,7 @@
 #include "floe/v1/worker.grpc.pb.h"
 #include "services/request/resolve_request.h"
 #include "services/worker/engine/engine.h"
+#include "services/worker/structured/structured_output_compiler.h"
 #include "services/worker/worker_metrics.h"
 
 namespace floe {
@@ -47,6 +49,10 @@ struct WorkerServiceOptions {
   RequestLimits limits;
   // Suffix-tree namespace of requests that name none (--speculative-default-namespace).
   std::string default_namespace;
+  // Compiles GenerateRequest.structured_output against the model's
+  // tokenizer; null (no tokenizer.json in the model folder): such requests
+  // are answered FAILED_PRECONDITION.
+  std::shared_ptr<StructuredOutputCompiler> structured_output;
 };
 
 class WorkerService final : public floe::v1::Worker::Service {
@@ -79,6 +85,8 @@ class WorkerService final : public floe::v1::Worker::Service {
 
  private:
   grpc::Status AuthorizeInternal(const grpc::ServerContext& context, std::string_view call) const;
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutput(
+      const floe::v1::StructuredOutput& output);
 
   const std::shared_ptr<const InternalTrust> internal_trust_;  // null: none
   WorkerServiceOptions options_;  // written once, before engine_ is published

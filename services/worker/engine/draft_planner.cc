@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "services/worker/engine/grammar_drafts.h"
+
 namespace floe {
 namespace {
 
@@ -52,6 +54,7 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     seq->draft.clear();
     seq->draft_parents.clear();
     seq->draft_source = -1;
+    seq->draft_proposed = 0;
     seq->draft_claim_rate = -1;
   }
   int64_t step_tokens = 0;
@@ -181,10 +184,21 @@ void DraftPlanner::Plan(const std::vector<Sequence*>& running, const std::deque<
     const DraftCandidate& choice = choice_sets_[i][chosen_[i]];
     seq.draft_source = choice.proposer;
     Assign(seq, *choice.proposal, lengths[i]);
+    seq.draft_proposed = static_cast<int32_t>(seq.draft.size());
     if (claim_rates_[i] >= 0 && !seq.draft.empty()) {
       seq.draft_claim_rate = claim_rates_[i];
       seq.draft_offered = offered_[i];
     }
+  }
+  // Structured outputs: every draft of a constrained sequence is cut to
+  // what its grammar allows, and what the grammar forces is drafted for
+  // free, the budget or a proposer's silence notwithstanding (up to the
+  // sequence's cap: they cost verification rows, not a proposer's call).
+  for (size_t i = 0; options_.grammar_drafts && i < spec_seqs_.size(); ++i) {
+    Sequence& seq = *spec_seqs_[i];
+    if (!seq.matcher) continue;
+    const GrammarDraftResult r = ConstrainDraft(seq, spec_batch_[i].max_draft);
+    grammar_cut_tokens_ += r.cut;
   }
 }
 

@@ -4,7 +4,9 @@
 // takes (draft_selector.h). Drafts are the one per-step input from outside the
 // engine, so they are checked here: a draft with an id outside the
 // vocabulary or a malformed tree is dropped, never run; a tree is cut to its
-// first root path where the backend cannot compact a verified path.
+// first root path where the backend cannot compact a verified path. A
+// constrained sequence's draft is cut to what its grammar allows and
+// extended by what the grammar forces (grammar_drafts.h).
 // Verification itself (the accept walk, KV compaction) is the engine's,
 // since it samples exactly as plain decoding would.
 //
@@ -54,6 +56,8 @@ class DraftPlanner {
   void ObserveStep(double step_ms, double forward_ms);
   // The request ended: proposers learn its tokens.
   void Finish(const Sequence& seq);
+  // Structured outputs: proposers' draft tokens their grammar forbade, so far.
+  int64_t grammar_cut_tokens() const { return grammar_cut_tokens_; }
 
  private:
   void Assign(Sequence& seq, const DraftProposal& proposal, int32_t max_draft) const;
@@ -83,6 +87,7 @@ class DraftPlanner {
   std::vector<SpecSequence> sub_batch_;
   std::vector<size_t> sub_index_;
   std::vector<DraftProposal> sub_out_;
+  int64_t grammar_cut_tokens_ = 0;
 };
 
 }  // namespace floe

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "services/worker/sampling/sampler.h"
 
 namespace floe {
@@ -126,6 +127,7 @@ void EngineCore::Add(EngineRequest request) {
   seq->banned.insert(seq->banned.end(), request.stop.stop_token_ids.begin(),
                      request.stop.stop_token_ids.end());
   seq->arrival = request.arrival == Clock::time_point{} ? Clock::now() : request.arrival;
+  if (request.grammar) seq->matcher = std::make_unique<grammar::GrammarMatcher>(request.grammar);
   seq->request = std::move(request);
   Sequence* raw = seq.get();
   sequences_[raw->request.id] = std::move(seq);
@@ -188,6 +190,7 @@ void EngineCore::BuildBatch(const std::vector<Planned>& plan, std::vector<Forwar
 absl::Status EngineCore::Step() {
   const Clock::time_point step_start = Clock::now();
   drafts_->Plan(scheduler_->running(), scheduler_->waiting(), max_model_len_);
+  counters_.structured_output.draft_tokens_cut = drafts_->grammar_cut_tokens();
   const std::vector<Planned> plan = scheduler_->Schedule();
   counters_.preemptions = scheduler_->preemptions();
   if (plan.empty()) return absl::OkStatus();
@@ -270,7 +273,10 @@ absl::Status EngineCore::SampleOnDevice(const std::vector<Planned>& plan, std::s
         r.action = RowSampling::Action::kDownload;  // the raw logits are reported
       } else if (forced) {
         r.action = RowSampling::Action::kNone;
-      } else if (banned || Sampler::UsesPenalties(s)) {
+      } else if (banned || Sampler::UsesPenalties(s) || seq.matcher) {
+        // A grammar's mask is applied on the host for now (a bitmask stage
+        // in the device sampler is follow-up work): such rows come back
+        // like rows with penalties.
         r.action = RowSampling::Action::kDownload;
       } else {
         r.temperature = s.temperature;
@@ -299,7 +305,22 @@ int32_t EngineCore::SampleOne(Sequence& seq, float* logits_row, int32_t drawn, R
     context.output_tokens = std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len);
     context.output_position = seq.output_len();
     if (seq.output_len() < request.stop.min_tokens) context.banned_tokens = seq.banned;
+    // The forced stage (benchmarks) overrides the mask: none is computed.
+    const bool forced = static_cast<size_t>(seq.output_len()) < request.sampling.forced_tokens.size();
+    if (seq.matcher && !forced) context.allowed_tokens = GrammarMask(seq);
     token = Sampler::Sample(request.sampling, context, logits);
+    if (token == Sampler::kNoToken) {
+      // Only EOS or a stop id could end the output here, and ignore_eos or
+      // min_tokens forbids them: ending is the one honest answer.
+      ++counters_.structured_output.dead_ends;
+      LogEvent(LogLevel::kWarning, "engine", "structured_output_dead_end",
+               {{"request_id", request.id},
+                {"output_tokens", static_cast<int64_t>(seq.output_len())},
+                {"why", std::string(seq.matcher->CanEnd()
+                                        ? "the output is complete but ignore_eos or min_tokens forbids ending"
+                                        : "the grammar allows no token")}});
+      return token;
+    }
   }
 
   output.new_tokens.push_back(token);
@@ -309,7 +330,58 @@ int32_t EngineCore::SampleOne(Sequence& seq, float* logits_row, int32_t drawn, R
   }
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
+  if (seq.matcher) AcceptGrammarToken(seq, token);
   return token;
+}
+
+std::span<const uint32_t> EngineCore::GrammarMask(Sequence& seq) {
+  grammar::GrammarMatcher& matcher = *seq.matcher;
+  const grammar::TokenVocab& vocab = *matcher.grammar().vocab();
+  const int32_t model_vocab = backend_->config().vocab_size;
+  // Ids past the tokenizer's (a padded embedding) stay clear.
+  const size_t words = std::max<size_t>((model_vocab + 31) / 32, vocab.mask_words());
+  if (grammar_mask_.size() < words) grammar_mask_.resize(words);
+  StructuredOutputCounters& c = counters_.structured_output;
+  const bool timed = c.masks++ % StructuredOutputCounters::kMaskSampleEvery == 0;
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
+  matcher.FillNextTokenMask(grammar_mask_.data());
+  if (timed) {
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto& bounds = StructuredOutputCounters::kMaskBuckets;
+    ++c.mask_seconds_buckets[std::lower_bound(bounds.begin(), bounds.end(), s) - bounds.begin()];
+    ++c.mask_seconds_count;
+    c.mask_seconds_sum += s;
+  }
+  std::fill(grammar_mask_.begin() + vocab.mask_words(), grammar_mask_.begin() + words, 0);
+  if (matcher.CanEnd()) {
+    // EOS ends the output only without ignore_eos; a stop id the grammar
+    // never allows (a special token) ends it like EOS. Stop ids that are
+    // text are the grammar's to allow.
+    const EngineRequest& request = seq.request;
+    if (!request.stop.ignore_eos) {
+      for (int32_t id : options_.eos_token_ids)
+        if (id >= 0 && id < model_vocab) grammar::SetTokenBit(grammar_mask_.data(), id);
+    }
+    for (int32_t id : request.stop.stop_token_ids)
+      if (id >= 0 && id < model_vocab && !vocab.allowed(id)) grammar::SetTokenBit(grammar_mask_.data(), id);
+  }
+  return std::span<const uint32_t>(grammar_mask_.data(), words);
+}
+
+void EngineCore::AcceptGrammarToken(Sequence& seq, int32_t token) {
+  if (seq.matcher->AcceptToken(token)) return;
+  // EOS or a special stop id where the output may end: the request stops
+  // on it (StopReason) and the grammar has nothing left to follow.
+  const grammar::TokenVocab& vocab = *seq.matcher->grammar().vocab();
+  if (!vocab.allowed(token) && seq.matcher->CanEnd()) return;
+  // A token the mask did not choose: benchmarks' forced_output_ids (or a
+  // device draw). From here the output is no longer the grammar's; say so
+  // and stop masking rather than mask against a state it left.
+  LogEvent(LogLevel::kWarning, "engine", "structured_output_abandoned",
+           {{"request_id", seq.request.id},
+            {"token", static_cast<int64_t>(token)},
+            {"output_tokens", static_cast<int64_t>(seq.output_len())}});
+  seq.matcher.reset();
 }
 
 FinishReason EngineCore::StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const {
@@ -343,6 +415,10 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
   int32_t node = 0;  // the row the newest token was sampled from
   for (;;) {
     const int32_t token = SampleOne(seq, logits + static_cast<size_t>(node) * vocab, drawn ? drawn[node] : -1, output);
+    if (token == Sampler::kNoToken) {
+      reason = FinishReason::kStop;
+      break;
+    }
     int32_t child = -1;
     for (int32_t c = node + 1; c < num_rows && child < 0; ++c) {
       if (seq.verify_parents[c] == node && seq.verify[c] == token) child = c;
@@ -358,13 +434,21 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
   }
   const int32_t accepted = static_cast<int32_t>(path.size());
   if (num_drafts > 0) {
-    drafts_->RecordVerified(seq, num_drafts, accepted);
-    SpeculationCounters& c = counters_.speculation[seq.draft_source];
-    ++c.drafts;
-    c.draft_tokens += num_drafts;
-    c.accepted_tokens += accepted;
-    for (int32_t j = 0; j < accepted && j < static_cast<int32_t>(c.accepted_per_position.size()); ++j)
-      ++c.accepted_per_position[j];
+    // The proposer's tokens lead; tokens the grammar forced follow them
+    // (grammar_drafts.h). Each side is credited with what it drafted.
+    const int32_t proposed = seq.draft_source >= 0 ? std::min(seq.draft_proposed, num_drafts) : 0;
+    const int32_t proposed_accepted = std::min(accepted, proposed);
+    if (proposed > 0) {
+      drafts_->RecordVerified(seq, proposed, proposed_accepted);
+      SpeculationCounters& c = counters_.speculation[seq.draft_source];
+      ++c.drafts;
+      c.draft_tokens += proposed;
+      c.accepted_tokens += proposed_accepted;
+      for (int32_t j = 0; j < proposed_accepted && j < static_cast<int32_t>(c.accepted_per_position.size()); ++j)
+        ++c.accepted_per_position[j];
+    }
+    counters_.structured_output.forced_draft_tokens += num_drafts - proposed;
+    counters_.structured_output.forced_draft_accepted += accepted - proposed_accepted;
     seq.draft.clear();
     // KV is final for the last token and every accepted draft; the newest
     // emitted token is computed next step, rejected slots are overwritten.

@@ -27,9 +27,11 @@
 // Not thread-safe: Engine drives it from one thread. Tests drive it directly.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,23 @@ struct SpeculationCounters {
   std::vector<int64_t> accepted_per_position;
 };
 
+// Structured outputs, cumulative.
+struct StructuredOutputCounters {
+  // Upper bounds (seconds) of the mask-time histogram's buckets; +Inf after.
+  static constexpr std::array<double, 12> kMaskBuckets = {1e-6,   2.5e-6, 5e-6,   1e-5, 2.5e-5, 5e-5,
+                                                          1e-4,   2.5e-4, 5e-4,   1e-3, 2.5e-3, 1e-2};
+  int64_t masks = 0;  // token masks computed (one per constrained sampled token)
+  // Every kMaskSampleEvery-th mask is timed: its histogram.
+  static constexpr int kMaskSampleEvery = 16;
+  std::array<int64_t, kMaskBuckets.size() + 1> mask_seconds_buckets{};  // not cumulative
+  int64_t mask_seconds_count = 0;
+  double mask_seconds_sum = 0.0;
+  int64_t draft_tokens_cut = 0;         // proposers' draft tokens the grammar forbade (never verified)
+  int64_t forced_draft_tokens = 0;      // forced tokens verified as drafts
+  int64_t forced_draft_accepted = 0;    // of those, accepted
+  int64_t dead_ends = 0;                // requests ended because the mask left no token
+};
+
 struct EngineCounters {
   int64_t steps = 0;
   int64_t prompt_tokens_computed = 0;  // prefill tokens actually run
@@ -77,6 +96,7 @@ struct EngineCounters {
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   std::vector<SpeculationCounters> speculation;  // one per installed proposer, in order
+  StructuredOutputCounters structured_output;
 };
 
 // The step cost curve (tokens run -> ms) of `backend`: one sequence of 1, 2,
@@ -129,7 +149,14 @@ class EngineCore {
   // `drawn`: the rows' tokens drawn on the device (-1: sample on the host;
   // null: every row on the host).
   void SampleAndEmit(Sequence& seq, float* logits, const float* hidden, const int32_t* drawn, int32_t num_rows);
+  // The sampled token, or Sampler::kNoToken where the grammar's mask left
+  // nothing (the request then ends).
   int32_t SampleOne(Sequence& seq, float* logits_row, int32_t drawn, RequestOutput& output);
+  // The tokens seq's grammar allows next (grammar_mask_), EOS and special
+  // stop ids only where the output may end.
+  std::span<const uint32_t> GrammarMask(Sequence& seq);
+  // Advances seq's grammar by an emitted token.
+  void AcceptGrammarToken(Sequence& seq, int32_t token);
   // For a backend that samples on its device: what it does with each logits
   // row of the step (row_sampling_), and the device's draws (row_tokens_).
   absl::Status SampleOnDevice(const std::vector<Planned>& plan, std::span<const ForwardSequence> batch);
@@ -151,6 +178,7 @@ class EngineCore {
   std::vector<RowSampling> row_sampling_;
   std::vector<int32_t> row_tokens_;
   std::vector<int32_t> row_depth_;
+  std::vector<uint32_t> grammar_mask_;
   uint64_t next_seed_;
   EngineCounters counters_;
 };

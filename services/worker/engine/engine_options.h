@@ -49,6 +49,11 @@ struct EngineOptions {
   // and proposer, or each proposer's own score.
   enum class DraftSelection { kAcceptance, kScore };
   DraftSelection draft_selection = DraftSelection::kAcceptance;
+  // Structured outputs: a constrained sequence's drafts are cut where its
+  // grammar forbids them and extended by the tokens it forces
+  // (grammar_drafts.h). False verifies proposers' drafts as they come,
+  // which is as lossless, only slower: the benchmarks' baseline.
+  bool grammar_drafts = true;
 };
 
 }  // namespace floe

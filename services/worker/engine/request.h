@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/grammar/token_mask.h"
 #include "services/worker/sampling/sampling_options.h"
 
 namespace floe {
@@ -80,6 +82,11 @@ struct EngineRequest {
   // Seeds the prefix-cache hash chain (a hash of the request's cache salt, 0
   // without one): requests only share cached blocks with the same salt.
   uint64_t cache_salt_hash = 0;
+  // Structured outputs: what the output must be, compiled against the
+  // worker's vocabulary (off the engine thread); null: unconstrained. Every
+  // sampled token is masked to what it allows, EOS only where the output is
+  // complete.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
   OutputSink sink;
 };
 

@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "common/grammar/matcher.h"
 #include "services/worker/engine/request.h"
 
 namespace floe {
@@ -35,6 +37,9 @@ struct Sequence {
   std::vector<int32_t> draft;
   std::vector<int32_t> draft_parents;
   int draft_source = -1;
+  // Leading draft tokens from draft_source; the rest (a chain's tail) are
+  // tokens the grammar forces, drafted for free (grammar_drafts.h).
+  int32_t draft_proposed = 0;
   // Where draft_source's score claimed a rate above the namespace's: the
   // tokens it offered and the per-token rate its score implied over them
   // (-1: no claim to judge), for the claim calibration. The claim is judged
@@ -53,6 +58,10 @@ struct Sequence {
     int32_t asked = 0;  // steps since the record last halved
   };
   std::vector<Acceptance> proposer_acceptance;
+  // Structured outputs: the grammar's state after the output so far (null:
+  // unconstrained). Advanced by each emitted token; drafts are walked
+  // through it and rolled back before verification.
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
   // Timeline for metrics (one clock, see RequestOutput::time).
   Clock::time_point arrival, first_scheduled, first_token;
   bool scheduled_once = false, has_first_token = false;

@@ -41,8 +41,78 @@ void ApplyPenalties(const SamplingOptions& options, const SamplingContext& conte
   }
 }
 
+// Every token whose bit is clear gets -inf; whole words at a time where
+// they are all set or all clear (a grammar's masks mostly are).
+void ApplyAllowedTokens(std::span<const uint32_t> allowed, std::span<float> logits) {
+  const size_t n = logits.size();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = allowed[w];
+    if (bits == ~uint32_t{0}) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    for (size_t i = w * 32; i < end; ++i) {
+      if (!((bits >> (i & 31)) & 1)) logits[i] = kNegInf;
+    }
+  }
+}
+
+// The largest logit, in eight independent lanes (std::max_element is one
+// compare-and-move chain: a 128k vocabulary's scan was most of a sampled
+// token's cost). Logits are never NaN.
+float MaxLogit(std::span<const float> logits) {
+  constexpr size_t kLanes = 8;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, kNegInf);
+  const size_t n = logits.size(), body = n - n % kLanes;
+  for (size_t i = 0; i < body; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
+  }
+  float best = kNegInf;
+  for (size_t j = 0; j < kLanes; ++j) best = lane[j] > best ? lane[j] : best;
+  for (size_t i = body; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+  return best;
+}
+
+// The first id holding the largest logit (lowest id wins ties).
 int32_t ArgMax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const float best = MaxLogit(logits);
+  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), best) - logits.begin());
+}
+
+// The ids a mask allows, ascending, when they are at most 1/8 of `n` (the
+// masks of a grammar's structural positions); false when denser.
+bool SparseAllowed(std::span<const uint32_t> allowed, size_t n, std::vector<int32_t>& ids) {
+  const size_t words = (n + 31) / 32;
+  size_t count = 0;
+  for (size_t w = 0; w < words; ++w) count += static_cast<size_t>(__builtin_popcount(allowed[w]));
+  if (count * 8 > n) return false;
+  ids.clear();
+  ids.reserve(count);
+  for (size_t w = 0; w < words; ++w) {
+    for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+      const size_t id = w * 32 + static_cast<size_t>(__builtin_ctz(bits));
+      if (id < n) ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  return true;
+}
+
+// Inverse CDF over `ids` (ascending) at temperature 1 / inv_temperature:
+// exactly the whole-vocabulary walk below over a row whose other logits
+// are -inf, whose terms are all exact zeros.
+int32_t DrawAmong(std::span<const float> logits, const std::vector<int32_t>& ids, float max_logit,
+                  float inv_temperature, float u) {
+  double total = 0.0;
+  for (int32_t id : ids) total += std::exp((logits[id] - max_logit) * inv_temperature);
+  double target = u * total, cumulative = 0.0;
+  int32_t last_positive = 0;
+  for (int32_t id : ids) {
+    const float p = std::exp((logits[id] - max_logit) * inv_temperature);
+    if (p <= 0.0f) continue;
+    cumulative += p;
+    last_positive = id;
+    if (cumulative > target) return last_positive;
+  }
+  return last_positive;
 }
 
 struct Candidate {
@@ -75,15 +145,38 @@ int32_t Sampler::Sample(const SamplingOptions& options, const SamplingContext& c
   for (int32_t t : context.banned_tokens) {
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[t] = kNegInf;
   }
-  if (options.greedy()) return ArgMax(logits);
-
   const float inv_temperature = 1.0f / options.temperature;
   const bool truncate = options.top_k > 0 || options.top_p < 1.0f || options.min_p > 0.0f;
+  float max_logit;
+  if (!context.allowed_tokens.empty()) {
+    // A sparse mask (a grammar's structural positions) is walked id by id,
+    // never the whole row; a dense one (inside a string) sets -inf.
+    thread_local std::vector<int32_t> ids;
+    if (!truncate && SparseAllowed(context.allowed_tokens, logits.size(), ids)) {
+      int32_t best = -1;
+      for (int32_t id : ids) {
+        if (best < 0 || logits[id] > logits[best]) best = id;
+      }
+      // Only a mask can leave nothing: model logits are finite.
+      if (best < 0 || logits[best] == kNegInf) return kNoToken;
+      if (options.greedy()) return best;
+      return DrawAmong(logits, ids, logits[best], inv_temperature,
+                       CounterUniform(options.seed, static_cast<uint64_t>(context.output_position)));
+    }
+    ApplyAllowedTokens(context.allowed_tokens, logits);
+    const int32_t best = ArgMax(logits);
+    if (logits[best] == kNegInf) return kNoToken;
+    if (options.greedy()) return best;
+    max_logit = logits[best];
+  } else {
+    if (options.greedy()) return ArgMax(logits);
+    max_logit = MaxLogit(logits);
+  }
+
   const float u = CounterUniform(options.seed, static_cast<uint64_t>(context.output_position));
 
   if (!truncate) {
     // Inverse CDF over the whole vocabulary in id order: O(V), no sort.
-    const float max_logit = logits[ArgMax(logits)];
     double total = 0.0;
     for (float& l : logits) {
       l = std::exp((l - max_logit) * inv_temperature);
@@ -149,7 +242,12 @@ int32_t Sampler::Sample(const SamplingOptions& options, const SamplingContext& c
     cumulative += probs[i];
     if (cumulative > target) return candidates[i].id;
   }
-  return candidates[keep - 1].id;
+  // Rounding left the target unreached: the last candidate with any mass
+  // (never a masked one).
+  for (size_t i = keep; i-- > 1;) {
+    if (probs[i] > 0) return candidates[i].id;
+  }
+  return candidates[0].id;
 }
 
 bool Sampler::UsesPenalties(const SamplingOptions& options) {

@@ -1,8 +1,11 @@
 // Turns one row of logits into one token: a chain of small stages
-// (forced -> penalties -> banned tokens -> temperature -> top-k -> top-p ->
-// min-p -> draw), each of which is skipped when its option is neutral. The
-// forced stage (benchmarks only) emits SamplingOptions::forced_tokens. Greedy requests take
-// the arg-max after penalties (lowest id wins ties).
+// (forced -> penalties -> allowed tokens -> banned tokens -> temperature ->
+// top-k -> top-p -> min-p -> draw), each of which is skipped when its option
+// is neutral. The forced stage (benchmarks only) emits
+// SamplingOptions::forced_tokens. The allowed-tokens stage (structured
+// outputs: the grammar's mask) sets every other logit to -inf, so every
+// later stage, greedy included, chooses among the allowed tokens only.
+// Greedy requests take the arg-max after penalties (lowest id wins ties).
 //
 // Stateless and thread-compatible: the engine thread calls it once per
 // sequence per step.
@@ -23,6 +26,9 @@ struct SamplingContext {
   int64_t output_position = 0;
   // Tokens that must not be drawn now (EOS and stop ids before min_tokens).
   std::span<const int32_t> banned_tokens;
+  // Structured outputs: bit (id % 32) of word id / 32 set where token id may
+  // be drawn; at least ceil(logits / 32) words. Empty: every token may.
+  std::span<const uint32_t> allowed_tokens;
 };
 
 struct TopLogprobs {
@@ -33,6 +39,10 @@ struct TopLogprobs {
 
 class Sampler {
  public:
+  // What Sample returns when allowed_tokens, less the banned tokens, leaves
+  // nothing to draw (never without allowed_tokens).
+  static constexpr int32_t kNoToken = -1;
+
   // `logits` is modified in place (scratch for the stages).
   static int32_t Sample(const SamplingOptions& options, const SamplingContext& context,
                         std::span<float> logits);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "common/rpc/server_runner.h"
 #include "gtest/gtest.h"
@@ -20,6 +21,7 @@
 #include "services/worker/model/checkpoint.h"
 #include "services/worker/speculation/make_proposers.h"
 #include "tests/services/worker/engine/engine_test_harness.h"
+#include "tests/services/worker/structured/structured_test_util.h"
 
 namespace floe {
 namespace {
@@ -48,7 +50,8 @@ class WorkerServiceTest : public EngineHarness {
   };
   static std::unique_ptr<Worker> StartWorker(std::shared_ptr<const InternalTrust> trust,
                                              const ApiKeys* admin_keys = nullptr,
-                                             std::vector<std::unique_ptr<Proposer>> proposers = {}) {
+                                             std::vector<std::unique_ptr<Proposer>> proposers = {},
+                                             std::shared_ptr<StructuredOutputCompiler> structured_output = nullptr) {
     auto worker = std::make_unique<Worker>();
     auto backend = CpuBackend::Create(checkpoint_->config(), checkpoint_->weights(), {.num_threads = 1});
     EXPECT_TRUE(backend.ok()) << backend.status();
@@ -56,6 +59,7 @@ class WorkerServiceTest : public EngineHarness {
     options.max_model_len = 256;
     options.kv_cache_bytes = 8 << 20;
     options.num_speculative_tokens = proposers.empty() ? 0 : 4;
+    options.eos_token_ids = {128001, 128009};  // the tiny model's (Llama 3.1's)
     auto engine = Engine::Create(std::move(backend).value(), options, std::move(proposers));
     EXPECT_TRUE(engine.ok()) << engine.status();
     worker->engine = std::move(engine).value();
@@ -66,6 +70,7 @@ class WorkerServiceTest : public EngineHarness {
     description.limits = {.vocab_size = static_cast<int32_t>(checkpoint_->config().vocab_size),
                           .max_context = worker->engine->max_model_len(),
                           .max_tokens_limit = 64};
+    description.structured_output = std::move(structured_output);
     worker->service->AttachEngine(worker->engine.get(), std::move(description));
     auto runner = ServerRunner::Start({}, {worker->service.get()});
     EXPECT_TRUE(runner.ok()) << runner.status();
@@ -99,6 +104,8 @@ class WorkerServiceTest : public EngineHarness {
     grpc::Status status;
     int tokens = 0;
     bool complete = false;
+    std::vector<int32_t> token_ids;
+    floe::v1::FinishReason finish_reason = floe::v1::FINISH_REASON_UNSPECIFIED;
   };
   static Outcome Generate(floe::v1::Worker::Stub& stub, const InternalTrust* sender,
                           const floe::v1::GenerateRequest& request, const std::string& literal = "") {
@@ -108,7 +115,10 @@ class WorkerServiceTest : public EngineHarness {
     floe::v1::GenerateResponse response;
     while (reader->Read(&response)) {
       out.tokens += response.chunk().token_ids_size();
+      out.token_ids.insert(out.token_ids.end(), response.chunk().token_ids().begin(),
+                           response.chunk().token_ids().end());
       out.complete = out.complete || response.has_complete();
+      if (response.has_complete()) out.finish_reason = response.complete().finish_reason();
     }
     out.status = reader->Finish();
     return out;
@@ -182,6 +192,63 @@ TEST_F(WorkerServiceTest, WithoutATrustNothingChanges) {
   EXPECT_EQ(served.tokens, 12);
   floe::v1::ModelInfo info;
   EXPECT_TRUE(worker->stub->GetModelInfo(Context(nullptr).get(), floe::v1::GetModelInfoRequest(), &info).ok());
+}
+
+// Structured outputs over gRPC: the worker compiles the constraint against
+// its tokenizer and the engine masks every token to it; a constraint that
+// does not compile is INVALID_ARGUMENT naming its field; a worker without a
+// tokenizer refuses constraints rather than ignore them.
+TEST_F(WorkerServiceTest, StructuredOutputsConstrainWhatTheWorkerWrites) {
+  const auto vocab = structured_testing::Llama3Vocab();
+  ASSERT_NE(vocab, nullptr);
+  auto worker = StartWorker(nullptr, nullptr, {}, std::make_shared<StructuredOutputCompiler>(vocab, StructuredOutputOptions{}));
+  auto constrained = [](floe::v1::StructuredOutput output, int max_tokens) {
+    floe::v1::GenerateRequest request = Request();
+    request.mutable_stopping()->set_ignore_eos(false);
+    request.mutable_stopping()->set_max_tokens(max_tokens);
+    request.mutable_sampling()->set_temperature(1.0f);
+    request.mutable_sampling()->set_seed(11);
+    *request.mutable_structured_output() = std::move(output);
+    return request;
+  };
+  for (int round = 0; round < 2; ++round) {  // compiled, then from the cache
+    const Outcome choice = Generate(*worker->stub, nullptr, constrained(structured_testing::Choice({"yes", "no way"}), 40));
+    ASSERT_TRUE(choice.status.ok()) << choice.status.error_message();
+    EXPECT_EQ(choice.finish_reason, floe::v1::FINISH_REASON_STOP);
+    const std::string text = structured_testing::Spelled(*vocab, choice.token_ids);
+    EXPECT_TRUE(text == "yes" || text == "no way") << text;
+  }
+  const Outcome json = Generate(
+      *worker->stub, nullptr,
+      constrained(structured_testing::JsonSchema(
+                      R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})"),
+                  64));
+  ASSERT_TRUE(json.status.ok()) << json.status.error_message();
+  const std::string document = structured_testing::Spelled(*vocab, json.token_ids);
+  if (json.finish_reason == floe::v1::FINISH_REASON_STOP) {
+    const auto parsed = nlohmann::json::parse(document, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(parsed.is_discarded()) << document;
+    EXPECT_TRUE(parsed.at("ok").is_boolean()) << document;
+    EXPECT_EQ(parsed.size(), 1u) << document;
+  } else {
+    EXPECT_EQ(document.rfind("{", 0), 0u) << document;
+  }
+
+  const Outcome bad = Generate(*worker->stub, nullptr,
+                               constrained(structured_testing::JsonSchema(R"({"type": "object", "not": {}})"), 8));
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad.status.error_message().rfind("structured_output.json_schema: ", 0), 0u) << bad.status.error_message();
+  EXPECT_NE(bad.status.error_message().find("'not'"), std::string::npos) << bad.status.error_message();
+  EXPECT_EQ(bad.tokens, 0);
+  const Outcome bad_regex = Generate(*worker->stub, nullptr, constrained(structured_testing::Regex("(a"), 8));
+  EXPECT_EQ(bad_regex.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad_regex.status.error_message().rfind("structured_output.regex: ", 0), 0u)
+      << bad_regex.status.error_message();
+
+  auto without = StartWorker(nullptr);
+  const Outcome refused = Generate(*without->stub, nullptr, constrained(structured_testing::Choice({"yes"}), 8));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.status.error_message().find("tokenizer"), std::string::npos) << refused.status.error_message();
 }
 
 // The worker -> suffix-cache leg: the cache requires the key, the worker's

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <limits>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -147,6 +149,108 @@ TEST(SamplerTest, ForcedTokensOverrideEveryStageThenSamplingResumes) {
   SamplingOptions plain = o;
   plain.forced_tokens.clear();
   for (int64_t position : {3, 4, 17}) EXPECT_EQ(Draw(o, logits, position), Draw(plain, logits, position));
+}
+
+// The allowed-tokens stage (a grammar's mask): bits over 70 ids.
+std::vector<uint32_t> Allowed(std::initializer_list<int32_t> ids) {
+  std::vector<uint32_t> words(3, 0);
+  for (int32_t id : ids) words[id / 32] |= uint32_t{1} << (id % 32);
+  return words;
+}
+
+int32_t DrawAllowed(const SamplingOptions& options, std::vector<float> logits, const std::vector<uint32_t>& allowed,
+                    int64_t position = 0, std::vector<int32_t> banned = {}) {
+  SamplingContext context;
+  context.output_position = position;
+  context.banned_tokens = banned;
+  context.allowed_tokens = allowed;
+  return Sampler::Sample(options, context, logits);
+}
+
+TEST(SamplerTest, AllowedTokensAloneAreDrawnGreedyOrSampledWithEveryTruncation) {
+  std::vector<float> logits(70);
+  for (int i = 0; i < 70; ++i) logits[i] = static_cast<float>(i % 13);  // 12, 25, 38, ... lead
+  const std::vector<uint32_t> allowed = Allowed({3, 33, 64, 69});
+  SamplingOptions greedy;
+  EXPECT_EQ(DrawAllowed(greedy, logits, allowed), 64);  // 64 % 13 = 12, the best allowed
+  EXPECT_EQ(DrawAllowed(greedy, logits, allowed, 0, /*banned=*/{64}), 33);  // 33 % 13 = 7
+  SamplingOptions penalised = greedy;
+  penalised.presence_penalty = 100.0f;  // penalties first, then the mask
+  SamplingContext history;
+  const std::vector<int32_t> seen = {64, 33};
+  history.output_tokens = seen;
+  history.allowed_tokens = allowed;
+  std::vector<float> row = logits;
+  EXPECT_EQ(Sampler::Sample(penalised, history, row), 69);  // 69 % 13 = 4 beats 3
+  for (int variant = 0; variant < 4; ++variant) {
+    SamplingOptions o;
+    o.temperature = 1.5f;
+    o.top_k = variant == 1 ? 40 : 0;
+    o.top_p = variant == 2 ? 0.999f : 1.0f;
+    o.min_p = variant == 3 ? 0.01f : 0.0f;
+    std::map<int32_t, int> drawn;
+    for (int64_t position = 0; position < 400; ++position) {
+      o.seed = 77;
+      ++drawn[DrawAllowed(o, logits, allowed, position)];
+    }
+    for (const auto& [id, count] : drawn)
+      EXPECT_TRUE(id == 3 || id == 33 || id == 64 || id == 69) << "variant " << variant << " drew " << id;
+    EXPECT_GE(drawn.size(), 2u) << "variant " << variant;  // sampled, not greedy
+  }
+}
+
+TEST(SamplerTest, AMaskThatLeavesNothingDrawsNoToken) {
+  const std::vector<float> logits(70, 1.0f);
+  SamplingOptions greedy, sampled;
+  sampled.temperature = 1.0f;
+  sampled.top_p = 0.5f;
+  for (const SamplingOptions& o : {greedy, sampled}) {
+    EXPECT_EQ(DrawAllowed(o, logits, Allowed({})), Sampler::kNoToken);
+    // Only EOS (5) allowed, but banned before min_tokens.
+    EXPECT_EQ(DrawAllowed(o, logits, Allowed({5}), 0, /*banned=*/{5}), Sampler::kNoToken);
+    EXPECT_EQ(DrawAllowed(o, logits, Allowed({5})), 5);
+  }
+}
+
+// The oracle of the allowed-tokens stage: the same draw on a row whose
+// disallowed logits were set to -inf by hand, with no mask. Sparse masks
+// (walked id by id) and dense ones (whole row), greedy and sampled, with
+// and without truncation, over a vocabulary the size of Llama 3's.
+TEST(SamplerTest, AMaskDrawsExactlyAsTheRowWithDisallowedLogitsAtMinusInfinity) {
+  constexpr int kVocab = 128256;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(kVocab);
+  for (float& l : logits) l = normal(rng);
+  for (double density : {0.00002, 0.001, 0.05, 0.2, 0.9}) {
+    std::bernoulli_distribution keep(density);
+    std::vector<uint32_t> allowed((kVocab + 31) / 32, 0);
+    int count = 0;
+    for (int id = 0; id < kVocab; ++id) {
+      if (keep(rng)) {
+        allowed[id / 32] |= uint32_t{1} << (id % 32);
+        ++count;
+      }
+    }
+    std::vector<float> masked = logits;
+    for (int id = 0; id < kVocab; ++id)
+      if (!((allowed[id / 32] >> (id % 32)) & 1)) masked[id] = -std::numeric_limits<float>::infinity();
+    for (int variant = 0; variant < 4; ++variant) {
+      SamplingOptions o;
+      if (variant > 0) o.temperature = variant == 1 ? 1.0f : 0.7f;
+      if (variant == 3) o.top_p = 0.9f;
+      for (int64_t position = 0; position < 25; ++position) {
+        o.seed = 1000 + position;
+        SCOPED_TRACE(testing::Message() << "density " << density << " variant " << variant << " position "
+                                        << position);
+        const int32_t drawn = DrawAllowed(o, logits, allowed, position);
+        ASSERT_NE(drawn, Sampler::kNoToken);
+        EXPECT_TRUE((allowed[drawn / 32] >> (drawn % 32)) & 1);
+        EXPECT_EQ(drawn, Draw(o, masked, position));
+      }
+    }
+    EXPECT_GT(count, 0);
+  }
 }
 
 TEST(CounterRngTest, RoughlyUniform) {

@@ -9,6 +9,7 @@
 #include "services/worker/speculation/speculator_writer.h"
 #include "services/worker/speculation/suffix_proposer.h"
 #include "tests/services/worker/engine/engine_test_harness.h"
+#include "tests/services/worker/speculation/test_proposers.h"
 
 namespace floe {
 namespace {
@@ -18,24 +19,14 @@ class LstmSpeculationTest : public EngineHarness {
   static void SetUpTestSuite() {
     EngineHarness::SetUpTestSuite();
     speculator_dir_ = new std::string(dir_->string() + "_speculator");
-    SpeculatorSpec spec;
-    spec.hidden_size = checkpoint_->config().hidden_size;
-    spec.vocab_size = checkpoint_->config().vocab_size;
-    spec.dtype = DType::kF32;
-    spec.seed = 5;
-    ASSERT_TRUE(WriteRandomSpeculator(spec, *speculator_dir_).ok());
+    WriteTestSpeculator(checkpoint_->config(), *speculator_dir_);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*speculator_dir_);
     delete speculator_dir_;
     EngineHarness::TearDownTestSuite();
   }
-  static std::unique_ptr<Proposer> Lstm() {
-    auto speculator = LstmSpeculator::Load(*speculator_dir_, 1);
-    EXPECT_TRUE(speculator.ok()) << speculator.status();
-    EXPECT_TRUE((*speculator)->CheckFits(checkpoint_->config().hidden_size, checkpoint_->config().vocab_size, "t").ok());
-    return std::make_unique<LstmProposer>(std::move(speculator).value());
-  }
+  static std::unique_ptr<Proposer> Lstm() { return LoadTestLstm(checkpoint_->config(), *speculator_dir_); }
   // Prompts that repeat themselves; the random model's greedy output falls
   // into loops the suffix tree drafts from.
   static std::vector<EngineRequest> Batch(bool seeded) {

@@ -9,38 +9,10 @@
 #include "services/worker/speculation/ngram_proposer.h"
 #include "services/worker/speculation/suffix_proposer.h"
 #include "tests/services/worker/engine/engine_test_harness.h"
+#include "tests/services/worker/speculation/test_proposers.h"
 
 namespace floe {
 namespace {
-
-// Proposes each request's known continuation (from a reference run), with
-// draft position `corrupt_at` (if >= 0) changed so it is rejected there.
-// Past the reference's end it proposes token 7, so drafts may cross max_tokens.
-class OracleProposer final : public Proposer {
- public:
-  OracleProposer(std::map<std::string, Result> reference, int corrupt_at)
-      : reference_(std::move(reference)), corrupt_at_(corrupt_at) {}
-  std::string_view name() const override { return "oracle"; }
-  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const std::vector<int32_t>& want = reference_.at(std::string(batch[i].request_id)).tokens;
-      const size_t produced = batch[i].tokens.size() - batch[i].prompt_len;
-      for (int j = 0; j < batch[i].max_draft; ++j) {
-        int32_t t = produced + j < want.size() ? want[produced + j] : 7;
-        if (j == corrupt_at_) t = (t + 1) % 128000;
-        out[i].tokens.push_back(t);
-      }
-      out[i].score = 1.0f;
-    }
-    ++calls_;
-  }
-  int calls() const { return calls_; }
-
- private:
-  std::map<std::string, Result> reference_;
-  int corrupt_at_;
-  int calls_ = 0;
-};
 
 // What a model-based speculator (an LSTM head over the target's hidden
 // state) sees: records each sequence's tokens and last_hidden, and takes its

@@ -9,63 +9,10 @@
 
 #include "services/worker/speculation/suffix_proposer.h"
 #include "tests/services/worker/engine/engine_test_harness.h"
+#include "tests/services/worker/speculation/test_proposers.h"
 
 namespace floe {
 namespace {
-
-enum class Shape {
-  kFirst,   // the true path is every node's first child, decoy branches after it
-  kSecond,  // at every depth a decoy subtree (two nodes) comes before the true child
-  kReject,  // only decoys under the root
-  kBroken,  // like kSecond, but the true path is cut at depth 2 (a decoy there instead)
-};
-
-int32_t Decoy(int32_t t, int salt) { return (t + 1 + salt) % 128000; }
-
-// Builds a tree of at most max_draft nodes around the request's known
-// continuation (from a reference run; token 7 past its end).
-class TreeOracleProposer final : public Proposer {
- public:
-  TreeOracleProposer(std::map<std::string, Result> reference, Shape shape)
-      : reference_(std::move(reference)), shape_(shape) {}
-  std::string_view name() const override { return "tree-oracle"; }
-  void Propose(std::span<const SpecSequence> batch, std::span<DraftProposal> out) override {
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const std::vector<int32_t>& want = reference_.at(std::string(batch[i].request_id)).tokens;
-      const size_t produced = batch[i].tokens.size() - batch[i].prompt_len;
-      auto truth = [&](int d) { return produced + d < want.size() ? want[produced + d] : 7; };
-      DraftProposal& p = out[i];
-      auto add = [&](int32_t token, int32_t parent) {
-        if (static_cast<int32_t>(p.tokens.size()) >= batch[i].max_draft) return -1;
-        p.tokens.push_back(token);
-        p.parents.push_back(parent);
-        return static_cast<int32_t>(p.tokens.size()) - 1;
-      };
-      int32_t parent = -1;
-      for (int d = 0; parent >= -1 && static_cast<int32_t>(p.tokens.size()) < batch[i].max_draft; ++d) {
-        const int32_t t = truth(d);
-        if (shape_ == Shape::kReject) {
-          const int32_t decoy = add(Decoy(t, d), -1);
-          add(Decoy(t, d + 50), decoy);
-          continue;
-        }
-        if (shape_ != Shape::kFirst) {
-          const int32_t decoy = add(Decoy(t, 0), parent);
-          if (decoy >= 0) add(truth(d + 1), decoy);  // a decoy subtree under it
-        }
-        const int32_t node = add(shape_ == Shape::kBroken && d == 2 ? Decoy(t, 9) : t, parent);
-        if (shape_ == Shape::kFirst) add(Decoy(t, 1), parent);
-        if (node < 0) break;
-        parent = node;
-      }
-      p.score = 1.0f;
-    }
-  }
-
- private:
-  std::map<std::string, Result> reference_;
-  Shape shape_;
-};
 
 // A CPU backend without CopyKvSlots (like the CUDA backend): it keeps the
 // default UNIMPLEMENTED, counts the trees it is sent and the most logits one
@@ -116,7 +63,7 @@ class TreeSpeculationTest : public EngineHarness {
     options.speculative_step_overhead_tokens = -1;  // the trees' shapes stay as built
     return options;
   }
-  static std::unique_ptr<EngineCore> TreeEngine(const std::map<std::string, Result>& want, Shape shape,
+  static std::unique_ptr<EngineCore> TreeEngine(const std::map<std::string, Result>& want, TreeShape shape,
                                                 EngineOptions options,
                                                 std::unique_ptr<Backend> backend = nullptr) {
     std::vector<std::unique_ptr<Proposer>> p;
@@ -130,7 +77,7 @@ class TreeSpeculationTest : public EngineHarness {
     for (bool seeded : {false, true}) {
       auto requests = Batch(5, seeded);
       auto want = RunWithoutSpeculation(requests, SpecOptions(k));
-      for (Shape shape : {Shape::kFirst, Shape::kSecond, Shape::kReject, Shape::kBroken}) {
+      for (TreeShape shape : {TreeShape::kFirst, TreeShape::kSecond, TreeShape::kReject, TreeShape::kBroken}) {
         SCOPED_TRACE(testing::Message() << "shape " << static_cast<int>(shape) << (seeded ? " seeded" : " greedy"));
         fn(shape, requests, want);
       }
@@ -141,22 +88,22 @@ class TreeSpeculationTest : public EngineHarness {
 
 TEST_F(TreeSpeculationTest, EveryShapeMatchesPlainDecodingBatchedAndAlone) {
   const int k = 9;
-  ForEveryShape(k, [&](Shape shape, const std::vector<EngineRequest>& requests,
+  ForEveryShape(k, [&](TreeShape shape, const std::vector<EngineRequest>& requests,
                        const std::map<std::string, Result>& want) {
     auto core = TreeEngine(want, shape, SpecOptions(k));
     ExpectSameTokens(Run(*core, requests), want);
     const SpeculationCounters& c = Only(*core);
     EXPECT_GT(c.drafts, 0);
     switch (shape) {
-      case Shape::kFirst:  // 5 (first) or 3 (second) path nodes of 9; fewer near max_tokens
-      case Shape::kSecond:
+      case TreeShape::kFirst:  // 5 (first) or 3 (second) path nodes of 9; fewer near max_tokens
+      case TreeShape::kSecond:
         EXPECT_GT(c.accepted_tokens, c.drafts);
         EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
         break;
-      case Shape::kReject:
+      case TreeShape::kReject:
         EXPECT_EQ(c.accepted_tokens, 0);
         break;
-      case Shape::kBroken:
+      case TreeShape::kBroken:
         EXPECT_GT(c.accepted_per_position[1], 0);
         EXPECT_EQ(c.accepted_per_position[2], 0);
         break;
@@ -176,7 +123,7 @@ TEST_F(TreeSpeculationTest, WithoutKvCopyTheFirstRootPathIsVerifiedAsAChain) {
   // kSecond's and kBroken's is a decoy and the true token under it (nothing
   // accepted); kReject's a decoy pair.
   const int k = 9;
-  ForEveryShape(k, [&](Shape shape, const std::vector<EngineRequest>& requests,
+  ForEveryShape(k, [&](TreeShape shape, const std::vector<EngineRequest>& requests,
                        const std::map<std::string, Result>& want) {
     NoKvCopyBackend::Seen seen;
     auto core = TreeEngine(want, shape, SpecOptions(k), std::make_unique<NoKvCopyBackend>(MakeCpuBackend(), &seen));
@@ -184,7 +131,7 @@ TEST_F(TreeSpeculationTest, WithoutKvCopyTheFirstRootPathIsVerifiedAsAChain) {
     EXPECT_EQ(seen.trees, 0);
     const SpeculationCounters& c = Only(*core);
     EXPECT_GT(c.drafts, 0);
-    if (shape == Shape::kFirst) {
+    if (shape == TreeShape::kFirst) {
       EXPECT_EQ(seen.max_logits, 1 + 5);
       EXPECT_GT(c.accepted_tokens, c.drafts);
       EXPECT_LT(core->counters().steps, core->counters().generated_tokens / 2);
@@ -206,7 +153,7 @@ TEST_F(TreeSpeculationTest, TreesCrossingStopTokenMinTokensMaxTokensAndContext) 
     for (const EngineRequest& r : StopRuleVariants(base, ref[3])) {
       auto want = RunWithoutSpeculation({r}, SpecOptions(k));
       // The trees carry the unstopped continuation through the stop token / max_tokens.
-      auto core = TreeEngine({{r.id, reference["base"]}}, Shape::kSecond, SpecOptions(k));
+      auto core = TreeEngine({{r.id, reference["base"]}}, TreeShape::kSecond, SpecOptions(k));
       auto got = Run(*core, {r});
       EXPECT_EQ(got[r.id].tokens, want[r.id].tokens) << r.id;
       EXPECT_EQ(got[r.id].reason, want[r.id].reason) << r.id;
@@ -220,7 +167,7 @@ TEST_F(TreeSpeculationTest, TreesCrossingStopTokenMinTokensMaxTokensAndContext) 
     small.max_model_len = 20;
     auto want = RunWithoutSpeculation({context}, small);
     ASSERT_EQ(want["context"].reason, FinishReason::kContext);
-    auto core = TreeEngine({{"context", reference["base"]}}, Shape::kSecond, small);
+    auto core = TreeEngine({{"context", reference["base"]}}, TreeShape::kSecond, small);
     auto got = Run(*core, {context});
     EXPECT_EQ(got["context"].tokens, want["context"].tokens);
     EXPECT_EQ(got["context"].reason, FinishReason::kContext);
@@ -240,7 +187,7 @@ TEST_F(TreeSpeculationTest, PrefixCacheHoldsOnlyFinalTokensAfterTreeRollback) {
   second.prompt.insert(second.prompt.end(), first_want["t1"].tokens.begin(), first_want["t1"].tokens.end());
   second.stop.max_tokens = 8;
   auto second_want = RunAlone({second});
-  for (Shape shape : {Shape::kSecond, Shape::kBroken}) {
+  for (TreeShape shape : {TreeShape::kSecond, TreeShape::kBroken}) {
     auto core = TreeEngine({{"t1", first_want["t1"]}, {"t2", second_want["t2"]}}, shape, SpecOptions(7));
     EXPECT_EQ(Run(*core, {first})["t1"].tokens, first_want["t1"].tokens);
     EXPECT_GT(Only(*core).accepted_tokens, 0);
