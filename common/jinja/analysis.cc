@@ -201,6 +201,68 @@ void Analyze(Program& program) {
   AnalyzeChildren(program.body, root);
 }
 
+namespace {
+
+// `x.content` or `x['content']`, under filters, tests and slices.
+bool IsContentAccess(const Expr* e) {
+  while (e != nullptr) {
+    switch (e->type) {
+      case Expr::Type::kFilter:
+      case Expr::Type::kTest:
+      case Expr::Type::kSlice:
+        e = e->args.empty() ? nullptr : e->args[0].get();
+        continue;
+      case Expr::Type::kAttr:
+        return e->name == "content";
+      case Expr::Type::kItem:
+        return e->args.size() == 2 && e->args[1]->type == Expr::Type::kLiteral && e->args[1]->value.is_string() &&
+               e->args[1]->value.s == "content";
+      default:
+        return false;
+    }
+  }
+  return false;
+}
+
+// A name, under filters, tests and slices: the name; else "".
+std::string BaseName(const Expr* e) {
+  while (e != nullptr && (e->type == Expr::Type::kFilter || e->type == Expr::Type::kTest ||
+                          e->type == Expr::Type::kSlice))
+    e = e->args.empty() ? nullptr : e->args[0].get();
+  return e != nullptr && e->type == Expr::Type::kName ? e->name : "";
+}
+
+void CollectContentNames(const Body& body, std::set<std::string>& names) {
+  for (const NodePtr& node : body) {
+    if (node->type == Node::Type::kSet && node->target.names.size() == 1 && !node->target.unpack &&
+        node->target.attr.empty() && !node->exprs.empty() && IsContentAccess(node->exprs[0].get()))
+      names.insert(node->target.names[0]);
+    for (const Body& b : node->bodies) CollectContentNames(b, names);
+    if (node->macro) CollectContentNames(node->macro->body, names);
+  }
+}
+
+bool LoopsOver(const Body& body, const std::set<std::string>& names) {
+  for (const NodePtr& node : body) {
+    if (node->type == Node::Type::kFor && !node->exprs.empty()) {
+      const Expr* iter = node->exprs[0].get();
+      if (IsContentAccess(iter) || names.count(BaseName(iter))) return true;
+    }
+    for (const Body& b : node->bodies)
+      if (LoopsOver(b, names)) return true;
+    if (node->macro && LoopsOver(node->macro->body, names)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool LoopsOverContent(const Body& body) {
+  std::set<std::string> names;
+  CollectContentNames(body, names);
+  return LoopsOver(body, names);
+}
+
 bool ReadsName(const Body& body, const std::string& name) {
   for (const NodePtr& node : body) {
     for (const ExprPtr& e : node->exprs)

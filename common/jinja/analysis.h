@@ -23,4 +23,10 @@ void Analyze(Program& program);
 // Whether `body` reads the variable `name` anywhere (nested frames included).
 bool ReadsName(const Body& body, const std::string& name);
 
+// Whether the template loops over a message's content (`for part in
+// message['content']`, `message.content | selectattr(...)`, or a name set
+// from one): it then takes content as a list of parts. vLLM decides its
+// chat content format ("openai" vs "string") by this same look at the AST.
+bool LoopsOverContent(const Body& body);
+
 }  // namespace floe::jinja

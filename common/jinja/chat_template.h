@@ -40,6 +40,10 @@ class ChatTemplate {
                                     const nlohmann::ordered_json& tools = nullptr,
                                     const nlohmann::ordered_json& extra = nullptr) const;
   const std::string& source() const { return source_; }
+  // vLLM's chat content format: true ("openai") where the template loops
+  // over a message's content, so content reaches it as a list of
+  // {"type": "text", "text": ...} parts; false ("string"): as one string.
+  bool content_as_parts() const { return template_.loops_over_content(); }
 
  private:
   ChatTemplate(std::string source, jinja::Template parsed, nlohmann::ordered_json special_tokens)

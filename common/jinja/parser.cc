@@ -666,6 +666,7 @@ absl::StatusOr<Template> Template::Parse(std::string_view source) {
     FoldConstants(*program);
     Analyze(*program);
     Template t;
+    t.loops_over_content_ = LoopsOverContent(program->body);
     t.program_ = std::move(program);
     return t;
   } catch (const Error& e) {

@@ -50,9 +50,13 @@ class Template {
   // jinja2 would raise (raise_exception, a type error, use of an undefined
   // value that jinja2 rejects) is InvalidArgument with its message.
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
+  // Whether the template loops over a message's content (analysis.h's
+  // LoopsOverContent): it takes content as a list of parts.
+  bool loops_over_content() const { return loops_over_content_; }
 
  private:
   std::shared_ptr<const Program> program_;
+  bool loops_over_content_ = false;
 };
 
 }  // namespace floe::jinja

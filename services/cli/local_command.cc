@@ -138,6 +138,7 @@ int RunLocal(int argc, char** argv) {
   int workers = 1, port = 0, threads = 0, ready_timeout_s = 300, num_speculative_tokens = 0, http_port = -1;
   int liveness_checks = 3;
   std::string chat_template, api_key_file;
+  bool strict_fields = false;
   double rate_limit_rps = 0, rate_limit_tps = 0;
   int speculative_token_threshold = 0;
   int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
@@ -163,6 +164,8 @@ int RunLocal(int argc, char** argv) {
   parser.AddInt("http-port", &http_port,
                 "router's OpenAI-compatible HTTP API port (0: any free port; -1: off); prints 'http listening on'");
   parser.AddString("chat-template", &chat_template, "router's --chat-template (default: the model's own)");
+  parser.AddBool("strict-fields", &strict_fields,
+                 "router's --strict-fields: refuse the OpenAI and vLLM fields Floe ignores instead of counting them");
   parser.AddString("api-key-file", &api_key_file, "router's --api-key-file (lines \"SHA256_HEX TENANT [admin]\")");
   parser.AddDouble("rate-limit-rps", &rate_limit_rps, "router's --rate-limit-rps (per tenant)");
   parser.AddDouble("rate-limit-tps", &rate_limit_tps, "router's --rate-limit-tps (per tenant)");
@@ -387,6 +390,7 @@ int RunLocal(int argc, char** argv) {
                                           "--port", std::to_string(port), "--http-port", std::to_string(http_port)};
   router_argv.insert(router_argv.end(), common_args.begin(), common_args.end());
   if (!chat_template.empty()) router_argv.insert(router_argv.end(), {"--chat-template", chat_template});
+  if (strict_fields) router_argv.push_back("--strict-fields");
   if (!api_key_file.empty()) router_argv.insert(router_argv.end(), {"--api-key-file", api_key_file});
   if (rate_limit_rps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-rps", absl::StrCat(rate_limit_rps)});
   if (rate_limit_tps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-tps", absl::StrCat(rate_limit_tps)});

@@ -81,7 +81,8 @@ int Run(int argc, char** argv) {
                                           .max_body_bytes = static_cast<size_t>(f.max_message_bytes),
                                           .tls = common.tls,
                                           .chat_template_file = f.chat_template,
-                                          .tokenizer_path = f.tokenizer},
+                                          .tokenizer_path = f.tokenizer,
+                                          .strict_fields = f.strict_fields},
                                          **tokenizer, &service);
     if (!started.ok()) return 1;  // logged
     http = *std::move(started);

@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<OpenAiListener>> OpenAiListener::Start(const Open
     LogEvent(LogLevel::kWarning, "router", "no_chat_template", {{"effect", "/v1/chat/completions refused"}});
   listener->frontend_ = std::make_unique<openai::Frontend>(service, listener->chat_template_.get(), [service] {
     return service->model_info().has_value() && !service->draining();
-  });
+  }, openai::FrontendOptions{.strict_fields = o.strict_fields});
   http::ServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;

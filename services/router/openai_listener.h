@@ -28,6 +28,7 @@ struct OpenAiListenerOptions {
   TlsOptions tls;
   std::string chat_template_file;  // empty: tokenizer_config.json beside `tokenizer_path`
   std::string tokenizer_path;
+  bool strict_fields = false;  // --strict-fields
 };
 
 class OpenAiListener {

@@ -30,6 +30,7 @@ struct RouterFlags {
   int http_port = -1;
   int http_threads = 2;
   std::string chat_template;
+  bool strict_fields = false;
   std::string api_key_file;
   double rate_limit_rps = 0, rate_limit_tps = 0;
 };

@@ -70,7 +70,16 @@ RouterMetrics::RouterMetrics(MetricsServer& server, const WorkerPool* pool, cons
                .Help("Time to first token as the router sees it.")
                .Register(registry)
                .Add({}, TtftBuckets());
+  ignored_fields_ = &prometheus::BuildCounter()
+                        .Name("floe_http_ignored_fields_total")
+                        .Help("OpenAI or vLLM request fields accepted and ignored by the HTTP API, by field (a fixed "
+                              "list: openai_request.h's FindIgnoredField).")
+                        .Register(registry);
   server.Add(collector_);
+}
+
+void RouterMetrics::ObserveIgnoredField(const std::string& field) {
+  ignored_fields_->Add({{"field", field}}).Increment();
 }
 
 void RouterMetrics::ObserveFinished(const std::string& code_name) { requests_->Add({{"code", code_name}}).Increment(); }

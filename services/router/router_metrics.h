@@ -25,6 +25,8 @@ class RouterMetrics {
   void ObserveFinished(const std::string& code_name);
   void ObserveRetry() { retries_->Increment(); }
   void ObserveFirstToken(double ttft_s) { ttft_->Observe(ttft_s); }
+  // `field` is one of a fixed list (never a client's text): bounded labels.
+  void ObserveIgnoredField(const std::string& field);
 
  private:
   class PoolCollector;
@@ -32,6 +34,7 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter* retries_;
   prometheus::Histogram* ttft_;
+  prometheus::Family<prometheus::Counter>* ignored_fields_;
 };
 
 }  // namespace floe

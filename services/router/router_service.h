@@ -56,6 +56,7 @@ class RouterService final
   bool draining() const { return draining_.load(); }
   // Optional; set before serving. Must outlive the service.
   void SetMetrics(RouterMetrics* metrics) { metrics_ = metrics; }
+  RouterMetrics* metrics() const { return metrics_; }  // null: none
   int in_flight() const { return in_flight_.load(); }
   // The served model, once known.
   std::optional<floe::v1::ModelInfo> model_info() const;
@@ -71,6 +72,9 @@ class RouterService final
                                                               GenerateCall::Sink sink);
   // The caller's tenant (null without API keys); UNAUTHENTICATED otherwise.
   absl::StatusOr<const Tenant*> Authenticate(std::string_view authorization) const;
+  // OK when `model` is empty or the served model's name; NOT_FOUND naming
+  // both otherwise (INVALID_ARGUMENT past the name's bound).
+  grpc::Status CheckModel(const std::string& model) const;
   // The served tokenizer (the HTTP front formats logprob tokens with it).
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
@@ -92,7 +96,6 @@ class RouterService final
  private:
   absl::StatusOr<floe::v1::GenerateRequest> Check(const floe::v1::GenerateRequest& request) const;
   absl::StatusOr<floe::v1::GenerateRequest> Prepare(const floe::v1::GenerateRequest& request) const;
-  grpc::Status CheckModel(const std::string& model) const;
   bool model_known() const;
 
   RouterServiceOptions options_;  // model_name guarded by model_mu_

@@ -127,6 +127,44 @@ try {
       e instanceof OpenAI.BadRequestError && e.param === 'frobnicate' && /unknown field/.test(e.message));
   });
 
+  await check('models.retrieve: the served model, NotFoundError for another', async () => {
+    const m = await client.models.retrieve(model);
+    assert.equal(m.id, model);
+    assert.equal(m.object, 'model');
+    await assert.rejects(client.models.retrieve('gpt-7/turbo'), (e) =>
+      e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+  });
+
+  await check('what SDKs send by default is accepted and changes nothing', async () => {
+    const base = { model, messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 6, temperature: 0 };
+    const plain = await client.chat.completions.create(base);
+    const sdk = await client.chat.completions.create({ ...base, store: false, metadata: { run: 'r1' },
+      service_tier: 'auto', prompt_cache_key: 'agent-7', safety_identifier: 'user-1', verbosity: 'low',
+      reasoning_effort: 'low', parallel_tool_calls: true });
+    assert.equal(sdk.choices[0].message.content, plain.choices[0].message.content);
+  });
+
+  await check('/tokenize and /detokenize in vLLM\'s shapes', async () => {
+    const root = `http://${http}`;
+    const post = async (p, body) => {
+      const r = await fetch(root + p, { method: 'POST', body: JSON.stringify(body),
+        headers: { 'content-type': 'application/json' } });
+      return { status: r.status, body: await r.json() };
+    };
+    const t = await post('/tokenize', { model, prompt: 'Hello there' });
+    assert.equal(t.status, 200);
+    assert.equal(t.body.count, t.body.tokens.length);
+    const c = await client.completions.create({ model, prompt: 'Hello there', max_tokens: 1 });
+    assert.equal(c.usage.prompt_tokens, t.body.count);
+    const d = await post('/detokenize', { model, tokens: t.body.tokens });
+    assert.equal(d.status, 200);
+    assert.ok(d.body.prompt.endsWith('Hello there'), d.body.prompt);
+    const m = await post('/tokenize', { model, messages: [{ role: 'user', content: 'Hi' }] });
+    const chat = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 1 });
+    assert.equal(chat.usage.prompt_tokens, m.body.count);
+  });
+
   await check('session_id and x-session-id are accepted', async () => {
     const r = await client.completions.create({ model, prompt: 'turn one', max_tokens: 2, session_id: 'agent-7' });
     assert.equal(r.choices.length, 1);

@@ -223,6 +223,88 @@ double Aborted(LocalCluster& cluster) {
   return SumByLabels(ParsePrometheusText(*body), "floe_request_success_total", {"finished_reason=\"abort\""});
 }
 
+// What SDKs send by default is accepted (200), counted by field on the
+// router's /metrics, and changes nothing generated.
+TEST_F(OpenAiHttpTest, FieldsFloeIgnoresAreAcceptedAndCounted) {
+  auto ignored = [&](const std::string& field) {
+    auto body = HttpGet(MetricsUrl(cluster_->router()));
+    if (!body.ok()) return -1.0;
+    return SumByLabels(ParsePrometheusText(*body), "floe_http_ignored_fields_total", {"field=\"" + field + "\""});
+  };
+  const double before = std::max(0.0, ignored("store"));
+  const json plain = {{"prompt", "The sky is"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+  json sdk = plain;
+  sdk["store"] = false;
+  sdk["metadata"] = {{"agent", "a1"}};
+  sdk["service_tier"] = "auto";
+  sdk["prompt_cache_key"] = "k";
+  sdk["safety_identifier"] = "u1";
+  HttpResult a = HttpRequest(*http_, "POST", "/v1/completions", plain.dump());
+  HttpResult b = HttpRequest(*http_, "POST", "/v1/completions", sdk.dump());
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(json::parse(a.body)["choices"][0]["text"], json::parse(b.body)["choices"][0]["text"]);
+  EXPECT_EQ(ignored("store"), before + 1);
+  EXPECT_GE(ignored("safety_identifier"), 1);
+  // Unknown names are still refused, naming them.
+  json typo = plain;
+  typo["stroe"] = false;
+  HttpResult c = HttpRequest(*http_, "POST", "/v1/completions", typo.dump());
+  EXPECT_EQ(c.status, 400);
+  EXPECT_EQ(json::parse(c.body)["error"]["param"], "stroe");
+}
+
+TEST_F(OpenAiHttpTest, ModelByIdTokenizeAndDetokenize) {
+  const json models = json::parse(HttpRequest(*http_, "GET", "/v1/models").body);
+  const std::string id = models["data"][0]["id"];
+  HttpResult model = HttpRequest(*http_, "GET", "/v1/models/" + id);
+  ASSERT_EQ(model.status, 200) << model.body;
+  EXPECT_EQ(json::parse(model.body), models["data"][0]);
+  HttpResult missing = HttpRequest(*http_, "GET", "/v1/models/gpt-7%2Fturbo");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(json::parse(missing.body)["error"]["code"], "model_not_found");
+  EXPECT_NE(json::parse(missing.body)["error"]["message"].get<std::string>().find("gpt-7/turbo"), std::string::npos);
+  EXPECT_EQ(HttpRequest(*http_, "POST", "/v1/models/" + id).status, 405);
+
+  // A prompt: the ids generation counts (usage.prompt_tokens), with BOS.
+  const std::string text = "Tokenize me, twice: tokenize me.";
+  HttpResult tokenized = HttpRequest(*http_, "POST", "/tokenize", json({{"model", id}, {"prompt", text}}).dump());
+  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
+  const json t = json::parse(tokenized.body);
+  const std::vector<int32_t> ids = t["tokens"];
+  EXPECT_EQ(t["count"], ids.size());
+  EXPECT_EQ(t["max_model_len"], models["data"][0]["max_model_len"]);
+  EXPECT_TRUE(t["token_strs"].is_null());
+  HttpResult completion = HttpRequest(*http_, "POST", "/v1/completions",
+                                      json({{"prompt", text}, {"max_tokens", 1}, {"return_token_ids", true}}).dump());
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  EXPECT_EQ(json::parse(completion.body)["usage"]["prompt_tokens"], ids.size());
+  HttpResult text_back = HttpRequest(*http_, "POST", "/detokenize", json({{"tokens", ids}}).dump());
+  ASSERT_EQ(text_back.status, 200) << text_back.body;
+  const std::string decoded = json::parse(text_back.body)["prompt"];
+  EXPECT_EQ(decoded, "<|begin_of_text|>" + text);  // special tokens written out, as vLLM
+
+  // Messages: rendered as /v1/chat/completions renders them.
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}};
+  HttpResult chat_ids = HttpRequest(*http_, "POST", "/tokenize", json({{"messages", messages}}).dump());
+  ASSERT_EQ(chat_ids.status, 200) << chat_ids.body;
+  HttpResult chat = HttpRequest(*http_, "POST", "/v1/chat/completions",
+                                json({{"messages", messages}, {"max_tokens", 1}}).dump());
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(json::parse(chat.body)["usage"]["prompt_tokens"], json::parse(chat_ids.body)["count"]);
+
+  // Refusals name their field.
+  HttpResult bad_id = HttpRequest(*http_, "POST", "/detokenize", R"({"tokens": [1, 99999999]})");
+  EXPECT_EQ(bad_id.status, 400);
+  EXPECT_EQ(json::parse(bad_id.body)["error"]["param"], "tokens");
+  HttpResult other = HttpRequest(*http_, "POST", "/tokenize", R"({"prompt": "x", "model": "gpt-7"})");
+  EXPECT_EQ(other.status, 404);
+  HttpResult extra = HttpRequest(*http_, "POST", "/tokenize", R"({"prompt": "x", "max_tokens": 2})");
+  EXPECT_EQ(extra.status, 400);
+  EXPECT_EQ(json::parse(extra.body)["error"]["param"], "max_tokens");
+  EXPECT_EQ(HttpRequest(*http_, "GET", "/tokenize").status, 405);
+}
+
 // Long enough to outlive the test's steps; big events (20 alternatives per
 // token) so that a reader that stops reading backs the stream up.
 json LongStream(const std::string& prompt) {

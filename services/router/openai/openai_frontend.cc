@@ -7,7 +7,10 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
+#include "common/rpc/status_conversion.h"
 #include "services/router/openai/openai_response.h"
+#include "services/router/openai/tokenize_request.h"
 
 namespace floe::openai {
 namespace {
@@ -47,6 +50,15 @@ struct Relay {
   floe::v1::Complete complete;
 };
 
+json ModelJson(const floe::v1::ModelInfo& info) {
+  return {{"id", info.name()},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "floe"},
+          {"max_model_len", info.max_context()},
+          {"vocab_size", info.vocab_size()}};
+}
+
 // Response ids: unique per router process, never a client's.
 std::string NextId() {
   static std::atomic<uint64_t> counter{0};
@@ -69,8 +81,9 @@ http::Response ErrorResponse(const ApiError& error) {
   return r;
 }
 
-Frontend::Frontend(RouterService* service, const ChatTemplate* chat_template, std::function<bool()> ready)
-    : service_(service), chat_template_(chat_template), ready_(std::move(ready)) {}
+Frontend::Frontend(RouterService* service, const ChatTemplate* chat_template, std::function<bool()> ready,
+                   FrontendOptions options)
+    : service_(service), chat_template_(chat_template), ready_(std::move(ready)), options_(options) {}
 
 void Frontend::Handle(http::Request request, std::shared_ptr<http::Exchange> exchange) {
   auto not_allowed = [&](const char* allowed) {
@@ -91,6 +104,18 @@ void Frontend::Handle(http::Request request, std::shared_ptr<http::Exchange> exc
     if (request.method != "GET") return not_allowed("GET");
     return Models(exchange);
   }
+  if (path.rfind("/v1/models/", 0) == 0) {
+    if (request.method != "GET") return not_allowed("GET");
+    return Model(std::string_view(path).substr(11), exchange);
+  }
+  if (path == "/tokenize") {
+    if (request.method != "POST") return not_allowed("POST");
+    return Tokenize(request, exchange);
+  }
+  if (path == "/detokenize") {
+    if (request.method != "POST") return not_allowed("POST");
+    return Detokenize(request, exchange);
+  }
   if (path == "/health") {
     if (request.method != "GET") return not_allowed("GET");
     return exchange->Reply(JsonResponse(200, {{"status", "ok"}}));
@@ -108,15 +133,104 @@ void Frontend::Handle(http::Request request, std::shared_ptr<http::Exchange> exc
 
 void Frontend::Models(const std::shared_ptr<http::Exchange>& exchange) {
   json data = json::array();
-  if (auto info = service_->model_info()) {
-    data.push_back({{"id", info->name()},
-                    {"object", "model"},
-                    {"created", 0},
-                    {"owned_by", "floe"},
-                    {"max_model_len", info->max_context()},
-                    {"vocab_size", info->vocab_size()}});
-  }
+  if (auto info = service_->model_info()) data.push_back(ModelJson(*info));
   exchange->Reply(JsonResponse(200, {{"object", "list"}, {"data", data}}));
+}
+
+namespace {
+
+// %XX escapes of a path segment (clients escape "/" in model names).
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto hex = [](char c) {
+      return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    };
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void Frontend::Model(std::string_view id, const std::shared_ptr<http::Exchange>& exchange) {
+  const std::string name = PercentDecode(id.substr(0, 1024));
+  auto info = service_->model_info();
+  if (info && name == info->name()) return exchange->Reply(JsonResponse(200, ModelJson(*info)));
+  ApiError e;
+  e.status = 404;
+  e.param = "model";
+  e.code = "model_not_found";
+  e.message = absl::StrCat("the model \"", name.substr(0, 256), "\" does not exist",
+                           info ? absl::StrCat(" (serving \"", info->name(), "\")") : "");
+  exchange->Reply(ErrorResponse(e));
+}
+
+std::optional<ApiError> Frontend::Admit(const http::Request& request, const std::string& model) const {
+  if (auto tenant = service_->Authenticate(request.Header("authorization")); !tenant.ok())
+    return FromStatus(ToGrpcStatus(tenant.status()), Endpoint::kCompletions);
+  if (grpc::Status s = service_->CheckModel(model); !s.ok()) return FromStatus(s, Endpoint::kCompletions);
+  if (!service_->model_info()) {
+    return FromStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker has reported its model yet"),
+                      Endpoint::kCompletions);
+  }
+  return std::nullopt;
+}
+
+void Frontend::Tokenize(const http::Request& request, const std::shared_ptr<http::Exchange>& exchange) {
+  RequestContext context;
+  context.chat_template = chat_template_;
+  context.strict_fields = options_.strict_fields;
+  TokenizeRequest parsed;
+  if (auto error = ParseTokenize(request.body, context, &parsed)) return exchange->Reply(ErrorResponse(*error));
+  if (auto error = Admit(request, parsed.model)) return exchange->Reply(ErrorResponse(*error));
+  std::vector<int32_t> ids = std::move(parsed.ids);
+  if (parsed.text) {
+    auto encoded = service_->tokenizer().Encode(*parsed.text, parsed.add_special_tokens);
+    if (!encoded.ok()) {
+      return exchange->Reply(ErrorResponse(FromStatus(ToGrpcStatus(encoded.status()), Endpoint::kCompletions)));
+    }
+    ids = *std::move(encoded);
+  } else if (absl::Status valid = service_->tokenizer().ValidateIds(ids); !valid.ok()) {
+    return exchange->Reply(ErrorResponse(FromStatus(ToGrpcStatus(valid), Endpoint::kCompletions)));
+  }
+  const auto info = service_->model_info();
+  exchange->Reply(JsonResponse(200, {{"count", ids.size()},
+                                     {"max_model_len", info ? info->max_context() : 0},
+                                     {"tokens", ids},
+                                     {"token_strs", nullptr}}));
+}
+
+void Frontend::Detokenize(const http::Request& request, const std::shared_ptr<http::Exchange>& exchange) {
+  DetokenizeRequest parsed;
+  if (auto error = ParseDetokenize(request.body, &parsed)) return exchange->Reply(ErrorResponse(*error));
+  if (auto error = Admit(request, parsed.model)) return exchange->Reply(ErrorResponse(*error));
+  // As vLLM: special tokens are written out.
+  auto text = service_->tokenizer().Decode(parsed.ids, /*skip_special_tokens=*/false);
+  if (!text.ok()) {
+    ApiError e = FromStatus(ToGrpcStatus(text.status()), Endpoint::kCompletions);
+    e.param = "tokens";
+    return exchange->Reply(ErrorResponse(e));
+  }
+  exchange->Reply(JsonResponse(200, {{"prompt", *std::move(text)}}));
+}
+
+void Frontend::ReportIgnored(const std::vector<std::string>& fields) {
+  for (const std::string& field : fields) {
+    if (RouterMetrics* metrics = service_->metrics()) metrics->ObserveIgnoredField(field);
+    std::lock_guard<std::mutex> lock(logged_mu_);
+    if (!logged_.insert(field).second) continue;
+    const IgnoredField* known = FindIgnoredField(field, Endpoint::kCompletions);
+    LogEvent(LogLevel::kInfo, "router", "ignored_field",
+             {{"field", field},
+              {"why", std::string(known ? known->why : "not used by Floe")},
+              {"note", std::string("logged once; floe_http_ignored_fields_total counts every request")}});
+  }
 }
 
 void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::shared_ptr<http::Exchange> exchange) {
@@ -124,9 +238,11 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   context.chat_template = chat_template_;
   context.session_header = std::string(request.Header("x-session-id"));
   context.request_id_header = std::string(request.Header("x-request-id"));
+  context.strict_fields = options_.strict_fields;
   auto relay = std::make_shared<Relay>();
   ParsedRequest parsed;
   if (auto error = Parse(endpoint, request.body, context, &parsed)) return exchange->Reply(ErrorResponse(*error));
+  ReportIgnored(parsed.ignored_fields);
 
   relay->exchange = exchange;
   relay->tokenizer = &service_->tokenizer();

@@ -1,11 +1,19 @@
 // The OpenAI-compatible HTTP API: routes /v1/completions,
-// /v1/chat/completions (JSON or server-sent events), /v1/models, /health and
-// /ready onto RouterService::StartGenerate, the path the gRPC API takes, so
-// both fronts validate, route, admit and count alike. Handle runs on the HTTP
+// /v1/chat/completions (JSON or server-sent events), /v1/models,
+// /v1/models/{id}, vLLM's /tokenize and /detokenize, /health and /ready onto
+// RouterService (generation through StartGenerate, the path the gRPC API
+// takes, so both fronts validate, route, admit and count alike). Fields a
+// request carries that Floe accepts and ignores are counted
+// (floe_http_ignored_fields_total{field}) and logged once per field. Handle runs on the HTTP
 // server's I/O threads and never blocks on a worker.
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <vector>
 #include <string>
 
 #include "common/http/http_server.h"
@@ -15,21 +23,36 @@
 
 namespace floe::openai {
 
+struct FrontendOptions {
+  // --strict-fields: fields Floe ignores are refused (400) instead.
+  bool strict_fields = false;
+};
+
 class Frontend {
  public:
   // chat_template may be null (chat is then refused with a clear 400).
   // `ready` says whether the router can take requests (for /ready).
-  Frontend(RouterService* service, const ChatTemplate* chat_template, std::function<bool()> ready);
+  Frontend(RouterService* service, const ChatTemplate* chat_template, std::function<bool()> ready,
+           FrontendOptions options = {});
 
   void Handle(http::Request request, std::shared_ptr<http::Exchange> exchange);
 
  private:
   void Generate(Endpoint endpoint, const http::Request& request, std::shared_ptr<http::Exchange> exchange);
   void Models(const std::shared_ptr<http::Exchange>& exchange);
+  void Model(std::string_view id, const std::shared_ptr<http::Exchange>& exchange);
+  void Tokenize(const http::Request& request, const std::shared_ptr<http::Exchange>& exchange);
+  void Detokenize(const http::Request& request, const std::shared_ptr<http::Exchange>& exchange);
+  // The caller's key and the request's model name: an error to send, or none.
+  std::optional<ApiError> Admit(const http::Request& request, const std::string& model) const;
+  void ReportIgnored(const std::vector<std::string>& fields);
 
   RouterService* service_;
   const ChatTemplate* chat_template_;
   std::function<bool()> ready_;
+  FrontendOptions options_;
+  std::mutex logged_mu_;
+  std::set<std::string> logged_;  // ignored fields logged once (guarded by logged_mu_)
 };
 
 // The response to an error, in OpenAI's shape (with Retry-After on 429).

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/jinja/chat_template.h"
 #include "common/json/bounded_json.h"
 #include "services/router/openai/json_readers.h"
@@ -58,31 +59,88 @@ std::optional<ApiError> Prompt(const ordered_json& v, floe::v1::GenerateRequest*
   return Bad(name, "prompt must be a string, an array of strings, or an array of token ids");
 }
 
-// OpenAI's message content: a string, null, or text parts.
-std::optional<ApiError> Content(const std::string& name, const ordered_json& v, ordered_json* out) {
-  if (v.is_null() || v.is_string()) {
-    *out = v;
+// OpenAI's message content (a string, null, or text parts) as vLLM hands
+// it to the template: the text parts, each {"type": "text", "text": ...}
+// (a string is one part, null none; parts of type input_text, output_text,
+// refusal and thinking are text too, as vLLM reads them; a text part whose
+// text is null is skipped), then, unless `as_parts`, joined with "\n".
+std::optional<ApiError> Content(const std::string& name, const ordered_json& v, bool as_parts, ordered_json* out) {
+  std::vector<std::string> texts;
+  if (v.is_string()) {
+    texts.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const ordered_json& part = v[i];
+      const std::string at = absl::StrCat(name, "[", i, "]");
+      if (part.is_string()) {
+        texts.push_back(part.get<std::string>());
+        continue;
+      }
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+        return Bad(at, absl::StrCat(at, " must be an object with a \"type\""));
+      const std::string& type = part["type"].get_ref<const std::string&>();
+      if (type != "text" && type != "input_text" && type != "output_text" && type != "refusal" && type != "thinking")
+        return Bad(at, absl::StrCat(at, " has type \"", type.substr(0, 64), "\"; only text parts are supported"));
+      const char* field = type == "refusal" ? "refusal" : type == "thinking" ? "thinking" : "text";
+      if (!part.contains(field) || part[field].is_null()) continue;  // vLLM skips an empty part
+      if (!part[field].is_string()) return Bad(at, absl::StrCat(at, ".", field, " must be a string"));
+      texts.push_back(part[field].get<std::string>());
+    }
+  } else if (!v.is_null()) {
+    return Bad(name, absl::StrCat(name, " must be a string, null or an array of text parts"));
+  }
+  if (as_parts) {
+    *out = ordered_json::array();
+    for (std::string& t : texts) out->push_back({{"type", "text"}, {"text", std::move(t)}});
     return std::nullopt;
   }
-  if (!v.is_array()) return Bad(name, absl::StrCat(name, " must be a string, null or an array of text parts"));
-  std::string text;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const ordered_json& part = v[i];
-    const std::string at = absl::StrCat(name, "[", i, "]");
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      return Bad(at, absl::StrCat(at, " must be an object with a \"type\""));
-    if (part["type"] != "text")
-      return Bad(at, absl::StrCat(at, " has type ", part["type"].dump().substr(0, 64),
-                                  "; only \"text\" parts are supported"));
-    if (!part.contains("text") || !part["text"].is_string())
-      return Bad(at, absl::StrCat(at, ".text must be a string"));
-    text += part["text"].get<std::string>();
-  }
-  *out = text;
+  *out = absl::StrJoin(texts, "\n");
   return std::nullopt;
 }
 
-std::optional<ApiError> Messages(const ordered_json& v, ordered_json* out) {
+// An assistant message's tool_calls as vLLM passes them on: an empty list
+// dropped; each entry an object of type "function" (or no type) with a
+// "function" object, whose "arguments" string is parsed into the object
+// templates iterate (null, "" or JSON that is not an object: {}).
+std::optional<ApiError> ToolCalls(const std::string& name, const ordered_json& v, ordered_json* message) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_array()) return Bad(name, absl::StrCat(name, " must be an array"));
+  if (v.empty()) return std::nullopt;
+  ordered_json calls = v;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ordered_json& call = calls[i];
+    const std::string at = absl::StrCat(name, "[", i, "]");
+    if (!call.is_object()) return Bad(at, absl::StrCat(at, " must be an object"));
+    if (call.contains("type") && call["type"] != "function")
+      return Bad(at + ".type", absl::StrCat(at, ".type must be \"function\""));
+    if (!call.contains("function") || !call["function"].is_object())
+      return Bad(at + ".function", absl::StrCat(at, ".function must be an object"));
+    ordered_json& function = call["function"];
+    ordered_json parsed = ordered_json::object();
+    if (function.contains("arguments")) {
+      const ordered_json& arguments = function["arguments"];
+      if (arguments.is_object()) {
+        parsed = arguments;
+      } else if (arguments.is_string() && !arguments.get_ref<const std::string&>().empty()) {
+        // Bounded like the body; a malformed string in a history is {} (as
+        // vLLM: failing would fail every later turn of the conversation).
+        auto decoded = ParseUntrustedJson(arguments.get_ref<const std::string&>());
+        if (decoded.ok() && decoded->is_object()) parsed = *std::move(decoded);
+      } else if (!arguments.is_null() && !arguments.is_string()) {
+        return Bad(at + ".function.arguments", absl::StrCat(at, ".function.arguments must be a JSON string or an object"));
+      }
+    }
+    function["arguments"] = std::move(parsed);
+  }
+  (*message)["tool_calls"] = std::move(calls);
+  return std::nullopt;
+}
+
+// The history as vLLM's chat handling passes it to the template
+// (docs/openai-api.md, "Histories"): content per content_as_parts (a tool
+// message's always a string), tool-call arguments as objects, `reasoning`
+// also as `reasoning_content`; every other key in the client's order.
+std::optional<ApiError> Messages(const ordered_json& v, bool content_as_parts, ordered_json* out) {
   if (!v.is_array() || v.empty()) return Bad("messages", "messages must be a non-empty array");
   if (v.size() > kMaxMessages)
     return Bad("messages", absl::StrCat("messages has ", v.size(), " entries; the limit is ", kMaxMessages));
@@ -98,26 +156,77 @@ std::optional<ApiError> Messages(const ordered_json& v, ordered_json* out) {
       return Bad(at + ".role", absl::StrCat(at, ".role is \"", role.substr(0, 64),
                                             "\"; expected system, developer, user, assistant or tool"));
     message["role"] = role == "developer" ? "system" : role;
-    ordered_json content = nullptr;
-    if (m.contains("content")) {
-      if (auto e = Content(at + ".content", m["content"], &content)) return e;
-    }
-    message["content"] = content;
+    ordered_json content;
+    if (auto e = Content(at + ".content", m.contains("content") ? m["content"] : ordered_json(nullptr),
+                         content_as_parts && role != "tool", &content))
+      return e;
+    message["content"] = std::move(content);
     for (const auto& [key, value] : m.items()) {
       if (key == "role" || key == "content") continue;
-      if (key == "name" || key == "tool_call_id" || key == "tool_calls" || key == "reasoning_content" ||
-          key == "refusal") {
+      if (key == "tool_calls") {
+        if (role != "assistant") continue;  // vLLM reads them on assistant turns only
+        if (auto e = ToolCalls(at + ".tool_calls", value, &message)) return e;
+        continue;
+      }
+      if (key == "name" || key == "tool_call_id" || key == "reasoning_content" || key == "reasoning" ||
+          key == "thinking" || key == "refusal") {
         message[key] = value;  // no deeper than the parse allowed
         continue;
       }
       return Bad(at + "." + key.substr(0, 64), absl::StrCat("unknown field ", at, ".", key.substr(0, 64)));
     }
+    // vLLM passes `reasoning` as reasoning_content too (templates read that).
+    if (message.contains("reasoning") && !message.contains("reasoning_content"))
+      message["reasoning_content"] = message["reasoning"];
     out->push_back(std::move(message));
   }
   return std::nullopt;
 }
 
+// Values of ignored fields that would ask for something Floe does not do
+// are refused rather than ignored.
+std::optional<ApiError> CheckIgnoredValue(const std::string& name, const ordered_json& v) {
+  if (name == "modalities") {
+    if (v.is_null() || (v.is_array() && v.size() == 1 && v[0] == "text")) return std::nullopt;
+    return Bad(name, "modalities: only [\"text\"] is served");
+  }
+  if (name == "use_beam_search" && !v.is_null() && v != false) return Bad(name, "beam search is not supported");
+  return std::nullopt;
+}
+
 }  // namespace
+
+const IgnoredField* FindIgnoredField(std::string_view name, Endpoint endpoint) {
+  // Each changes nothing Floe generates for the request; what would is
+  // served or refused by name instead.
+  static const IgnoredField kFields[] = {
+      {"store", "OpenAI stores completions for its dashboard; Floe keeps none"},
+      {"metadata", "tags for OpenAI's stored completions"},
+      {"service_tier", "OpenAI's processing tier; Floe has one"},
+      {"prompt_cache_key", "OpenAI's prompt cache routing; Floe routes by session_id and prefix"},
+      {"prompt_cache_retention", "OpenAI's prompt cache lifetime"},
+      {"safety_identifier", "OpenAI's abuse-monitoring id"},
+      {"verbosity", "a hint to OpenAI's GPT-5 models"},
+      {"prediction", "OpenAI's predicted outputs"},
+      {"modalities", "only [\"text\"] is accepted"},
+      {"priority", "vLLM's priority scheduling; Floe schedules first come, first served"},
+      {"kv_transfer_params", "vLLM's disaggregated-prefill parameters"},
+      {"mm_processor_kwargs", "vLLM's multimodal processor options"},
+      {"vllm_xargs", "vLLM's extension arguments"},
+      {"use_beam_search", "only false is accepted"},
+      {"length_penalty", "a beam-search parameter"},
+  };
+  static const IgnoredField kCompletionsOnly[] = {
+      {"reasoning_effort", "a chat template variable; completions have no template"},
+  };
+  for (const IgnoredField& f : kFields)
+    if (name == f.name) return &f;
+  if (endpoint == Endpoint::kCompletions) {
+    for (const IgnoredField& f : kCompletionsOnly)
+      if (name == f.name) return &f;
+  }
+  return nullptr;
+}
 
 json ErrorJson(const ApiError& e) {
   json error = {{"message", e.message},
@@ -127,8 +236,7 @@ json ErrorJson(const ApiError& e) {
   return {{"error", error}};
 }
 
-std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const RequestContext& context,
-                              ParsedRequest* out) {
+std::optional<ApiError> ParseBody(const std::string& body, ordered_json* out) {
   // Bounded while parsing: nothing below recurses over a level deeper than
   // kDefaultMaxJsonDepth (copies, dump(), the template's values), and a body
   // nested 100,000 deep is a 400 naming its field, not a stack overflow.
@@ -139,8 +247,20 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
     if (!deep_field.empty()) return Bad(deep_field, why);
     return Bad("", absl::StrCat("the request body", absl::StartsWith(why, "not valid") ? " is " : ": ", why));
   }
-  const ordered_json& request = *parsed;
-  if (!request.is_object()) return Bad("", "the request body must be a JSON object");
+  if (!parsed->is_object()) return Bad("", "the request body must be a JSON object");
+  *out = *std::move(parsed);
+  return std::nullopt;
+}
+
+std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const RequestContext& context,
+                              ParsedRequest* out) {
+  ordered_json request;
+  if (auto e = ParseBody(body, &request)) return e;
+  return ParseFields(endpoint, request, context, out);
+}
+
+std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& request, const RequestContext& context,
+                                    ParsedRequest* out) {
   const bool chat = endpoint == Endpoint::kChat;
   out->endpoint = endpoint;
   floe::v1::GenerateRequest& g = out->generate;
@@ -150,6 +270,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
   bool has_prompt = false, has_messages = false;
   ordered_json messages, tools = nullptr, template_kwargs = nullptr;
   bool add_generation_prompt = true;
+  std::optional<std::string> reasoning_effort;
   bool chat_logprobs = false;
   std::optional<int64_t> top_logprobs;
 
@@ -351,7 +472,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
   const std::map<std::string, FieldHandler> chat_only = {
       {"messages", [&](const std::string&, const ordered_json& v) {
          has_messages = true;
-         return Messages(v, &messages);
+         return Messages(v, context.chat_template != nullptr && context.chat_template->content_as_parts(), &messages);
        }},
       {"max_completion_tokens", common.at("max_tokens")},
       {"logprobs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
@@ -381,6 +502,15 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
          return Bool(n, v, &b);
        }},
       {"add_generation_prompt", [&](const std::string& n, const ordered_json& v) { return Bool(n, v, &add_generation_prompt); }},
+      // OpenAI's reasoning models' knob; templates that read it (gpt-oss)
+      // get it as a variable, the others never see it.
+      {"reasoning_effort", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
+         if (v.is_null()) return std::nullopt;
+         if (!v.is_string() || v.get_ref<const std::string&>().size() > 16)
+           return Bad(n, "reasoning_effort must be a string of at most 16 bytes (minimal, low, medium or high)");
+         reasoning_effort = v.get<std::string>();
+         return std::nullopt;
+       }},
       {"chat_template_kwargs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          if (!v.is_object()) return Bad(n, "chat_template_kwargs must be an object");
@@ -402,6 +532,14 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
     if (it == own.end()) it = common.find(key);
     if (it == common.end()) {
       const std::string shown = key.substr(0, 64);
+      if (const IgnoredField* ignored = FindIgnoredField(key, endpoint)) {
+        if (context.strict_fields)
+          return Bad(shown, absl::StrCat("field \"", shown, "\" is not used by Floe (", ignored->why,
+                                         "); it is refused under --strict-fields"));
+        if (auto e = CheckIgnoredValue(key, value)) return e;
+        out->ignored_fields.push_back(ignored->name);
+        continue;
+      }
       return Bad(shown, absl::StrCat("unknown field \"", shown, "\"", chat ? " for /v1/chat/completions" : " for /v1/completions"));
     }
     if (auto e = it->second(key, value)) return e;
@@ -416,6 +554,10 @@ std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const 
     if (context.chat_template == nullptr) {
       ApiError e = Bad("messages", "this model has no chat template (start the router with --chat-template FILE)");
       return e;
+    }
+    if (reasoning_effort) {
+      if (template_kwargs.is_null()) template_kwargs = ordered_json::object();
+      if (!template_kwargs.contains("reasoning_effort")) template_kwargs["reasoning_effort"] = *reasoning_effort;
     }
     auto prompt = context.chat_template->Apply(messages, add_generation_prompt, tools, template_kwargs);
     if (!prompt.ok()) return Bad("messages", absl::StrCat("chat template: ", prompt.status().message()));

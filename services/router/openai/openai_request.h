@@ -1,7 +1,10 @@
 // OpenAI's /v1/completions and /v1/chat/completions request bodies, checked
 // and mapped onto floe.v1.GenerateRequest. Every field is known: an unknown
 // one, a wrong type or a value out of range is an ApiError naming the field
-// (OpenAI's `param`) and the limit. The body is parsed with its nesting
+// (OpenAI's `param`) and the limit. Fields OpenAI or vLLM define that change
+// nothing Floe generates (FindIgnoredField: store, metadata, ...) are
+// accepted and listed in ParsedRequest::ignored_fields, or refused by name
+// under RequestContext::strict_fields. The body is parsed with its nesting
 // bounded (common/json/bounded_json.h): deeper than 64 levels is an ApiError
 // naming the field, before anything recurses over it. The fields that
 // constrain the output (response_format, structured_outputs, guided_*) are
@@ -10,6 +13,8 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +48,9 @@ struct ParsedRequest {
   std::string model;  // as the client named it (echoed back)
   // Floe's (and vLLM's) extra: each choice also carries "token_ids".
   bool return_token_ids = false;
+  // Fields accepted and ignored (FindIgnoredField's names, never the
+  // client's text), in body order.
+  std::vector<std::string> ignored_fields;
 };
 
 struct RequestContext {
@@ -51,11 +59,26 @@ struct RequestContext {
   // x-session-id / x-request-id headers (the body's session_id wins).
   std::string session_header;
   std::string request_id_header;
+  // --strict-fields: ignorable fields are refused like unknown ones.
+  bool strict_fields = false;
 };
+
+// A field OpenAI or vLLM define that Floe accepts and ignores, and why.
+struct IgnoredField {
+  const char* name;
+  const char* why;
+};
+// The ignorable field `name` for `endpoint`, or null.
+const IgnoredField* FindIgnoredField(std::string_view name, Endpoint endpoint);
 
 // Parses a request body for `endpoint`.
 std::optional<ApiError> Parse(Endpoint endpoint, const std::string& body, const RequestContext& context,
                               ParsedRequest* out);
+// The two halves of Parse: the body as a bounded JSON object, then its
+// fields (also used by /tokenize, whose bodies are a subset).
+std::optional<ApiError> ParseBody(const std::string& body, nlohmann::ordered_json* out);
+std::optional<ApiError> ParseFields(Endpoint endpoint, const nlohmann::ordered_json& request,
+                                    const RequestContext& context, ParsedRequest* out);
 
 // nlohmann::json of the error, as OpenAI sends it: {"error": {...}}.
 nlohmann::json ErrorJson(const ApiError& error);

@@ -142,7 +142,7 @@ TEST(OpenAiRequestTest, ChatRendersTheTemplateWithoutASecondBos) {
                                                                       {{"type", "text"}, {"text", "b"}}}}}}},
                         {"max_completion_tokens", 5}, {"logprobs", true}, {"top_logprobs", 3}},
                        context);
-  EXPECT_EQ(r.generate.text(), "<s><system>be nice<user>ab<assistant>");
+  EXPECT_EQ(r.generate.text(), "<s><system>be nice<user>a\nb<assistant>");  // vLLM joins text parts with a newline
   EXPECT_FALSE(r.generate.add_special_tokens());
   EXPECT_EQ(r.generate.stopping().max_tokens(), 5);
   EXPECT_EQ(r.logprobs, 3);
@@ -232,14 +232,15 @@ TEST(OpenAiRequestTest, ChatKeepsTheClientsKeyOrder) {
   auto error = Parse(Endpoint::kChat,
                      R"({"messages": [{"role": "tool", "tool_call_id": "c1", "name": "f", "content": "4"},
                                       {"role": "assistant", "tool_calls": [{"type": "function", "id": "c1",
-                                       "function": {"name": "f", "arguments": "{}"}}]}],
+                                       "function": {"name": "f", "arguments": "{\"z\": 1, \"a\": [2]}"}}]}],
                          "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}]})",
                      context, &out);
   ASSERT_FALSE(error.has_value()) << error->message;
   EXPECT_EQ(out.generate.text(),
             "role,content,tool_call_id,name,role,content,tool_calls,"
             R"(|[{"type": "function", "function": {"name": "f", "description": "d"}}])"
-            R"(|[{"type": "function", "id": "c1", "function": {"name": "f", "arguments": "{}"}}])");
+            // The arguments string arrives parsed (as vLLM passes it), its keys in order.
+            R"(|[{"type": "function", "id": "c1", "function": {"name": "f", "arguments": {"z": 1, "a": [2]}}}])");
 }
 
 // Structured outputs: every form, on both endpoints. `fields` are body
@@ -457,6 +458,88 @@ TEST_F(StructuredOutputTest, EachRefusalNamesItsFieldAndLimit) {
   }
   // Text (no constraint) beside a constraint is no conflict.
   EXPECT_EQ(Accepted(R"("response_format": {"type": "text"}, "guided_regex": "a")").structured_output().regex(), "a");
+}
+
+}  // namespace
+}  // namespace floe::openai
+
+namespace floe::openai {
+namespace {
+
+// What SDKs send by default (OpenAI's and vLLM's fields that change nothing
+// Floe generates): accepted and listed, or refused by name when strict.
+TEST(IgnoredFieldsTest, AcceptedAndListedOrRefusedWhenStrict) {
+  const json sdk = {{"prompt", "x"},
+                    {"store", false},
+                    {"metadata", {{"run", "7"}}},
+                    {"service_tier", "auto"},
+                    {"prompt_cache_key", "k"},
+                    {"safety_identifier", "user-1"},
+                    {"verbosity", "low"},
+                    {"prediction", {{"type", "content"}, {"content", "y"}}},
+                    {"modalities", {"text"}},
+                    {"priority", 0},
+                    {"reasoning_effort", "low"}};
+  ParsedRequest r = Ok(Endpoint::kCompletions, sdk);
+  // In body order (nlohmann::json writes keys sorted).
+  EXPECT_EQ(r.ignored_fields,
+            (std::vector<std::string>{"metadata", "modalities", "prediction", "priority", "prompt_cache_key",
+                                      "reasoning_effort", "safety_identifier", "service_tier", "store", "verbosity"}));
+  EXPECT_EQ(r.generate.text(), "x");
+  RequestContext strict;
+  strict.strict_fields = true;
+  for (const auto& [key, value] : sdk.items()) {
+    if (key == "prompt") continue;
+    ParsedRequest out;
+    const json body = {{"prompt", "x"}, {key, value}};
+    auto error = Parse(Endpoint::kCompletions, body.dump(), strict, &out);
+    ASSERT_TRUE(error.has_value()) << key;
+    EXPECT_EQ(error->status, 400);
+    EXPECT_EQ(error->param, key);
+    EXPECT_NE(error->message.find("--strict-fields"), std::string::npos) << error->message;
+  }
+  // Misspellings and unknown names are 400 either way; values asking for
+  // what Floe does not do are refused, not ignored.
+  struct Case {
+    std::string body, param, says;
+  } refused[] = {
+      {R"({"prompt": "x", "stor": false})", "stor", "unknown field"},
+      {R"({"prompt": "x", "modalities": ["text", "audio"]})", "modalities", "only [\"text\"]"},
+      {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search", "beam search"},
+  };
+  for (const Case& c : refused) {
+    ParsedRequest out;
+    auto error = Parse(Endpoint::kCompletions, c.body, {}, &out);
+    ASSERT_TRUE(error.has_value()) << c.body;
+    EXPECT_EQ(error->param, c.param) << c.body;
+    EXPECT_NE(error->message.find(c.says), std::string::npos) << error->message;
+  }
+  EXPECT_EQ(FindIgnoredField("reasoning_effort", Endpoint::kChat), nullptr);  // a template variable there
+  EXPECT_NE(FindIgnoredField("store", Endpoint::kChat), nullptr);
+  EXPECT_EQ(FindIgnoredField("temprature", Endpoint::kChat), nullptr);
+}
+
+TEST(IgnoredFieldsTest, ReasoningEffortIsATemplateVariableInChat) {
+  auto chat = ChatTemplate::FromSource(
+      "{% for m in messages %}{{ m.content }}{% endfor %}|{{ reasoning_effort | default('medium') }}", "<s>", "</s>");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  RequestContext context;
+  context.chat_template = &*chat;
+  const json messages = {{{"role", "user"}, {"content", "q"}}};
+  EXPECT_EQ(Ok(Endpoint::kChat, {{"messages", messages}}, context).generate.text(), "q|medium");
+  EXPECT_EQ(Ok(Endpoint::kChat, {{"messages", messages}, {"reasoning_effort", "high"}}, context).generate.text(),
+            "q|high");
+  // chat_template_kwargs, set explicitly, wins.
+  EXPECT_EQ(Ok(Endpoint::kChat,
+               {{"reasoning_effort", "high"}, {"messages", messages},
+                {"chat_template_kwargs", {{"reasoning_effort", "low"}}}},
+               context)
+                .generate.text(),
+            "q|low");
+  ParsedRequest out;
+  auto error = Parse(Endpoint::kChat, json({{"messages", messages}, {"reasoning_effort", 3}}).dump(), context, &out);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->param, "reasoning_effort");
 }
 
 }  // namespace
