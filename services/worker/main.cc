@@ -11,6 +11,7 @@
 // /metrics, gRPC (NOT_SERVING while loading) -> ranks, checkpoint, backend,
 // engine -> serve until SIGTERM, then drain.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -45,15 +46,16 @@ constexpr ServiceSpec kWorker{
 
 // Structured outputs need the model's tokenizer (its tokens' bytes): without
 // a tokenizer.json in the model folder such requests are refused, and the
-// worker serves everything else.
+// worker serves everything else. The vocabulary is built on first use.
 std::shared_ptr<StructuredOutputCompiler> MakeStructuredOutputCompiler(const WorkerFlags& f, const WorkerPlan& plan) {
-  auto vocab = LoadGrammarVocab(f.model);
-  if (!vocab.ok()) {
-    LogEvent(absl::IsNotFound(vocab.status()) ? LogLevel::kInfo : LogLevel::kWarning, "worker",
-             "structured_output_off", {{"why", std::string(vocab.status().message())}});
+  std::error_code error;
+  if (!std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json", error)) {
+    LogEvent(LogLevel::kInfo, "worker", "structured_output_off",
+             {{"why", f.model + "/tokenizer.json does not exist"}});
     return nullptr;
   }
-  return std::make_shared<StructuredOutputCompiler>(*std::move(vocab), plan.structured_output);
+  return std::make_shared<StructuredOutputCompiler>([model = f.model] { return LoadGrammarVocab(model); },
+                                                    plan.structured_output);
 }
 
 int Run(int argc, char** argv) {
@@ -132,7 +134,6 @@ int Run(int argc, char** argv) {
   const std::string weight_dtype(DTypeName((*checkpoint)->weight_dtype()));
   WorkerServiceOptions description = DescribeWorker(f, config, engine_options, weight_dtype, (*engine)->max_model_len());
   description.structured_output = MakeStructuredOutputCompiler(f, *plan);
-  startup.Phase("grammar_vocab");
   service.AttachEngine(engine->get(), std::move(description));
   if (metrics)
     metrics->SetStartup(startup.phases(), startup.SinceStartMs(), WeightCacheOutcomeName(backend->cache_outcome));

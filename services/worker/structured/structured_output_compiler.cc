@@ -121,14 +121,31 @@ absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> LoadGrammarVocab(cons
 
 StructuredOutputCompiler::StructuredOutputCompiler(std::shared_ptr<const grammar::TokenVocab> vocab,
                                                    StructuredOutputOptions options)
-    : vocab_(std::move(vocab)), options_(options), cache_(options.cache_size) {}
+    : load_([vocab] { return vocab; }), options_(options), cache_(options.cache_size) {}
+
+StructuredOutputCompiler::StructuredOutputCompiler(VocabLoader load, StructuredOutputOptions options)
+    : load_(std::move(load)), options_(options), cache_(options.cache_size) {}
+
+absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> StructuredOutputCompiler::Vocab() {
+  std::call_once(loaded_, [this] {
+    vocab_ = load_();
+    if (vocab_.ok() && *vocab_ == nullptr) vocab_ = absl::InternalError("no vocabulary");
+    if (!vocab_.ok()) {
+      vocab_ = absl::FailedPreconditionError(
+          absl::StrCat("structured_output: the model's tokenizer cannot be read as a vocabulary: ",
+                       vocab_.status().message()));
+    }
+  });
+  return vocab_;
+}
 
 absl::StatusOr<GrammarCache::Compiled> StructuredOutputCompiler::CompileKey(
-    const GrammarKey& key, GrammarCache::Clock::time_point deadline) const {
+    const GrammarKey& key, const std::shared_ptr<const grammar::TokenVocab>& vocab,
+    GrammarCache::Clock::time_point deadline) const {
   absl::StatusOr<Grammar> g = GrammarOf(key);
   if (!g.ok()) return g.status();
   if (GrammarCache::Clock::now() > deadline) return TookTooLong(options_.compile_timeout);
-  auto compiled = grammar::CompiledGrammar::Create(*g, vocab_);
+  auto compiled = grammar::CompiledGrammar::Create(*g, vocab);
   if (!compiled.ok()) return Named(key.kind, compiled.status());
   // Every position's mask now, on this thread, rather than on the engine's
   // step loop at first use. Each position costs one walk of the
@@ -142,10 +159,12 @@ absl::StatusOr<GrammarCache::Compiled> StructuredOutputCompiler::CompileKey(
 
 absl::StatusOr<StructuredOutputCompiler::Compiled> StructuredOutputCompiler::Compile(
     const floe::v1::StructuredOutput& output) {
+  auto vocab = Vocab();
+  if (!vocab.ok()) return vocab.status();
   const GrammarKey key = GrammarKeyOf(output);
   const auto start = GrammarCache::Clock::now();
   const auto deadline = start + options_.compile_timeout;
-  GrammarCache::Lookup lookup = cache_.Get(key, deadline, [&] { return CompileKey(key, deadline); });
+  GrammarCache::Lookup lookup = cache_.Get(key, deadline, [&] { return CompileKey(key, *vocab, deadline); });
   if (!lookup.result.ok()) {
     if (absl::IsDeadlineExceeded(lookup.result.status())) return TookTooLong(options_.compile_timeout);
     return lookup.result.status();

@@ -19,10 +19,13 @@
 //
 // Thread-safe: Compile runs on the calling gRPC handler thread (a slow
 // schema delays only its own request) and may be called from any number of
-// them at once.
+// them at once; the first one builds the vocabulary when it is loaded
+// lazily, the others wait for it.
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 
@@ -55,7 +58,14 @@ absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> LoadGrammarVocab(cons
 
 class StructuredOutputCompiler {
  public:
+  using VocabLoader = std::function<absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>>()>;
+
   StructuredOutputCompiler(std::shared_ptr<const grammar::TokenVocab> vocab, StructuredOutputOptions options);
+  // The vocabulary is built by `load` on the first Compile (a 128k
+  // vocabulary's byte trie is ~20 MiB and ~0.3 s: a worker that never sees
+  // a constraint pays neither); a failed load fails that Compile and every
+  // later one (FAILED_PRECONDITION naming why).
+  StructuredOutputCompiler(VocabLoader load, StructuredOutputOptions options);
 
   struct Compiled {
     std::shared_ptr<const grammar::CompiledGrammar> grammar;
@@ -65,13 +75,17 @@ class StructuredOutputCompiler {
   absl::StatusOr<Compiled> Compile(const floe::v1::StructuredOutput& output);
 
   const StructuredOutputOptions& options() const { return options_; }
-  const grammar::TokenVocab& vocab() const { return *vocab_; }
   size_t cached() const { return cache_.size(); }
 
  private:
-  absl::StatusOr<GrammarCache::Compiled> CompileKey(const GrammarKey& key, GrammarCache::Clock::time_point deadline) const;
+  absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> Vocab();
+  absl::StatusOr<GrammarCache::Compiled> CompileKey(const GrammarKey& key,
+                                                    const std::shared_ptr<const grammar::TokenVocab>& vocab,
+                                                    GrammarCache::Clock::time_point deadline) const;
 
-  const std::shared_ptr<const grammar::TokenVocab> vocab_;
+  VocabLoader load_;
+  std::once_flag loaded_;
+  absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> vocab_;  // set once, under loaded_
   const StructuredOutputOptions options_;
   GrammarCache cache_;
 };

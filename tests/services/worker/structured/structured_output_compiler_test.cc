@@ -264,5 +264,39 @@ TEST(StructuredOutputCompilerTest, CompilesPastTheTimeLimitAreRefused) {
   EXPECT_TRUE(m.AcceptBytes("yes") && m.CanEnd());
 }
 
+// The worker's compiler builds the vocabulary on first use: once, however
+// many requests arrive together; a vocabulary that cannot be built fails
+// every constraint, by name, and the compiler stays usable for the answer.
+TEST(StructuredOutputCompilerTest, TheVocabularyIsBuiltOnceOnFirstUse) {
+  const auto vocab = structured_testing::Llama3Vocab();
+  ASSERT_NE(vocab, nullptr);
+  std::atomic<int> loads{0};
+  StructuredOutputCompiler lazy(
+      [&]() -> absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> {
+        ++loads;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the others arrive meanwhile
+        return vocab;
+      },
+      {});
+  EXPECT_EQ(loads.load(), 0);
+  std::vector<std::future<bool>> results;
+  for (int i = 0; i < 4; ++i)
+    results.push_back(std::async(std::launch::async, [&] { return lazy.Compile(Choice({"yes", "no"})).ok(); }));
+  for (auto& r : results) EXPECT_TRUE(r.get());
+  EXPECT_EQ(loads.load(), 1);
+
+  StructuredOutputCompiler broken(
+      []() -> absl::StatusOr<std::shared_ptr<const grammar::TokenVocab>> {
+        return absl::NotFoundError("tokenizer.json: no such file");
+      },
+      {});
+  for (int i = 0; i < 2; ++i) {
+    auto compiled = broken.Compile(Choice({"a"}));
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(compiled.status().message().find("tokenizer.json: no such file"), std::string_view::npos);
+  }
+}
+
 }  // namespace
 }  // namespace floe
