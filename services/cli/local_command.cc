@@ -139,6 +139,7 @@ int RunLocal(int argc, char** argv) {
   int liveness_checks = 3;
   std::string chat_template, api_key_file;
   bool strict_fields = false;
+  std::string tool_call_parser;
   double rate_limit_rps = 0, rate_limit_tps = 0;
   int speculative_token_threshold = 0;
   int tensor_parallel_size = 1, sequence_parallel_size = 1, threads_per_rank = 0;
@@ -164,6 +165,8 @@ int RunLocal(int argc, char** argv) {
   parser.AddInt("http-port", &http_port,
                 "router's OpenAI-compatible HTTP API port (0: any free port; -1: off); prints 'http listening on'");
   parser.AddString("chat-template", &chat_template, "router's --chat-template (default: the model's own)");
+  parser.AddString("tool-call-parser", &tool_call_parser,
+                   "router's --tool-call-parser: auto, none, hermes, llama3_json, pythonic (empty: the router's auto)");
   parser.AddBool("strict-fields", &strict_fields,
                  "router's --strict-fields: refuse the OpenAI and vLLM fields Floe ignores instead of counting them");
   parser.AddString("api-key-file", &api_key_file, "router's --api-key-file (lines \"SHA256_HEX TENANT [admin]\")");
@@ -391,6 +394,7 @@ int RunLocal(int argc, char** argv) {
   router_argv.insert(router_argv.end(), common_args.begin(), common_args.end());
   if (!chat_template.empty()) router_argv.insert(router_argv.end(), {"--chat-template", chat_template});
   if (strict_fields) router_argv.push_back("--strict-fields");
+  if (!tool_call_parser.empty()) router_argv.insert(router_argv.end(), {"--tool-call-parser", tool_call_parser});
   if (!api_key_file.empty()) router_argv.insert(router_argv.end(), {"--api-key-file", api_key_file});
   if (rate_limit_rps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-rps", absl::StrCat(rate_limit_rps)});
   if (rate_limit_tps > 0) router_argv.insert(router_argv.end(), {"--rate-limit-tps", absl::StrCat(rate_limit_tps)});

@@ -82,7 +82,8 @@ int Run(int argc, char** argv) {
                                           .tls = common.tls,
                                           .chat_template_file = f.chat_template,
                                           .tokenizer_path = f.tokenizer,
-                                          .strict_fields = f.strict_fields},
+                                          .strict_fields = f.strict_fields,
+                                          .tool_call_parser = f.tool_call_parser},
                                          **tokenizer, &service);
     if (!started.ok()) return 1;  // logged
     http = *std::move(started);

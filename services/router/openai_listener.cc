@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
+#include "services/router/tools/tool_call_parser.h"
 
 namespace floe {
 namespace {
@@ -35,6 +36,31 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const OpenAiListe
   return std::make_unique<ChatTemplate>(*std::move(loaded));
 }
 
+// --tool-call-parser against the served template.
+absl::StatusOr<const tools::ToolCallFormat*> ResolveToolParser(const std::string& name, const ChatTemplate* chat) {
+  if (name == "none") return nullptr;
+  if (name == "auto") {
+    const tools::ToolCallFormat* format = chat ? tools::DetectFormat(chat->source()) : nullptr;
+    LogEvent(LogLevel::kInfo, "router", "tool_call_parser",
+             {{"parser", std::string(format ? format->name : "none")},
+              {"why", std::string(!chat ? "no chat template"
+                                  : format ? "the chat template writes its marker"
+                                           : "the chat template writes no marker of a known format: tool calls "
+                                             "come back as text (set --tool-call-parser)")}});
+    return format;
+  }
+  if (const tools::ToolCallFormat* format = tools::FindFormat(name)) {
+    LogEvent(LogLevel::kInfo, "router", "tool_call_parser", {{"parser", name}, {"why", std::string("--tool-call-parser")}});
+    return format;
+  }
+  std::string known = "auto, none";
+  for (std::string_view f : tools::FormatNames()) absl::StrAppend(&known, ", ", std::string(f));
+  const bool planned = name == "mistral" || name == "deepseek_v3" || name == "gpt_oss";
+  return absl::InvalidArgumentError(absl::StrCat("--tool-call-parser ", name.substr(0, 64),
+                                                 planned ? " is not implemented yet" : " is not a known format",
+                                                 " (one of: ", known, ")"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<OpenAiListener>> OpenAiListener::Start(const OpenAiListenerOptions& o,
@@ -50,9 +76,14 @@ absl::StatusOr<std::unique_ptr<OpenAiListener>> OpenAiListener::Start(const Open
   listener->chat_template_ = *std::move(loaded);
   if (!listener->chat_template_)
     LogEvent(LogLevel::kWarning, "router", "no_chat_template", {{"effect", "/v1/chat/completions refused"}});
+  auto tool_format = ResolveToolParser(o.tool_call_parser, listener->chat_template_.get());
+  if (!tool_format.ok()) {
+    std::fprintf(stderr, "floe-router: %s\n", std::string(tool_format.status().message()).c_str());
+    return tool_format.status();
+  }
   listener->frontend_ = std::make_unique<openai::Frontend>(service, listener->chat_template_.get(), [service] {
     return service->model_info().has_value() && !service->draining();
-  }, openai::FrontendOptions{.strict_fields = o.strict_fields});
+  }, openai::FrontendOptions{.strict_fields = o.strict_fields, .tool_call_format = *tool_format});
   http::ServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;

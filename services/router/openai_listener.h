@@ -1,8 +1,10 @@
 // The router's OpenAI-compatible HTTP listener (--http-port): the chat
 // template (--chat-template FILE, else tokenizer_config.json beside the
 // tokenizer; none is not an error, chat is then refused per request), the
-// openai::Frontend over the RouterService, and the http::Server it serves
-// on (TLS as the gRPC port's).
+// tool-call format (--tool-call-parser; auto picks it from the template's
+// markers and logs its choice), the openai::Frontend over the
+// RouterService, and the http::Server it serves on (TLS as the gRPC
+// port's).
 //
 // Thread: Start and Shutdown from main's thread; the frontend runs on the
 // HTTP server's I/O threads.
@@ -29,6 +31,7 @@ struct OpenAiListenerOptions {
   std::string chat_template_file;  // empty: tokenizer_config.json beside `tokenizer_path`
   std::string tokenizer_path;
   bool strict_fields = false;  // --strict-fields
+  std::string tool_call_parser = "auto";  // --tool-call-parser
 };
 
 class OpenAiListener {

@@ -61,6 +61,9 @@ void AddRouterFlags(ArgParser& parser, RouterFlags* f) {
                    "tokens (prompt + max_tokens) per second per tenant (0: no limit)");
   parser.AddString("chat-template", &f->chat_template,
                    "Jinja chat template file (default: tokenizer_config.json's chat_template)");
+  parser.AddString("tool-call-parser", &f->tool_call_parser,
+                   "how chat outputs of requests with tools are read for tool calls: auto (from the chat template's "
+                   "markers), none, hermes, llama3_json or pythonic");
   parser.AddBool("strict-fields", &f->strict_fields,
                  "refuse (400) the OpenAI and vLLM request fields Floe ignores (store, metadata, service_tier, ...) "
                  "instead of accepting them with a counter (floe_http_ignored_fields_total)");

@@ -31,6 +31,7 @@ struct RouterFlags {
   int http_threads = 2;
   std::string chat_template;
   bool strict_fields = false;
+  std::string tool_call_parser = "auto";
   std::string api_key_file;
   double rate_limit_rps = 0, rate_limit_tps = 0;
 };

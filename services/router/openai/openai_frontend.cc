@@ -48,7 +48,19 @@ struct Relay {
   std::vector<int32_t> token_ids;
   google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob> logprobs;
   floe::v1::Complete complete;
+  // Chat with tools: the output read for calls (null: plain text).
+  std::unique_ptr<tools::ToolCallStream> tools;
 };
+
+// A streamed chat chunk whose delta is what the tool-call reader let
+// through: content and call pieces instead of the raw text.
+json WithToolDelta(json chunk, const tools::ToolCallDelta& delta) {
+  json& d = chunk["choices"][0]["delta"];
+  d.erase("content");
+  if (!delta.content.empty()) d["content"] = delta.content;
+  if (!delta.calls.empty()) d["tool_calls"] = ToolCallsDelta(delta);
+  return chunk;
+}
 
 json ModelJson(const floe::v1::ModelInfo& info) {
   return {{"id", info.name()},
@@ -220,6 +232,16 @@ void Frontend::Detokenize(const http::Request& request, const std::shared_ptr<ht
   exchange->Reply(JsonResponse(200, {{"prompt", *std::move(text)}}));
 }
 
+const tools::ToolCallFormat* Frontend::ToolFormat(const ParsedRequest& parsed) const {
+  switch (parsed.tool_choice) {
+    case ParsedRequest::ToolChoice::kNone: return nullptr;
+    case ParsedRequest::ToolChoice::kAuto: return options_.tool_call_format;
+    case ParsedRequest::ToolChoice::kRequired: return &tools::RequiredFormat();
+    case ParsedRequest::ToolChoice::kNamed: return &tools::NamedFormat();
+  }
+  return nullptr;
+}
+
 void Frontend::ReportIgnored(const std::vector<std::string>& fields) {
   for (const std::string& field : fields) {
     if (RouterMetrics* metrics = service_->metrics()) metrics->ObserveIgnoredField(field);
@@ -254,6 +276,10 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   relay->header.return_token_ids = parsed.return_token_ids;
   relay->header.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", NextId());
   if (auto info = service_->model_info()) relay->header.model = info->name();
+  if (const tools::ToolCallFormat* format = ToolFormat(parsed)) {
+    relay->tools = std::make_unique<tools::ToolCallStream>(*format, parsed.tool_name, parsed.parallel_tool_calls,
+                                                           [] { return absl::StrCat("chatcmpl-tool-", NextId()); });
+  }
 
   GenerateCall::Sink sink;
   sink.on_events = [relay](GenerateCall& call, std::vector<GenerateResponse> events) {
@@ -280,13 +306,29 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
     std::string data;
     for (const GenerateResponse& e : events) {
       if (e.has_chunk()) {
-        data += Sse(StreamChunk(relay->header, *relay->tokenizer, &e.chunk(), nullptr, relay->first,
-                                relay->include_usage));
+        json chunk = StreamChunk(relay->header, *relay->tokenizer, &e.chunk(), nullptr, relay->first,
+                                 relay->include_usage);
+        if (relay->tools) chunk = WithToolDelta(std::move(chunk), relay->tools->Feed(e.chunk().text()));
+        data += Sse(chunk);
         relay->first = false;
       } else if (e.has_complete()) {
         relay->completed = true;
-        data += Sse(StreamChunk(relay->header, *relay->tokenizer, nullptr, &e.complete(), relay->first,
-                                relay->include_usage));
+        if (relay->tools) {
+          // What the reader held back (a possible marker), then the finish.
+          const tools::ToolCallDelta rest = relay->tools->Finish();
+          if (!rest.empty()) {
+            floe::v1::Chunk empty;
+            data += Sse(WithToolDelta(
+                StreamChunk(relay->header, *relay->tokenizer, &empty, nullptr, relay->first, relay->include_usage),
+                rest));
+            relay->first = false;
+          }
+        }
+        json finish = StreamChunk(relay->header, *relay->tokenizer, nullptr, &e.complete(), relay->first,
+                                  relay->include_usage);
+        if (relay->tools && relay->tools->called() && finish["choices"][0]["finish_reason"] == "stop")
+          finish["choices"][0]["finish_reason"] = "tool_calls";
+        data += Sse(finish);
         relay->first = false;
         if (relay->include_usage) data += Sse(UsageChunk(relay->header, e.complete().usage()));
       }
@@ -303,8 +345,14 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   sink.on_done = [relay, endpoint](const grpc::Status& status) {
     if (!relay->stream || !relay->started) {
       if (status.ok() && relay->completed) {
-        relay->exchange->Reply(JsonResponse(
-            200, FullResponse(relay->header, *relay->tokenizer, relay->text, relay->token_ids, relay->logprobs, relay->complete)));
+        json response =
+            FullResponse(relay->header, *relay->tokenizer, relay->text, relay->token_ids, relay->logprobs, relay->complete);
+        if (relay->tools) {
+          relay->tools->Feed(relay->text);
+          relay->tools->Finish();
+          WithToolCalls(response, *relay->tools);
+        }
+        relay->exchange->Reply(JsonResponse(200, response));
       } else {
         relay->exchange->Reply(ErrorResponse(FromStatus(
             status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "stream ended early") : status, endpoint)));

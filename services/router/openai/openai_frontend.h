@@ -2,7 +2,10 @@
 // /v1/chat/completions (JSON or server-sent events), /v1/models,
 // /v1/models/{id}, vLLM's /tokenize and /detokenize, /health and /ready onto
 // RouterService (generation through StartGenerate, the path the gRPC API
-// takes, so both fronts validate, route, admit and count alike). Fields a
+// takes, so both fronts validate, route, admit and count alike). Chat
+// outputs of requests with tools are read for tool calls
+// (services/router/tools/): whole responses carry message.tool_calls,
+// streams OpenAI's tool_calls deltas. Fields a
 // request carries that Floe accepts and ignores are counted
 // (floe_http_ignored_fields_total{field}) and logged once per field. Handle runs on the HTTP
 // server's I/O threads and never blocks on a worker.
@@ -20,12 +23,16 @@
 #include "common/jinja/chat_template.h"
 #include "services/router/openai/openai_request.h"
 #include "services/router/router_service.h"
+#include "services/router/tools/tool_call_parser.h"
 
 namespace floe::openai {
 
 struct FrontendOptions {
   // --strict-fields: fields Floe ignores are refused (400) instead.
   bool strict_fields = false;
+  // --tool-call-parser, resolved: how chat outputs with tools are read for
+  // calls under tool_choice "auto" (null: not at all, returned as text).
+  const tools::ToolCallFormat* tool_call_format = nullptr;
 };
 
 class Frontend {
@@ -46,6 +53,7 @@ class Frontend {
   // The caller's key and the request's model name: an error to send, or none.
   std::optional<ApiError> Admit(const http::Request& request, const std::string& model) const;
   void ReportIgnored(const std::vector<std::string>& fields);
+  const tools::ToolCallFormat* ToolFormat(const ParsedRequest& parsed) const;
 
   RouterService* service_;
   const ChatTemplate* chat_template_;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,9 @@ constexpr size_t kMaxUserBytes = 256;
 // Each becomes a template variable (ChatTemplate::Apply inserts them one by
 // one into an ordered object, a scan per insert); real templates read a few.
 constexpr size_t kMaxTemplateKwargs = 64;
+constexpr size_t kMaxTools = 128;
+constexpr size_t kMaxForcedIds = 4096;
+constexpr size_t kMaxToolNameBytes = 64;
 
 std::optional<ApiError> TokenIdList(const std::string& name, const ordered_json& v, floe::v1::TokenIds* out) {
   for (size_t i = 0; i < v.size(); ++i) {
@@ -183,6 +187,85 @@ std::optional<ApiError> Messages(const ordered_json& v, bool content_as_parts, o
   return std::nullopt;
 }
 
+// OpenAI's function tools: each {"type": "function", "function": {"name",
+// "description"?, "parameters"? (an object), "strict"?}}, names unique.
+std::optional<ApiError> Tools(const std::string& n, const ordered_json& v) {
+  if (!v.is_array() || v.size() > kMaxTools)
+    return Bad(n, absl::StrCat("tools must be an array of at most ", kMaxTools, " tools"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = absl::StrCat(n, "[", i, "]");
+    const ordered_json& tool = v[i];
+    if (!tool.is_object() || tool.value("type", "function") != "function" || !tool.contains("function") ||
+        !tool["function"].is_object())
+      return Bad(at, absl::StrCat(at, " must be {\"type\": \"function\", \"function\": {...}}"));
+    const ordered_json& f = tool["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get_ref<const std::string&>().empty() ||
+        f["name"].get_ref<const std::string&>().size() > kMaxToolNameBytes)
+      return Bad(at + ".function.name",
+                 absl::StrCat(at, ".function.name must be a string of 1 to ", kMaxToolNameBytes, " bytes"));
+    if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+      return Bad(at + ".function.parameters", absl::StrCat(at, ".function.parameters must be a JSON Schema object"));
+    if (!names.insert(f["name"].get<std::string>()).second)
+      return Bad(at + ".function.name", absl::StrCat(at, ".function.name \"", f["name"].get<std::string>(),
+                                                     "\" is given twice"));
+  }
+  return std::nullopt;
+}
+
+ordered_json ToolParameters(const ordered_json& function) {
+  if (function.contains("parameters") && function["parameters"].is_object()) return function["parameters"];
+  return {{"type", "object"}};
+}
+
+// tool_choice onto ParsedRequest: "required" and a named function constrain
+// the output (a JSON array of calls, or the function's arguments) through
+// the structured-output engine, as vLLM does; they cannot be combined with
+// another constraint.
+std::optional<ApiError> ApplyToolChoice(const ordered_json& tools, const std::string& choice, const std::string& name,
+                                        bool constrained, ParsedRequest* out) {
+  const bool has_tools = tools.is_array() && !tools.empty();
+  if (choice == "none" || (!has_tools && choice == "auto")) return std::nullopt;
+  if (!has_tools) return Bad("tool_choice", absl::StrCat("tool_choice \"", choice, "\" needs tools"));
+  if (choice == "auto") {
+    out->tool_choice = ParsedRequest::ToolChoice::kAuto;
+    return std::nullopt;
+  }
+  if (constrained)
+    return Bad("tool_choice", "tool_choice \"required\" or a named function constrains the output; it cannot be "
+                              "combined with response_format, structured_outputs or guided_*");
+  ordered_json schema;
+  if (choice == "named") {
+    for (const ordered_json& tool : tools) {
+      if (tool["function"]["name"] == name) schema = ToolParameters(tool["function"]);
+    }
+    if (schema.is_null())
+      return Bad("tool_choice", absl::StrCat("tool_choice names \"", name, "\", which is not among the tools"));
+    out->tool_choice = ParsedRequest::ToolChoice::kNamed;
+    out->tool_name = name;
+  } else {
+    ordered_json any_of = ordered_json::array();
+    for (const ordered_json& tool : tools) {
+      ordered_json call = ordered_json::object();
+      call["type"] = "object";
+      call["properties"] = {{"name", {{"const", tool["function"]["name"]}}},
+                            {"parameters", ToolParameters(tool["function"])}};
+      call["required"] = {"name", "parameters"};
+      call["additionalProperties"] = false;
+      any_of.push_back(std::move(call));
+    }
+    schema = ordered_json::object();
+    schema["type"] = "array";
+    schema["items"] = {{"anyOf", std::move(any_of)}};
+    schema["minItems"] = 1;
+    if (!out->parallel_tool_calls) schema["maxItems"] = 1;
+    out->tool_choice = ParsedRequest::ToolChoice::kRequired;
+  }
+  auto* structured = out->generate.mutable_structured_output();
+  structured->set_json_schema(schema.dump());
+  return std::nullopt;
+}
+
 // Values of ignored fields that would ask for something Floe does not do
 // are refused rather than ignored.
 std::optional<ApiError> CheckIgnoredValue(const std::string& name, const ordered_json& v) {
@@ -271,6 +354,7 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
   ordered_json messages, tools = nullptr, template_kwargs = nullptr;
   bool add_generation_prompt = true;
   std::optional<std::string> reasoning_effort;
+  std::string tool_choice = "auto", tool_name;
   bool chat_logprobs = false;
   std::optional<int64_t> top_logprobs;
 
@@ -424,6 +508,17 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
          g.set_skip_special_tokens(b);
          return std::nullopt;
        }},
+      // Floe's benchmark mode: the tokens the worker emits instead of
+      // sampling (a worker without --benchmark-forced-decoding refuses it).
+      {"forced_output_ids", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
+         if (v.is_null()) return std::nullopt;
+         if (!v.is_array() || v.size() > kMaxForcedIds)
+           return Bad(n, absl::StrCat(n, " must be an array of at most ", kMaxForcedIds, " token ids"));
+         floe::v1::TokenIds ids;
+         if (auto e = TokenIdList(n, v, &ids)) return e;
+         g.mutable_forced_output_ids()->Assign(ids.ids().begin(), ids.ids().end());
+         return std::nullopt;
+       }},
       {"return_token_ids", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &out->return_token_ids);
@@ -488,18 +583,28 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
        }},
       {"tools", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
-         if (!v.is_array() || v.size() > 128) return Bad(n, "tools must be an array of at most 128 tools");
+         if (auto e = Tools(n, v)) return e;
          tools = v;
          return std::nullopt;
        }},
       {"tool_choice", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
-         if (v.is_null() || v == "auto" || v == "none") return std::nullopt;
-         return Bad(n, "tool_choice must be \"auto\" or \"none\" (forced tool calls are not supported)");
+         if (v.is_null()) return std::nullopt;
+         if (v == "auto" || v == "none" || v == "required") {
+           tool_choice = v.get<std::string>();
+           return std::nullopt;
+         }
+         if (v.is_object() && v.value("type", "") == "function" && v.contains("function") &&
+             v["function"].is_object() && v["function"].contains("name") && v["function"]["name"].is_string()) {
+           tool_choice = "named";
+           tool_name = v["function"]["name"].get<std::string>().substr(0, 256);
+           return std::nullopt;
+         }
+         return Bad(n, "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
        }},
       {"parallel_tool_calls", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
-         bool b;
          if (v.is_null()) return std::nullopt;
-         return Bool(n, v, &b);
+         return Bool(n, v, &out->parallel_tool_calls);
        }},
       {"add_generation_prompt", [&](const std::string& n, const ordered_json& v) { return Bool(n, v, &add_generation_prompt); }},
       // OpenAI's reasoning models' knob; templates that read it (gpt-oss)
@@ -545,6 +650,9 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
     if (auto e = it->second(key, value)) return e;
   }
 
+  if (chat) {
+    if (auto e = ApplyToolChoice(tools, tool_choice, tool_name, structured.output().has_value(), out)) return e;
+  }
   if (!chat && !has_prompt) return Bad("prompt", "prompt is required");
   if (chat && !has_messages) return Bad("messages", "messages is required");
   if (!out->stream && out->include_usage) return Bad("stream_options", "stream_options needs stream: true");

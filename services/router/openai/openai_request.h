@@ -51,6 +51,15 @@ struct ParsedRequest {
   // Fields accepted and ignored (FindIgnoredField's names, never the
   // client's text), in body order.
   std::vector<std::string> ignored_fields;
+  // Chat with tools: how the output is read for calls. kNone: not at all
+  // (no tools, or tool_choice "none"); kAuto: by the router's
+  // --tool-call-parser; kRequired and kNamed: the output is constrained
+  // (generate.structured_output) to a JSON array of {"name", "parameters"},
+  // or to the named function's arguments.
+  enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;  // kNamed
+  bool parallel_tool_calls = true;
 };
 
 struct RequestContext {

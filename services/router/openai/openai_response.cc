@@ -124,6 +124,37 @@ json FullResponse(const ResponseHeader& h, const Tokenizer& tokenizer, const std
   return out;
 }
 
+json ToolCallsDelta(const tools::ToolCallDelta& delta) {
+  json calls = json::array();
+  for (const tools::ToolCallDelta::Call& c : delta.calls) {
+    json call = {{"index", c.index}};
+    json function = json::object();
+    if (!c.id.empty()) {
+      call["id"] = c.id;
+      call["type"] = "function";
+      function["name"] = c.name;
+    }
+    function["arguments"] = c.arguments;
+    call["function"] = std::move(function);
+    calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
+void WithToolCalls(json& response, const tools::ToolCallStream& stream) {
+  json& choice = response["choices"][0];
+  json& message = choice["message"];
+  message["content"] = stream.content().empty() ? json(nullptr) : json(stream.content());
+  const std::vector<tools::ReportedCall> calls = stream.calls();
+  if (calls.empty()) return;
+  json out = json::array();
+  for (const tools::ReportedCall& c : calls)
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  message["tool_calls"] = std::move(out);
+  // An output cut by max_tokens stays "length": the client must know.
+  if (choice["finish_reason"] == "stop") choice["finish_reason"] = "tool_calls";
+}
+
 ApiError FromStatus(const grpc::Status& status, Endpoint endpoint) {
   ApiError e;
   e.message = status.error_message();

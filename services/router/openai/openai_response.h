@@ -12,6 +12,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "floe/v1/generate.pb.h"
 #include "services/router/openai/openai_request.h"
+#include "services/router/tools/tool_call_stream.h"
 
 namespace floe::openai {
 
@@ -42,6 +43,13 @@ nlohmann::json FullResponse(const ResponseHeader& header, const Tokenizer& token
                             const std::vector<int32_t>& token_ids,
                             const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& logprobs,
                             const floe::v1::Complete& complete);
+
+// Tool calls: a stream delta's "tool_calls" (index, then id, type and name
+// once, then argument fragments), and a whole chat response's message made
+// of the stream's calls (content null when none; finish_reason
+// "tool_calls" when a call was made and the output was not cut).
+nlohmann::json ToolCallsDelta(const tools::ToolCallDelta& delta);
+void WithToolCalls(nlohmann::json& response, const tools::ToolCallStream& calls);
 
 // gRPC status -> OpenAI error (429 for overload, 503 unavailable, 404 model).
 ApiError FromStatus(const grpc::Status& status, Endpoint endpoint);

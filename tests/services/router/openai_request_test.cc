@@ -544,3 +544,110 @@ TEST(IgnoredFieldsTest, ReasoningEffortIsATemplateVariableInChat) {
 
 }  // namespace
 }  // namespace floe::openai
+
+namespace floe::openai {
+namespace {
+
+class ToolChoiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto chat = ChatTemplate::FromSource("{% for m in messages %}{{ m.content }}{% endfor %}", "", "");
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    template_ = std::make_unique<ChatTemplate>(*std::move(chat));
+    context_.chat_template = template_.get();
+  }
+  static nlohmann::ordered_json Body(const nlohmann::ordered_json& extra) {
+    nlohmann::ordered_json body = nlohmann::ordered_json::parse(R"({
+      "messages": [{"role": "user", "content": "weather?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather",
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+                {"type": "function", "function": {"name": "now"}}]})");
+    for (const auto& [k, v] : extra.items()) body[k] = v;
+    return body;
+  }
+  std::optional<ApiError> Send(const nlohmann::ordered_json& body, ParsedRequest* out) {
+    return Parse(Endpoint::kChat, body.dump(), context_, out);
+  }
+  std::unique_ptr<ChatTemplate> template_;
+  RequestContext context_;
+};
+
+TEST_F(ToolChoiceTest, AutoNoneRequiredAndNamed) {
+  using ordered = nlohmann::ordered_json;
+  ParsedRequest automatic;
+  ASSERT_FALSE(Send(Body(ordered::object()), &automatic));
+  EXPECT_EQ(automatic.tool_choice, ParsedRequest::ToolChoice::kAuto);
+  EXPECT_FALSE(automatic.generate.has_structured_output());
+  ParsedRequest none;
+  ASSERT_FALSE(Send(Body({{"tool_choice", "none"}}), &none));
+  EXPECT_EQ(none.tool_choice, ParsedRequest::ToolChoice::kNone);
+  ParsedRequest no_tools;
+  ASSERT_FALSE(Parse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}]})", context_, &no_tools));
+  EXPECT_EQ(no_tools.tool_choice, ParsedRequest::ToolChoice::kNone);
+
+  // required: an array of calls of the given tools, at least one.
+  ParsedRequest required;
+  ASSERT_FALSE(Send(Body({{"tool_choice", "required"}}), &required));
+  EXPECT_EQ(required.tool_choice, ParsedRequest::ToolChoice::kRequired);
+  ASSERT_TRUE(required.generate.structured_output().has_json_schema());
+  const auto schema = ordered::parse(required.generate.structured_output().json_schema());
+  EXPECT_EQ(schema["type"], "array");
+  EXPECT_EQ(schema["minItems"], 1);
+  EXPECT_FALSE(schema.contains("maxItems"));
+  ASSERT_EQ(schema["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(schema["items"]["anyOf"][0]["properties"]["name"]["const"], "get_weather");
+  EXPECT_EQ(schema["items"]["anyOf"][0]["properties"]["parameters"]["properties"]["city"]["type"], "string");
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"], ordered({{"type", "object"}}));
+  ParsedRequest one;
+  ASSERT_FALSE(Send(Body({{"tool_choice", "required"}, {"parallel_tool_calls", false}}), &one));
+  EXPECT_FALSE(one.parallel_tool_calls);
+  EXPECT_EQ(ordered::parse(one.generate.structured_output().json_schema())["maxItems"], 1);
+
+  // A named function: its parameters are the output's schema.
+  ParsedRequest named;
+  ASSERT_FALSE(
+      Send(Body({{"tool_choice", ordered::parse(R"({"type": "function", "function": {"name": "get_weather"}})")}}),
+           &named));
+  EXPECT_EQ(named.tool_choice, ParsedRequest::ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_name, "get_weather");
+  EXPECT_EQ(ordered::parse(named.generate.structured_output().json_schema())["properties"]["city"]["type"], "string");
+}
+
+TEST_F(ToolChoiceTest, RefusalsNameTheirField) {
+  struct Case {
+    std::string extra, param, says;
+  } cases[] = {
+      {R"({"tool_choice": "always"})", "tool_choice", "must be"},
+      {R"({"tool_choice": {"type": "function", "function": {"name": "fly"}}})", "tool_choice", "not among the tools"},
+      {R"({"tool_choice": "required", "response_format": {"type": "json_object"}})", "tool_choice", "cannot be combined"},
+      {R"({"tools": [], "tool_choice": "required"})", "tool_choice", "needs tools"},
+      {R"({"tools": [{"type": "function", "function": {"name": ""}}]})", "tools[0].function.name", "1 to 64"},
+      {R"({"tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]})",
+       "tools[1].function.name", "twice"},
+      {R"({"tools": [{"type": "function", "function": {"name": "a", "parameters": "x"}}]})",
+       "tools[0].function.parameters", "JSON Schema object"},
+      {R"({"tools": [{"type": "code_interpreter"}]})", "tools[0]", "\"type\": \"function\""},
+      {R"({"parallel_tool_calls": "yes"})", "parallel_tool_calls", ""},
+  };
+  for (const Case& c : cases) {
+    ParsedRequest out;
+    auto error = Send(Body(nlohmann::ordered_json::parse(c.extra)), &out);
+    ASSERT_TRUE(error.has_value()) << c.extra;
+    EXPECT_EQ(error->param, c.param) << c.extra << ": " << error->message;
+    EXPECT_NE(error->message.find(c.says), std::string::npos) << error->message;
+  }
+}
+
+TEST(ForcedOutputIdsTest, MapOntoTheRequestBounded) {
+  ParsedRequest r = Ok(Endpoint::kCompletions, {{"prompt", "x"}, {"forced_output_ids", {5, 6, 7}}});
+  EXPECT_EQ(std::vector<int32_t>(r.generate.forced_output_ids().begin(), r.generate.forced_output_ids().end()),
+            (std::vector<int32_t>{5, 6, 7}));
+  ParsedRequest out;
+  nlohmann::json many = {{"prompt", "x"}, {"forced_output_ids", std::vector<int>(4097, 1)}};
+  auto error = Parse(Endpoint::kCompletions, many.dump(), {}, &out);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->param, "forced_output_ids");
+}
+
+}  // namespace
+}  // namespace floe::openai
