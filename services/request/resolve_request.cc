@@ -42,6 +42,14 @@ absl::Status ResolveSampling(floe::v1::SamplingParams& s) {
   if (!(std::fabs(s.frequency_penalty()) <= 2.0f))
     return absl::InvalidArgumentError(
         absl::StrCat("sampling.frequency_penalty must be in [-2, 2], got ", s.frequency_penalty()));
+  if (s.logit_bias_size() > kMaxLogitBias)
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.logit_bias has ", s.logit_bias_size(), " entries; the limit is ", kMaxLogitBias));
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (!(std::fabs(bias) <= 100.0f))
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.logit_bias[", id, "] must be in [-100, 100], got ", bias));
+  }
   return absl::OkStatus();
 }
 
@@ -151,6 +159,11 @@ absl::Status ResolveRequest(const RequestLimits& limits, GenerateRequest& reques
   // Forced decoding (benchmarks): whether it is allowed at all is the worker's call.
   if (absl::Status s = CheckVocabulary("forced_output_ids", request.forced_output_ids(), limits.vocab_size); !s.ok())
     return s;
+  for (const auto& [id, bias] : request.sampling().logit_bias()) {
+    if (id < 0 || id >= limits.vocab_size)
+      return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias names token ", id,
+                                                     ", outside the vocabulary [0, ", limits.vocab_size, ")"));
+  }
 
   floe::v1::StoppingParams& stop = *request.mutable_stopping();
   if (!stop.has_max_tokens()) {

@@ -50,6 +50,8 @@ inline constexpr size_t kMaxRegexBytes = 4 << 10;
 inline constexpr size_t kMaxGrammarBytes = 64 << 10;
 inline constexpr int kMaxChoices = 256;
 inline constexpr size_t kMaxChoiceBytes = 1024;
+// sampling.logit_bias entries (OpenAI's bound).
+inline constexpr int kMaxLogitBias = 300;
 
 // The gRPC name of the constraint `output` sets: "structured_output.regex",
 // ".json_schema", ...; "structured_output" when it sets none.

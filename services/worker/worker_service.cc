@@ -1,5 +1,6 @@
 #include "services/worker/worker_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -48,6 +49,8 @@ EngineRequest FromProto(const GenerateRequest& in, const std::string& default_na
   out.sampling.repetition_penalty = s.repetition_penalty();
   out.sampling.presence_penalty = s.presence_penalty();
   out.sampling.frequency_penalty = s.frequency_penalty();
+  for (const auto& [id, bias] : s.logit_bias()) out.sampling.logit_bias.emplace_back(id, bias);
+  std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end());  // a map's order is unspecified
   if (s.has_seed()) {
     out.seeded = true;
     out.sampling.seed = s.seed();

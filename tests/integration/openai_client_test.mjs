@@ -165,6 +165,30 @@ try {
     assert.equal(chat.usage.prompt_tokens, m.body.count);
   });
 
+  await check('logit_bias: +100 forces its token at temperature 0', async () => {
+    const forcedId = 9906;  // "Hello"
+    const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 4, temperature: 0,
+      logit_bias: { [forcedId]: 100 }, return_token_ids: true });
+    assert.deepEqual(r.choices[0].token_ids, [forcedId, forcedId, forcedId, forcedId]);
+    await assert.rejects(client.completions.create({ model, prompt: 'x', logit_bias: { 5: 101 } }), (e) =>
+      e instanceof OpenAI.BadRequestError && e.param === 'logit_bias');
+  });
+
+  await check('echo: the prompt before the completion, whole and streamed', async () => {
+    const prompt = 'Echo this: ';
+    const plain = await client.completions.create({ model, prompt, max_tokens: 5, temperature: 0, ignore_eos: true });
+    const echoed = await client.completions.create({ model, prompt, max_tokens: 5, temperature: 0, ignore_eos: true,
+      echo: true });
+    assert.equal(echoed.choices[0].text, prompt + plain.choices[0].text);
+    const stream = await client.completions.create({ model, prompt, max_tokens: 5, temperature: 0, ignore_eos: true,
+      echo: true, stream: true });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    assert.equal(text, echoed.choices[0].text);
+    const ids = await client.completions.create({ model, prompt: [9906, 11], max_tokens: 1, echo: true });
+    assert.ok(ids.choices[0].text.startsWith('Hello,'), ids.choices[0].text);
+  });
+
   await check('session_id and x-session-id are accepted', async () => {
     const r = await client.completions.create({ model, prompt: 'turn one', max_tokens: 2, session_id: 'agent-7' });
     assert.equal(r.choices.length, 1);

@@ -50,6 +50,8 @@ struct Relay {
   floe::v1::Complete complete;
   // Chat with tools: the output read for calls (null: plain text).
   std::unique_ptr<tools::ToolCallStream> tools;
+  // Completions with echo: the prompt, sent before the completion.
+  std::string echo;
 };
 
 // A streamed chat chunk whose delta is what the tool-call reader let
@@ -276,6 +278,21 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   relay->header.return_token_ids = parsed.return_token_ids;
   relay->header.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", NextId());
   if (auto info = service_->model_info()) relay->header.model = info->name();
+  if (parsed.echo) {
+    const auto& g = parsed.generate;
+    if (g.has_token_ids()) {
+      std::vector<int32_t> ids(g.token_ids().ids().begin(), g.token_ids().ids().end());
+      auto text = service_->tokenizer().Decode(ids, /*skip_special_tokens=*/false);
+      if (!text.ok()) {
+        ApiError e = FromStatus(ToGrpcStatus(text.status()), endpoint);
+        e.param = "prompt";
+        return exchange->Reply(ErrorResponse(e));
+      }
+      relay->echo = *std::move(text);
+    } else {
+      relay->echo = g.text();
+    }
+  }
   if (const tools::ToolCallFormat* format = ToolFormat(parsed)) {
     relay->tools = std::make_unique<tools::ToolCallStream>(*format, parsed.tool_name, parsed.parallel_tool_calls,
                                                            [] { return absl::StrCat("chatcmpl-tool-", NextId()); });
@@ -305,6 +322,12 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
     }
     std::string data;
     for (const GenerateResponse& e : events) {
+      if (relay->first && !relay->echo.empty()) {
+        floe::v1::Chunk prompt;
+        prompt.set_text(relay->echo);
+        data += Sse(StreamChunk(relay->header, *relay->tokenizer, &prompt, nullptr, true, relay->include_usage));
+        relay->first = false;
+      }
       if (e.has_chunk()) {
         json chunk = StreamChunk(relay->header, *relay->tokenizer, &e.chunk(), nullptr, relay->first,
                                  relay->include_usage);
@@ -345,8 +368,8 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   sink.on_done = [relay, endpoint](const grpc::Status& status) {
     if (!relay->stream || !relay->started) {
       if (status.ok() && relay->completed) {
-        json response =
-            FullResponse(relay->header, *relay->tokenizer, relay->text, relay->token_ids, relay->logprobs, relay->complete);
+        json response = FullResponse(relay->header, *relay->tokenizer, relay->echo + relay->text, relay->token_ids,
+                                     relay->logprobs, relay->complete);
         if (relay->tools) {
           relay->tools->Feed(relay->text);
           relay->tools->Finish();

@@ -1,5 +1,6 @@
 #include "services/router/openai/openai_request.h"
 
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/jinja/chat_template.h"
 #include "common/json/bounded_json.h"
+#include "services/request/resolve_request.h"
 #include "services/router/openai/json_readers.h"
 #include "services/router/openai/structured_output_fields.h"
 
@@ -523,9 +525,22 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
          if (v.is_null()) return std::nullopt;
          return Bool(n, v, &out->return_token_ids);
        }},
+      // OpenAI's: {"token id": bias}, biases in [-100, 100], at most 300.
       {"logit_bias", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
-         if (v.is_null() || (v.is_object() && v.empty())) return std::nullopt;
-         return Bad(n, "logit_bias is not supported");
+         if (v.is_null()) return std::nullopt;
+         if (!v.is_object() || v.size() > static_cast<size_t>(kMaxLogitBias))
+           return Bad(n, absl::StrCat("logit_bias must be an object of at most ", kMaxLogitBias,
+                                      " \"token id\": bias entries"));
+         for (const auto& [key, bias] : v.items()) {
+           int32_t id = -1;
+           const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+           if (ec != std::errc() || end != key.data() + key.size() || id < 0)
+             return Bad(n, absl::StrCat("logit_bias key \"", key.substr(0, 32), "\" is not a token id"));
+           double x;
+           if (auto e = Number(absl::StrCat(n, "[", id, "]"), bias, -100, 100, &x)) return Bad(n, e->message);
+           (*sampling->mutable_logit_bias())[id] = static_cast<float>(x);
+         }
+         return std::nullopt;
        }},
       {"best_of", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
@@ -548,10 +563,8 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
          return std::nullopt;
        }},
       {"echo", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
-         bool b = false;
-         if (auto e = Bool(n, v, &b)) return e;
-         if (b) return Bad(n, "echo is not supported");
-         return std::nullopt;
+         if (v.is_null()) return std::nullopt;
+         return Bool(n, v, &out->echo);
        }},
       {"suffix", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
@@ -654,6 +667,8 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
     if (auto e = ApplyToolChoice(tools, tool_choice, tool_name, structured.output().has_value(), out)) return e;
   }
   if (!chat && !has_prompt) return Bad("prompt", "prompt is required");
+  if (out->echo && out->logprobs)
+    return Bad("echo", "echo with logprobs needs the prompt's logprobs, which Floe does not return yet");
   if (chat && !has_messages) return Bad("messages", "messages is required");
   if (!out->stream && out->include_usage) return Bad("stream_options", "stream_options needs stream: true");
   if (chat) {

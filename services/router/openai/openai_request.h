@@ -60,6 +60,9 @@ struct ParsedRequest {
   ToolChoice tool_choice = ToolChoice::kNone;
   std::string tool_name;  // kNamed
   bool parallel_tool_calls = true;
+  // Completions: the prompt comes back before the completion (text or, for
+  // a prompt of ids, their decoding).
+  bool echo = false;
 };
 
 struct RequestContext {

@@ -273,10 +273,10 @@ absl::Status EngineCore::SampleOnDevice(const std::vector<Planned>& plan, std::s
         r.action = RowSampling::Action::kDownload;  // the raw logits are reported
       } else if (forced) {
         r.action = RowSampling::Action::kNone;
-      } else if (banned || Sampler::UsesPenalties(s) || seq.matcher) {
-        // A grammar's mask is applied on the host for now (a bitmask stage
-        // in the device sampler is follow-up work): such rows come back
-        // like rows with penalties.
+      } else if (banned || Sampler::UsesPenalties(s) || seq.matcher || !s.logit_bias.empty()) {
+        // A grammar's mask and a logit bias are applied on the host for now
+        // (stages in the device sampler are follow-up work): such rows come
+        // back like rows with penalties.
         r.action = RowSampling::Action::kDownload;
       } else {
         r.temperature = s.temperature;

@@ -141,6 +141,9 @@ int32_t Sampler::Sample(const SamplingOptions& options, const SamplingContext& c
   // The forced stage (benchmarks) overrides every other stage.
   if (context.output_position >= 0 && static_cast<size_t>(context.output_position) < options.forced_tokens.size())
     return options.forced_tokens[context.output_position];
+  for (const auto& [id, bias] : options.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] += bias;
+  }
   ApplyPenalties(options, context, logits);
   for (int32_t t : context.banned_tokens) {
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[t] = kNegInf;

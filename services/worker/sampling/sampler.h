@@ -1,5 +1,5 @@
 // Turns one row of logits into one token: a chain of small stages
-// (forced -> penalties -> allowed tokens -> banned tokens -> temperature ->
+// (forced -> logit bias -> penalties -> allowed tokens -> banned tokens -> temperature ->
 // top-k -> top-p -> min-p -> draw), each of which is skipped when its option
 // is neutral. The forced stage (benchmarks only) emits
 // SamplingOptions::forced_tokens. The allowed-tokens stage (structured

@@ -17,6 +17,8 @@ struct SamplingOptions {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // (token id, bias) added to the logits first (OpenAI's logit_bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Benchmarks only (forced decoding): output position i emits
   // forced_tokens[i] instead of a sampled token, so drafts are judged against
   // a recorded output. Past its end, tokens are sampled again.

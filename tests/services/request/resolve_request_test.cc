@@ -93,6 +93,16 @@ TEST(ResolveRequestTest, EachBadFieldIsNamedWithItsLimit) {
        C::kInvalidArgument, "sampling.presence_penalty", "[-2, 2]"},
       {"frequency penalty", [](GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-3); },
        C::kInvalidArgument, "sampling.frequency_penalty", "[-2, 2]"},
+      {"logit bias too strong", [](GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[5] = 101; },
+       C::kInvalidArgument, "sampling.logit_bias[5]", "[-100, 100]"},
+      {"logit bias outside the vocabulary",
+       [](GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[1 << 30] = 1; },
+       C::kInvalidArgument, "sampling.logit_bias names token 1073741824", "outside the vocabulary"},
+      {"logit bias too long",
+       [](GenerateRequest& r) {
+         for (int i = 0; i <= kMaxLogitBias; ++i) (*r.mutable_sampling()->mutable_logit_bias())[i] = 1;
+       },
+       C::kInvalidArgument, "sampling.logit_bias has 301 entries", "limit is 300"},
       {"schema past its limit",
        [](GenerateRequest& r) { r.mutable_structured_output()->set_json_schema(std::string(kMaxJsonSchemaBytes + 1, ' ')); },
        C::kInvalidArgument, "structured_output.json_schema has 65537 bytes", "limit is 65536"},

@@ -253,6 +253,26 @@ TEST(SamplerTest, AMaskDrawsExactlyAsTheRowWithDisallowedLogitsAtMinusInfinity) 
   }
 }
 
+// OpenAI's logit_bias: added to the logits before every other stage, so
+// +100 forces its token at temperature 0 and -100 keeps one out.
+TEST(SamplerTest, LogitBiasIsAddedFirst) {
+  std::vector<float> logits(70);
+  for (int i = 0; i < 70; ++i) logits[i] = static_cast<float>(i % 13);
+  SamplingOptions greedy;
+  EXPECT_EQ(Draw(greedy, logits), 12);
+  greedy.logit_bias = {{40, 100.0f}};
+  EXPECT_EQ(Draw(greedy, logits), 40);
+  greedy.logit_bias = {{12, -100.0f}, {25, -100.0f}, {38, -100.0f}, {51, -100.0f}, {64, -100.0f}};
+  EXPECT_EQ(Draw(greedy, logits), 11);  // the best of the rest (lowest id on ties)
+  SamplingOptions sampled;
+  sampled.temperature = 1.0f;
+  sampled.logit_bias = {{3, 100.0f}};
+  for (int64_t position = 0; position < 50; ++position) EXPECT_EQ(Draw(sampled, logits, position), 3);
+  // Ids outside the row are ignored (the request was checked against the vocabulary).
+  greedy.logit_bias = {{700, 100.0f}};
+  EXPECT_EQ(Draw(greedy, logits), 12);
+}
+
 TEST(CounterRngTest, RoughlyUniform) {
   std::vector<int> buckets(10, 0);
   for (int i = 0; i < 100000; ++i) ++buckets[static_cast<int>(CounterUniform(5, i) * 10)];
