@@ -124,7 +124,11 @@ TEST(TokenMaskTest, SmallVocabularyMasksEqualTheOracle) {
       std::mt19937 rng(11);
       int set_bits = 0, clear_bits = 0, steps = 0;
       uint64_t stack_checked = 0;
-      for (int walk = 0; walk < kWalks; ++walk) {
+      const bool json = std::string(name).rfind("json", 0) == 0;
+      // Where the per-stack check is asserted below, the walks must reach
+      // it: the full count even under the sanitizers.
+      const int walks = json && variant.options.refine_depth == 0 ? 16 : kWalks;
+      for (int walk = 0; walk < walks; ++walk) {
         GrammarMatcher m(*compiled);
         GrammarMatcher oracle(*compiled, OracleOptions());
         for (int step = 0; step < 40; ++step) {
@@ -159,10 +163,9 @@ TEST(TokenMaskTest, SmallVocabularyMasksEqualTheOracle) {
       }
       EXPECT_GT(set_bits, 1000);
       EXPECT_GT(clear_bits, 1000);
-      EXPECT_GE(steps, kWalks);  // every walk takes a step; the JSON ones go deep
-      const bool json = std::string(name).rfind("json", 0) == 0;
+      EXPECT_GE(steps, walks);  // every walk takes a step; the JSON ones go deep
       if (json || std::string(name) == "tool_call") {
-        EXPECT_GT(steps, kWalks * 6);
+        EXPECT_GT(steps, walks * 6);
       }
       // The per-stack check must really run where the variant forces it.
       if (json && variant.options.refine_depth == 0) {
