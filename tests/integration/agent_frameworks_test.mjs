@@ -15,7 +15,7 @@
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { sourceDir, startFloeLocal } from './floe_local.mjs';
+import { checks, sourceDir, startFloeLocal } from './floe_local.mjs';
 
 const require = createRequire(path.join(sourceDir, 'third_party/npm/package.json'));
 const agents = require('@openai/agents');
@@ -27,16 +27,8 @@ const { z } = require('zod');
 const AgentsOpenAI = require(require.resolve('openai', { paths: [path.dirname(require.resolve('@openai/agents-openai'))] }));
 const OpenAIClient = AgentsOpenAI.default ?? AgentsOpenAI.OpenAI ?? AgentsOpenAI;
 
-let failed = false;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed = true;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
+const checked = checks();
+const check = checked.check;
 
 const cluster = await startFloeLocal(['--builtin', 'tiny', '--workers', '1', '--http-port', '0', '--speculative', 'off',
   '--tool-call-parser', 'hermes']);
@@ -100,4 +92,4 @@ try {
 } finally {
   await cluster.stop();
 }
-process.exit(failed ? 1 : 0);
+process.exit(checked.failed ? 1 : 0);

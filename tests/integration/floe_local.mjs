@@ -55,6 +55,23 @@ export function startFloeLocal(args, { readyTimeoutMs = 300000 } = {}) {
   });
 }
 
+// Named checks for a test script: check(name, body) runs one, printing
+// "ok   NAME" or "FAIL NAME: why" and remembering the failure;
+// checks.failed says whether any failed (the script's exit code).
+export function checks() {
+  const state = { failed: false };
+  state.check = async (name, body) => {
+    try {
+      await body();
+      console.log(`ok   ${name}`);
+    } catch (e) {
+      state.failed = true;
+      console.log(`FAIL ${name}: ${e.stack || e}`);
+    }
+  };
+  return state;
+}
+
 // Prometheus text from `url`, as {"name{labels}": value} for every sample.
 export async function scrapeMetrics(url) {
   const res = await fetch(url, { signal: AbortSignal.timeout(10000) });

@@ -15,7 +15,7 @@
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { sourceDir, startFloeLocal } from './floe_local.mjs';
+import { checks, sourceDir, startFloeLocal } from './floe_local.mjs';
 
 const require = createRequire(path.join(sourceDir, 'third_party/npm/package.json'));
 const OpenAI = require('openai');
@@ -34,16 +34,8 @@ const NOW = { type: 'function', function: { name: 'now', parameters: { type: 'ob
   additionalProperties: false } } };
 const TOOLS = [WEATHER, NOW];
 
-let failed = false;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed = true;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
+const checked = checks();
+const check = checked.check;
 
 async function cluster(args) {
   const c = await startFloeLocal(['--builtin', 'tiny', '--workers', '1', '--http-port', '0',
@@ -209,7 +201,7 @@ try {
     await pythonic.stop();
   }
 } catch (e) {
-  failed = true;
+  checked.failed = true;
   console.log(`FAIL setup: ${e.stack || e}`);
 }
-process.exit(failed ? 1 : 0);
+process.exit(checked.failed ? 1 : 0);

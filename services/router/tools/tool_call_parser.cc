@@ -124,8 +124,11 @@ void ToolCallParser::ReportArguments() {
   ParsedCall& call = calls_.back();
   if (call.name.empty() || scan_.arguments_start == std::string::npos) return;
   if (scan_.raw[scan_.arguments_start] != '{') return;  // not an object: refused at the end
+  // Only what is new since the last piece (the arguments are a growing
+  // prefix of the raw text): no copy of the whole per piece.
   const size_t end = scan_.arguments_end == std::string::npos ? scan_.raw.size() : scan_.arguments_end;
-  call.arguments.assign(scan_.raw, scan_.arguments_start, end - scan_.arguments_start);
+  const size_t from = scan_.arguments_start + call.arguments.size();
+  if (end > from) call.arguments.append(scan_.raw, from, end - from);
 }
 
 void ToolCallParser::ScanByte(char c) {
