@@ -182,7 +182,9 @@ bool GenerateCall::Relay(Attempt& attempt, const GenerateResponse& in, std::vect
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
     }
     completion_tokens_ += in.chunk().token_ids_size();
-    auto text = attempt.detokenizer().Add(in.chunk().token_ids());
+    absl::Span<const int32_t> ids(in.chunk().token_ids().data(), in.chunk().token_ids_size());
+    if (in.chunk().ends_with_stop_token() && !ids.empty()) ids.remove_suffix(1);
+    auto text = attempt.detokenizer().Add(ids);
     if (!text.ok()) {
       relay_error_ = ToGrpcStatus(text.status());
       return false;

@@ -55,10 +55,8 @@ absl::StatusOr<const tools::ToolCallFormat*> ResolveToolParser(const std::string
   }
   std::string known = "auto, none";
   for (std::string_view f : tools::FormatNames()) absl::StrAppend(&known, ", ", std::string(f));
-  const bool planned = name == "mistral" || name == "deepseek_v3" || name == "gpt_oss";
-  return absl::InvalidArgumentError(absl::StrCat("--tool-call-parser ", name.substr(0, 64),
-                                                 planned ? " is not implemented yet" : " is not a known format",
-                                                 " (one of: ", known, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--tool-call-parser ", name.substr(0, 64), " is not a known format (one of: ", known, ")"));
 }
 
 }  // namespace

@@ -204,6 +204,7 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
       response.set_request_id(id);
       if (!output.new_tokens.empty()) {
         FillChunk(output, response.mutable_chunk());
+        if (output.finished() && output.stop_token >= 0) response.mutable_chunk()->set_ends_with_stop_token(true);
         if (output.finished()) {
           // Send the last tokens, then the completion in its own message.
           if (!abort_sent && !writer->Write(response)) abort_sent = true;

@@ -7,6 +7,10 @@
 //     template's <|python_tag|>), pythonic: tool_calls whole and streamed,
 //     the stream's deltas adding up to the whole response, content before a
 //     call kept, finish_reason "tool_calls", parallel_tool_calls false;
+//   - mistral, deepseek_v3 and gpt_oss (markers that are special tokens in
+//     their models' tokenizers): calls whole and streamed, and special
+//     tokens kept in the decoded text for them unless the request sets
+//     skip_special_tokens;
 //   - a malformed call and tool_choice "none" come back as text;
 //   - tool_choice "required" and a named function, unforced: the grammar
 //     makes the random-weight model write calls whose arguments validate
@@ -199,6 +203,63 @@ try {
     });
   } finally {
     await pythonic.stop();
+  }
+
+  const mistral = await cluster(['--tool-call-parser', 'mistral']);
+  try {
+    await check('mistral: text then two calls, whole and streamed; special tokens kept', async () => {
+      const text = 'Both.[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "now", "arguments": {}}]';
+      const choice = await wholeAndStreamed(mistral, { messages, tools: TOOLS, forced_output_ids: await mistral.forced(text) });
+      assert.equal(choice.finish_reason, 'tool_calls');
+      assert.equal(choice.message.content, 'Both.');
+      assert.deepEqual(choice.message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+        [['get_weather', { city: 'Paris' }], ['now', {}]]);
+      // <|begin_of_text|> is a special token of the tiny model's tokenizer:
+      // the mistral parser decodes with special tokens (the stop token that
+      // ends the output aside), unless the request says.
+      const BOS = 128000;
+      const ids = [BOS, ...await mistral.forced('Sure.')];
+      const kept = await wholeAndStreamed(mistral, { messages, tools: TOOLS, forced_output_ids: ids });
+      assert.equal(kept.message.content, '<|begin_of_text|>Sure.');
+      const skipped = await wholeAndStreamed(mistral, { messages, tools: TOOLS, forced_output_ids: ids,
+        skip_special_tokens: true });
+      assert.equal(skipped.message.content, 'Sure.');
+    });
+  } finally {
+    await mistral.stop();
+  }
+
+  const deepseek = await cluster(['--tool-call-parser', 'deepseek_v3']);
+  try {
+    await check('deepseek_v3: a call in its fenced form, whole and streamed', async () => {
+      const text = 'Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n' +
+        '{"city": "Tokyo", "days": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>';
+      const choice = await wholeAndStreamed(deepseek, { messages, tools: TOOLS, forced_output_ids: await deepseek.forced(text) });
+      assert.equal(choice.finish_reason, 'tool_calls');
+      assert.equal(choice.message.content, 'Checking.');
+      assert.equal(choice.message.tool_calls[0].function.name, 'get_weather');
+      assert.deepEqual(JSON.parse(choice.message.tool_calls[0].function.arguments), { city: 'Tokyo', days: 3 });
+    });
+  } finally {
+    await deepseek.stop();
+  }
+
+  const gptOss = await cluster(['--tool-call-parser', 'gpt_oss']);
+  try {
+    await check('gpt_oss: analysis hidden, a commentary call; a final answer as content', async () => {
+      const text = '<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary ' +
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Lima"}<|call|>';
+      const choice = await wholeAndStreamed(gptOss, { messages, tools: TOOLS, forced_output_ids: await gptOss.forced(text) });
+      assert.equal(choice.finish_reason, 'tool_calls');
+      assert.equal(choice.message.content, null);
+      assert.deepEqual(JSON.parse(choice.message.tool_calls[0].function.arguments), { city: 'Lima' });
+      const answer = '<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Sunny in Lima.';
+      const final = await wholeAndStreamed(gptOss, { messages, tools: TOOLS, forced_output_ids: await gptOss.forced(answer) });
+      assert.equal(final.message.content, 'Sunny in Lima.');
+      assert.equal(final.finish_reason, 'stop');
+    });
+  } finally {
+    await gptOss.stop();
   }
 } catch (e) {
   checked.failed = true;

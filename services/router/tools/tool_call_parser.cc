@@ -21,6 +21,19 @@ constexpr ToolCallFormat kFormats[] = {
     {"llama3_json", Layout::kLeadingJson, "<|python_tag|>", "", "<|python_tag|>"},
     // Llama 3.2/4 pythonic tool calling: [get_weather(city="Paris")]
     {"pythonic", Layout::kPythonic, "", "", ""},
+    // Mistral v0.3 / Nemo: text, then [TOOL_CALLS] [{"name": ..., "arguments": ...}, ...].
+    {"mistral", Layout::kTaggedArray, "[TOOL_CALLS]", "", "[TOOL_CALLS]", /*keeps_special=*/true},
+    // DeepSeek V3 / R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+    // ```json {...} ```<｜tool▁call▁end｜>... <｜tool▁calls▁end｜>
+    {"deepseek_v3", Layout::kBlocks, "", "", "<｜tool▁calls▁begin｜>", /*keeps_special=*/true,
+     {"<｜tool▁call▁begin｜>"}, "```json\n",
+     {"\n```<｜tool▁call▁end｜>", "```<｜tool▁call▁end｜>", "<｜tool▁call▁end｜>"}, "<｜tool▁sep｜>", "",
+     {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"}},
+    // gpt-oss (harmony): <|channel|>analysis<|message|>...<|end|><|start|>assistant
+    // <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>;
+    // the final channel is the content, analysis is not.
+    {"gpt_oss", Layout::kBlocks, "", "", "<|channel|>", /*keeps_special=*/true, {"<|start|>", "<|channel|>"},
+     "<|message|>", {"<|end|>", "<|call|>", "<|return|>"}, "to=functions.", "<|channel|>analysis", {}},
 };
 constexpr ToolCallFormat kRequired = {"required", Layout::kJsonArray, "", "", ""};
 constexpr ToolCallFormat kNamed = {"named", Layout::kArgumentsOnly, "", "", ""};
@@ -33,6 +46,29 @@ size_t PartialMarker(std::string_view text, std::string_view marker) {
   for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
     if (marker.substr(0, n) == text.substr(text.size() - n)) return n;
   return 0;
+}
+
+// The earliest of `markers` in `text` (its position, and which in *found);
+// npos when none is there.
+template <size_t N>
+size_t FindFirst(std::string_view text, const std::array<std::string_view, N>& markers, std::string_view* found) {
+  size_t best = std::string_view::npos;
+  for (std::string_view m : markers) {
+    if (m.empty()) continue;
+    const size_t at = text.find(m);
+    if (at < best) {
+      best = at;
+      *found = m;
+    }
+  }
+  return best;
+}
+
+template <size_t N>
+size_t PartialMarkers(std::string_view text, const std::array<std::string_view, N>& markers) {
+  size_t hold = 0;
+  for (std::string_view m : markers) hold = std::max(hold, PartialMarker(text, m));
+  return hold;
 }
 
 }  // namespace
@@ -249,7 +285,7 @@ void ToolCallParser::EndCall() {
 }
 
 void ToolCallParser::AddContent(std::string_view text) {
-  if (format_.layout != Layout::kTagged || calls_.empty()) {
+  if ((format_.layout != Layout::kTagged && format_.layout != Layout::kBlocks) || calls_.empty()) {
     content_.append(text);
     return;
   }
@@ -280,10 +316,15 @@ bool ToolCallParser::TakeContentUntilBegin() {
 }
 
 void ToolCallParser::Run() {
+  if (format_.layout == Layout::kBlocks) {
+    while (StepBlocks()) {
+    }
+    return;
+  }
   for (;;) {
     switch (state_) {
       case State::kStart: {
-        if (format_.layout == Layout::kTagged) {
+        if (format_.layout == Layout::kTagged || format_.layout == Layout::kTaggedArray) {
           state_ = State::kContent;
           continue;
         }
@@ -332,14 +373,39 @@ void ToolCallParser::Run() {
           state_ = State::kInCall;
           continue;
         }
+        if (format_.layout == Layout::kTaggedArray) {
+          if (!TakeContentUntilBegin()) return;
+          consumed_ = call_text_;  // the marker: content again if no array follows
+          state_ = State::kArrayOpen;
+          continue;
+        }
         content_ += buffer_;
         buffer_.clear();
         return;
+      case State::kArrayOpen: {
+        // kTaggedArray: after the marker, whitespace and the array's '['.
+        size_t i = 0;
+        while (i < buffer_.size() && IsSpace(buffer_[i])) ++i;
+        consumed_.append(buffer_, 0, i);
+        buffer_.erase(0, i);
+        if (buffer_.empty() && !finished_) return;
+        if (!buffer_.empty() && buffer_[0] == '[') {
+          consumed_ += '[';
+          buffer_.erase(0, 1);
+          state_ = State::kOutside;
+          continue;
+        }
+        content_ += consumed_;
+        consumed_.clear();
+        state_ = State::kContent;
+        continue;
+      }
       case State::kOutside: {
         // Between calls: whitespace and separators (';' between llama3_json
         // objects, ',' in an array), then the next '{'.
         size_t i = 0;
-        const char separator = format_.layout == Layout::kJsonArray ? ',' : ';';
+        const bool array = format_.layout == Layout::kJsonArray || format_.layout == Layout::kTaggedArray;
+        const char separator = array ? ',' : ';';
         while (i < buffer_.size() && (IsSpace(buffer_[i]) || buffer_[i] == separator)) ++i;
         consumed_.append(buffer_, 0, i);
         if (i == buffer_.size()) {
@@ -354,7 +420,7 @@ void ToolCallParser::Run() {
           state_ = State::kInCall;
           continue;
         }
-        if (format_.layout == Layout::kJsonArray && buffer_[i] == ']') {
+        if (array && buffer_[i] == ']') {
           consumed_.clear();
           buffer_.erase(0, i + 1);
           state_ = State::kAfterCalls;
@@ -419,8 +485,128 @@ void ToolCallParser::Run() {
       }
       case State::kDone:
         return;
+      default:
+        return;  // kBlocks' states, not reached here
     }
   }
+}
+
+bool ToolCallParser::StepBlocks() {
+  switch (state_) {
+    case State::kStart:
+      state_ = State::kContent;
+      return true;
+    case State::kContent: {
+      std::string_view begin, strip;
+      const size_t at_begin = FindFirst(buffer_, format_.block_begin, &begin);
+      const size_t at_strip = FindFirst(buffer_, format_.strip, &strip);
+      const size_t at = std::min(at_begin, at_strip);
+      if (at == std::string::npos) {
+        const size_t hold =
+            finished_ ? 0 : std::max(PartialMarkers(buffer_, format_.block_begin), PartialMarkers(buffer_, format_.strip));
+        AddContent(std::string_view(buffer_).substr(0, buffer_.size() - hold));
+        buffer_.erase(0, buffer_.size() - hold);
+        return false;
+      }
+      AddContent(std::string_view(buffer_).substr(0, at));
+      if (at_strip < at_begin) {
+        buffer_.erase(0, at + strip.size());
+        return true;
+      }
+      held_space_.clear();  // layout before a block
+      call_text_ = std::string(begin);
+      header_ = std::string(begin);  // the header's own marker counts (<|channel|>analysis)
+      buffer_.erase(0, at + begin.size());
+      state_ = State::kHeader;
+      return true;
+    }
+    case State::kHeader: {
+      const size_t at = buffer_.find(format_.body_begin);
+      if (at == std::string::npos) {
+        if (finished_) {  // a header that never ends: text
+          AddContent(call_text_ + buffer_);
+          buffer_.clear();
+          call_text_.clear();
+          state_ = State::kContent;
+          return false;
+        }
+        const size_t take = buffer_.size() - PartialMarker(buffer_, format_.body_begin);
+        header_.append(buffer_, 0, take);
+        call_text_.append(buffer_, 0, take);
+        buffer_.erase(0, take);
+        return false;
+      }
+      header_.append(buffer_, 0, at);
+      call_text_.append(buffer_, 0, at + format_.body_begin.size());
+      buffer_.erase(0, at + format_.body_begin.size());
+      std::string name;
+      if (const size_t n = header_.find(format_.name_after); !format_.name_after.empty() && n != std::string::npos) {
+        const size_t from = n + format_.name_after.size();
+        const size_t to = header_.find_first_of(" \t\r\n<", from);
+        name = header_.substr(from, to == std::string::npos ? std::string::npos : to - from);
+      }
+      if (!name.empty()) {
+        StartCall();
+        calls_.back().name = std::move(name);
+        body_ = Body::kCall;
+        body_started_ = false;
+      } else if (!format_.hidden.empty() && header_.find(format_.hidden) != std::string::npos) {
+        body_ = Body::kHidden;
+      } else {
+        body_ = Body::kContent;
+      }
+      state_ = State::kBody;
+      return true;
+    }
+    case State::kBody: {
+      std::string_view end;
+      const size_t at = FindFirst(buffer_, format_.body_end, &end);
+      const size_t take =
+          at != std::string::npos ? at : buffer_.size() - (finished_ ? 0 : PartialMarkers(buffer_, format_.body_end));
+      std::string_view text = std::string_view(buffer_).substr(0, take);
+      switch (body_) {
+        case Body::kCall: {
+          call_text_.append(text);
+          if (!body_started_) {
+            while (!text.empty() && IsSpace(text.front())) text.remove_prefix(1);
+            body_started_ = !text.empty();
+          }
+          calls_.back().arguments.append(text);
+          break;
+        }
+        case Body::kHidden:
+          break;
+        case Body::kContent:
+          AddContent(text);
+          break;
+      }
+      buffer_.erase(0, take);
+      if (at != std::string::npos) {
+        call_text_.append(end);
+        buffer_.erase(0, end.size());
+      } else if (!finished_) {
+        return false;
+      }
+      EndBody();  // an end marker, or the output's end (gpt-oss stops on <|call|>)
+      state_ = State::kContent;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+void ToolCallParser::EndBody() {
+  if (body_ == Body::kCall) {
+    auto parsed = ParseUntrustedJson<ordered_json>(calls_.back().arguments);
+    if (parsed.ok() && parsed->is_object()) {
+      calls_.back().complete = true;
+      call_open_ = false;
+    } else {
+      DropCall(call_text_);
+    }
+  }
+  call_text_.clear();
 }
 
 void ToolCallParser::RunPythonic(bool finished) {

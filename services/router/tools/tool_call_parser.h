@@ -14,6 +14,18 @@
 //                  beforehand (tool_choice naming a function)
 //   kPythonic      the whole output is [f(a=1, b="x"), g()] (pythonic);
 //                  arguments are converted to JSON once the list closes
+//   kTaggedArray   text, then a marker and a JSON array of call objects
+//                  (mistral: [TOOL_CALLS][{"name": ..., "arguments": ...}])
+//   kBlocks        the output is blocks: a begin marker, a header up to a
+//                  body marker, a body up to an end marker. A header naming
+//                  a function (after `name_after`) makes its body a call's
+//                  JSON arguments; a header holding `hidden` makes its body
+//                  not content (gpt-oss's analysis channel); any other body
+//                  is content. Text outside blocks is content, less the
+//                  `strip` markers (deepseek_v3: <｜tool▁call▁begin｜>
+//                  function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//                  <｜tool▁call▁end｜>; gpt_oss: <|channel|>commentary
+//                  to=functions.NAME<|message|>{...}<|call|>)
 // Feed takes the output as it is decoded, in pieces of any size (a marker
 // or a multi-byte character may be split anywhere); content() is the text
 // known to be content so far (a possible marker's start is held back) and
@@ -30,6 +42,7 @@
 // one parser per response.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,7 +51,7 @@
 
 namespace floe::tools {
 
-enum class Layout { kTagged, kLeadingJson, kJsonArray, kArgumentsOnly, kPythonic };
+enum class Layout { kTagged, kLeadingJson, kJsonArray, kArgumentsOnly, kPythonic, kTaggedArray, kBlocks };
 
 struct ToolCallFormat {
   std::string_view name;
@@ -48,9 +61,20 @@ struct ToolCallFormat {
   // A marker in a chat template's source that makes `auto` pick this format
   // (empty: never picked by auto).
   std::string_view detect;
+  // The markers are special tokens: the output must be decoded with them
+  // (skip_special_tokens false), as vLLM does for these parsers.
+  bool keeps_special = false;
+  // kBlocks only (empty entries unused).
+  std::array<std::string_view, 2> block_begin{};
+  std::string_view body_begin;
+  std::array<std::string_view, 3> body_end{};  // the first found ends a body
+  std::string_view name_after;
+  std::string_view hidden;
+  std::array<std::string_view, 3> strip{};
 };
 
-// The formats --tool-call-parser names (hermes, llama3_json, pythonic), or
+// The formats --tool-call-parser names (hermes, llama3_json, pythonic,
+// mistral, deepseek_v3, gpt_oss), or
 // null. kJsonArray and kArgumentsOnly are the router's own (RequiredFormat,
 // NamedFormat).
 const ToolCallFormat* FindFormat(std::string_view name);
@@ -94,7 +118,8 @@ class ToolCallParser {
     std::string name_raw;             // the name's JSON string text
     size_t arguments_start = std::string::npos, arguments_end = std::string::npos;
   };
-  enum class State { kStart, kContent, kOutside, kInCall, kAfterCalls, kDone };
+  enum class State { kStart, kContent, kArrayOpen, kOutside, kInCall, kAfterCalls, kHeader, kBody, kDone };
+  enum class Body { kCall, kHidden, kContent };
 
   void Run();
   // kTagged: moves content up to a possible begin marker; true when a call starts.
@@ -109,6 +134,9 @@ class ToolCallParser {
   void ReportName();
   void ReportArguments();
   void RunPythonic(bool finished);
+  // kBlocks: one step of the block reader; false when it needs more input.
+  bool StepBlocks();
+  void EndBody();
 
   const ToolCallFormat& format_;
   std::string fixed_name_;
@@ -128,6 +156,10 @@ class ToolCallParser {
   std::string consumed_;
   bool finished_ = false;
   int dropped_after_name_ = 0;
+  // kBlocks: the block being read.
+  std::string header_;
+  Body body_ = Body::kContent;
+  bool body_started_ = false;  // a call's arguments: leading whitespace skipped
 };
 
 }  // namespace floe::tools

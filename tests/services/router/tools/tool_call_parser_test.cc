@@ -98,6 +98,9 @@ void Check(const ToolCallFormat& format, const std::string& output, const std::s
 const ToolCallFormat& Hermes() { return *FindFormat("hermes"); }
 const ToolCallFormat& Llama3() { return *FindFormat("llama3_json"); }
 const ToolCallFormat& Pythonic() { return *FindFormat("pythonic"); }
+const ToolCallFormat& Mistral() { return *FindFormat("mistral"); }
+const ToolCallFormat& DeepSeekV3() { return *FindFormat("deepseek_v3"); }
+const ToolCallFormat& GptOss() { return *FindFormat("gpt_oss"); }
 
 TEST(ToolCallParserTest, Hermes) {
   // Qwen's and Hermes' documented shape: text, then tagged JSON calls.
@@ -162,6 +165,57 @@ TEST(ToolCallParserTest, Pythonic) {
   EXPECT_FALSE(ParsePythonicCalls("[f(a=" + std::string(100, '[') + std::string(100, ']') + ")]").has_value());
 }
 
+TEST(ToolCallParserTest, Mistral) {
+  // Mistral v0.3's shape (its tools template renders calls the same way).
+  Check(Mistral(), "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", "",
+        {{"get_weather", R"({"city": "Paris"})"}});
+  Check(Mistral(),
+        "Checking both.[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": \"]\"}, \"id\": \"abc123xyz\"}, "
+        "{\"name\": \"b\", \"arguments\": {}}]",
+        "Checking both.", {{"a", R"({"x": "]"})"}, {"b", "{}"}});
+  Check(Mistral(), "No tools needed [TOOL", "No tools needed [TOOL", {});
+  for (const std::string output : {std::string("[TOOL_CALLS] not an array"),
+                                   std::string("[TOOL_CALLS] [{\"arguments\": {}}]"),
+                                   std::string("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": }]")}) {
+    const Whole whole = Parse(Mistral(), output);
+    EXPECT_TRUE(whole.calls.empty()) << output;
+    EXPECT_NE(whole.content.find("[TOOL_CALLS]"), std::string::npos) << output;
+  }
+}
+
+TEST(ToolCallParserTest, DeepSeekV3) {
+  // What the DeepSeek V3 chat template renders for an assistant's calls.
+  const std::string call_a =
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"東京\"}\n```<｜tool▁call▁end｜>";
+  const std::string call_b = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜>";
+  Check(DeepSeekV3(), "Let me look.<｜tool▁calls▁begin｜>" + call_a + "\n" + call_b + "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+        "Let me look.", {{"get_weather", R"({"city": "東京"})"}, {"now", "{}"}});
+  Check(DeepSeekV3(), "Plain answer, no calls.", "Plain answer, no calls.", {});
+  const Whole bad = Parse(DeepSeekV3(), "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n"
+                                        "{\"a\": \n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_NE(bad.content.find("<｜tool▁call▁begin｜>function<｜tool▁sep｜>f"), std::string::npos) << bad.content;
+}
+
+TEST(ToolCallParserTest, GptOss) {
+  // Harmony: the analysis channel is not content, the final channel is;
+  // a commentary message to functions.NAME is a call (ended by <|call|>, or
+  // by the output's end since <|call|> is a stop token).
+  Check(GptOss(),
+        "<|channel|>analysis<|message|>User wants weather.<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_weather <|constrain|>json<|message|>{\"location\": \"Tokyo\"}<|call|>",
+        "", {{"get_weather", R"({"location": "Tokyo"})"}});
+  Check(GptOss(),
+        "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.",
+        "It is sunny.", {});
+  Check(GptOss(), "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{\"q\": [1, 2]}", "",
+        {{"lookup", R"({"q": [1, 2]})"}});
+  Check(GptOss(), "Just text, no channels.", "Just text, no channels.", {});
+  const Whole bad = Parse(GptOss(), "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\"<|call|>");
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_NE(bad.content.find("to=functions.f"), std::string::npos) << bad.content;
+}
+
 TEST(ToolCallParserTest, RequiredAndNamedForms) {
   // tool_choice "required": the array the grammar allows.
   Check(RequiredFormat(), "[{\"name\": \"f\", \"parameters\": {\"a\": 1}}, {\"name\": \"g\", \"parameters\": {}}]", "",
@@ -183,7 +237,12 @@ TEST(ToolCallParserTest, ParallelFalseKeepsTheFirstCall) {
 
 TEST(ToolCallParserTest, FormatsAndDetection) {
   EXPECT_EQ(FindFormat("nope"), nullptr);
-  EXPECT_EQ(FormatNames(), (std::vector<std::string_view>{"hermes", "llama3_json", "pythonic"}));
+  EXPECT_EQ(FormatNames(), (std::vector<std::string_view>{"hermes", "llama3_json", "pythonic", "mistral",
+                                                         "deepseek_v3", "gpt_oss"}));
+  EXPECT_TRUE(Mistral().keeps_special && GptOss().keeps_special && !Hermes().keeps_special);
+  EXPECT_EQ(DetectFormat("{{ '[TOOL_CALLS] ' }}{{ tool_calls | tojson }}"), &Mistral());
+  EXPECT_EQ(DetectFormat("{{'<｜Assistant｜><｜tool▁calls▁begin｜>'}}"), &DeepSeekV3());
+  EXPECT_EQ(DetectFormat("{{- '<|start|>assistant<|channel|>final<|message|>' }}"), &GptOss());
   EXPECT_EQ(DetectFormat("{% for t in tools %}<tool_call>{% endfor %}"), &Hermes());
   EXPECT_EQ(DetectFormat("<|python_tag|>{{ x }}"), &Llama3());
   EXPECT_EQ(DetectFormat("{{ messages }}"), nullptr);
