@@ -6,6 +6,13 @@
 // message), and the model's next turn is the final answer.
 //   - the OpenAI Agents SDK (@openai/agents) over chat completions: its Runner
 //     resets tool_choice to auto after a call, so the second turn answers;
+//   - the same loop over the SDK's default, the Responses API
+//     (POST /v1/responses), whole and streamed (Runner stream: true). An
+//     incomplete response (max_output_tokens reached) is an error to the
+//     SDK, so here the model's text is forced (forced_output_ids, sent as
+//     providerData): under tool_choice "required" it is read as the call;
+//     once the Runner resets tool_choice to auto, the same text is the
+//     final answer, ended by <|eot_id|>;
 //   - LangChain (@langchain/openai): bindTools(tool_choice "any"), the tool
 //     invoked, a second invoke with its ToolMessage; withStructuredOutput()
 //     returns an object its zod schema accepts.
@@ -31,7 +38,7 @@ const checked = checks();
 const check = checked.check;
 
 const cluster = await startFloeLocal(['--builtin', 'tiny', '--workers', '1', '--http-port', '0', '--speculative', 'off',
-  '--tool-call-parser', 'hermes']);
+  '--tool-call-parser', 'hermes', '--benchmark-forced-decoding']);
 try {
   const base = `http://${cluster.http}/v1`;
   const model = (await (await fetch(`${base}/models`)).json()).data[0].id;
@@ -61,6 +68,42 @@ try {
     assert.deepEqual(items.slice(0, 2), ['tool_call_item', 'tool_call_output_item'], JSON.stringify(items));
     assert.equal(items.at(-1), 'message_output_item');
   });
+
+  for (const stream of [false, true]) {
+    await check(`OpenAI Agents SDK, default Responses model${stream ? ', streamed' : ''}: tool loop`, async () => {
+      agents.setTracingDisabled(true);
+      agents.setDefaultOpenAIClient(new OpenAIClient({ baseURL: base, apiKey: 'unused', maxRetries: 0 }));
+      agents.setOpenAIAPI('responses');
+      const calls = [];
+      const weather = agents.tool({
+        name: 'get_weather', description: 'Weather in a city',
+        parameters: z.object({ city: z.enum(['Paris', 'Tokyo']) }),
+        execute: async ({ city }) => {
+          calls.push(city);
+          return `sunny in ${city}`;
+        },
+      });
+      const text = '[{"name": "get_weather", "parameters": {"city": "Tokyo"}}]';
+      const tokens = await (await fetch(`http://${cluster.http}/tokenize`, { method: 'POST',
+        body: JSON.stringify({ prompt: text, add_special_tokens: false }) })).json();
+      const agent = new agents.Agent({
+        name: 'weather', instructions: 'Answer with the weather tool.', model, tools: [weather],
+        modelSettings: { toolChoice: 'required', parallelToolCalls: false, maxTokens: 200, temperature: 1,
+          providerData: { forced_output_ids: [...tokens.tokens, 128009] } },
+      });
+      const result = await agents.run(agent, 'What is the weather in Tokyo?', { maxTurns: 4, stream });
+      if (stream) {
+        let text = '';
+        for await (const e of result.toTextStream()) text += e;
+        await result.completed;
+        assert.equal(text, result.finalOutput);
+      }
+      assert.deepEqual(calls, ['Tokyo']);
+      assert.equal(result.finalOutput, text);
+      const items = result.newItems.map((i) => i.type);
+      assert.deepEqual(items, ['tool_call_item', 'tool_call_output_item', 'message_output_item']);
+    });
+  }
 
   await check('LangChain: bindTools(tool_choice "any"), ToolMessage back, final answer', async () => {
     const llm = new ChatOpenAI({ model, apiKey: 'unused', configuration: { baseURL: base }, temperature: 1,

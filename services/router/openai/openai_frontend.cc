@@ -29,9 +29,6 @@ std::string Sse(const json& data) {
   return absl::StrCat("data: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // One request's relay state; sink callbacks are serialized by GenerateCall.
 struct Relay {
@@ -73,14 +70,17 @@ json ModelJson(const floe::v1::ModelInfo& info) {
           {"vocab_size", info.vocab_size()}};
 }
 
-// Response ids: unique per router process, never a client's.
+}  // namespace
+
 std::string NextId() {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t instance = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   return absl::StrCat(absl::Hex(instance, absl::kZeroPad16), "-", counter.fetch_add(1));
 }
 
-}  // namespace
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 http::Response ErrorResponse(const ApiError& error) {
   http::Response r = JsonResponse(error.status, ErrorJson(error));
@@ -113,6 +113,10 @@ void Frontend::Handle(http::Request request, std::shared_ptr<http::Exchange> exc
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (request.method != "POST") return not_allowed("POST");
     return Generate(path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat, request, exchange);
+  }
+  if (path == "/v1/responses") {
+    if (request.method != "POST") return not_allowed("POST");
+    return Responses(request, exchange);
   }
   if (path == "/v1/models") {
     if (request.method != "GET") return not_allowed("GET");
@@ -257,12 +261,28 @@ void Frontend::ReportIgnored(const std::vector<std::string>& fields) {
   }
 }
 
-void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::shared_ptr<http::Exchange> exchange) {
+std::unique_ptr<tools::ToolCallStream> Frontend::ToolReader(ParsedRequest& parsed, const char* id_prefix) const {
+  const tools::ToolCallFormat* format = ToolFormat(parsed);
+  if (!format) return nullptr;
+  // Markers that are special tokens must reach the parser (vLLM does the
+  // same for Mistral); the parser removes them.
+  if (format->keeps_special && !parsed.generate.has_skip_special_tokens())
+    parsed.generate.set_skip_special_tokens(false);
+  return std::make_unique<tools::ToolCallStream>(*format, parsed.tool_name, parsed.parallel_tool_calls,
+                                                 [id_prefix] { return absl::StrCat(id_prefix, NextId()); });
+}
+
+RequestContext Frontend::Context(const http::Request& request) const {
   RequestContext context;
   context.chat_template = chat_template_;
   context.session_header = std::string(request.Header("x-session-id"));
   context.request_id_header = std::string(request.Header("x-request-id"));
   context.strict_fields = options_.strict_fields;
+  return context;
+}
+
+void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::shared_ptr<http::Exchange> exchange) {
+  const RequestContext context = Context(request);
   auto relay = std::make_shared<Relay>();
   ParsedRequest parsed;
   if (auto error = Parse(endpoint, request.body, context, &parsed)) return exchange->Reply(ErrorResponse(*error));
@@ -293,10 +313,7 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
       relay->echo = g.text();
     }
   }
-  if (const tools::ToolCallFormat* format = ToolFormat(parsed)) {
-    relay->tools = std::make_unique<tools::ToolCallStream>(*format, parsed.tool_name, parsed.parallel_tool_calls,
-                                                           [] { return absl::StrCat("chatcmpl-tool-", NextId()); });
-  }
+  relay->tools = ToolReader(parsed, "chatcmpl-tool-");
 
   GenerateCall::Sink sink;
   sink.on_events = [relay](GenerateCall& call, std::vector<GenerateResponse> events) {

@@ -23,7 +23,7 @@
 #include "common/jinja/chat_template.h"
 #include "services/router/openai/openai_request.h"
 #include "services/router/router_service.h"
-#include "services/router/tools/tool_call_parser.h"
+#include "services/router/tools/tool_call_stream.h"
 
 namespace floe::openai {
 
@@ -46,6 +46,9 @@ class Frontend {
 
  private:
   void Generate(Endpoint endpoint, const http::Request& request, std::shared_ptr<http::Exchange> exchange);
+  // POST /v1/responses (responses_endpoint.cc): translated to a chat request
+  // (responses_request.h), answered as responses_stream.h builds it.
+  void Responses(const http::Request& request, std::shared_ptr<http::Exchange> exchange);
   void Models(const std::shared_ptr<http::Exchange>& exchange);
   void Model(std::string_view id, const std::shared_ptr<http::Exchange>& exchange);
   void Tokenize(const http::Request& request, const std::shared_ptr<http::Exchange>& exchange);
@@ -54,6 +57,11 @@ class Frontend {
   std::optional<ApiError> Admit(const http::Request& request, const std::string& model) const;
   void ReportIgnored(const std::vector<std::string>& fields);
   const tools::ToolCallFormat* ToolFormat(const ParsedRequest& parsed) const;
+  // The reader of a chat output's tool calls (null: none; call ids
+  // id_prefix + a unique suffix), with the request's decoding set for the
+  // format's markers.
+  std::unique_ptr<tools::ToolCallStream> ToolReader(ParsedRequest& parsed, const char* id_prefix) const;
+  RequestContext Context(const http::Request& request) const;
 
   RouterService* service_;
   const ChatTemplate* chat_template_;
@@ -65,5 +73,10 @@ class Frontend {
 
 // The response to an error, in OpenAI's shape (with Retry-After on 429).
 http::Response ErrorResponse(const ApiError& error);
+
+// Ids for responses, items and calls: unique per router process, never a
+// client's.
+std::string NextId();
+int64_t UnixNow();
 
 }  // namespace floe::openai
