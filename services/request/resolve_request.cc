@@ -165,6 +165,9 @@ absl::Status ResolveRequest(const RequestLimits& limits, GenerateRequest& reques
                                                      ", outside the vocabulary [0, ", limits.vocab_size, ")"));
   }
 
+  if (request.n() < 0 || request.n() > kMaxN)
+    return absl::InvalidArgumentError(absl::StrCat("n must be in [1, ", kMaxN, "], got ", request.n()));
+
   floe::v1::StoppingParams& stop = *request.mutable_stopping();
   if (!stop.has_max_tokens()) {
     stop.set_max_tokens(std::min(limits.max_tokens_limit, limits.max_context - prompt));

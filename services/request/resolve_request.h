@@ -49,6 +49,8 @@ inline constexpr size_t kMaxJsonSchemaBytes = 64 << 10;
 inline constexpr size_t kMaxRegexBytes = 4 << 10;
 inline constexpr size_t kMaxGrammarBytes = 64 << 10;
 inline constexpr int kMaxChoices = 256;
+// GenerateRequest.n: choices per request (OpenAI's n; vLLM has no limit).
+inline constexpr int kMaxN = 16;
 inline constexpr size_t kMaxChoiceBytes = 1024;
 // sampling.logit_bias entries (OpenAI's bound).
 inline constexpr int kMaxLogitBias = 300;

@@ -40,12 +40,23 @@ class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateRespo
   Attempt(std::shared_ptr<GenerateCall> owner, WorkerState* worker, std::shared_ptr<grpc::ClientContext> context)
       : owner_(std::move(owner)),
         worker_(worker),
-        context_(std::move(context)),
-        detokenizer_(owner_->parts_.tokenizer, SkipSpecialTokens(owner_->request_)),
-        matcher_(std::vector<std::string>(owner_->request_.stopping().stop().begin(),
-                                          owner_->request_.stopping().stop().end())) {
+        context_(std::move(context)) {
+    const std::vector<std::string> stops(owner_->request_.stopping().stop().begin(),
+                                         owner_->request_.stopping().stop().end());
+    for (int i = 0; i < std::max(1, owner_->request_.n()); ++i)
+      choices_.push_back(std::make_unique<Choice>(owner_->parts_.tokenizer, SkipSpecialTokens(owner_->request_), stops));
     worker_->outstanding.fetch_add(1);
   }
+
+  // Each choice's text: its own detokenizer and stop strings.
+  struct Choice {
+    Choice(const Tokenizer* tokenizer, bool skip_special, const std::vector<std::string>& stops)
+        : detokenizer(tokenizer, skip_special), matcher(stops) {}
+    IncrementalDetokenizer detokenizer;
+    StopStringMatcher matcher;
+    bool done = false;
+    int completion_tokens = 0;
+  };
 
   // The owner set read_pending_ for the first read.
   void Begin() {
@@ -58,8 +69,15 @@ class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateRespo
   void ReleaseHold() { RemoveHold(); }
   const std::shared_ptr<grpc::ClientContext>& context() const { return context_; }
   WorkerState* worker() const { return worker_; }
-  IncrementalDetokenizer& detokenizer() { return detokenizer_; }
-  StopStringMatcher& matcher() { return matcher_; }
+  // Null for an index the request has no choice for.
+  Choice* choice(int index) {
+    return index >= 0 && index < static_cast<int>(choices_.size()) ? choices_[index].get() : nullptr;
+  }
+  int choices_left() const {
+    int left = 0;
+    for (const auto& c : choices_) left += c->done ? 0 : 1;
+    return left;
+  }
 
   void OnReadDone(bool ok) override {
     GenerateCall& owner = *owner_;
@@ -107,8 +125,7 @@ class GenerateCall::Attempt final : public grpc::ClientReadReactor<GenerateRespo
   std::shared_ptr<GenerateCall> owner_;
   WorkerState* const worker_;
   std::shared_ptr<grpc::ClientContext> context_;
-  IncrementalDetokenizer detokenizer_;
-  StopStringMatcher matcher_;
+  std::vector<std::unique_ptr<Choice>> choices_;
   GenerateResponse in_;
 };
 
@@ -175,6 +192,14 @@ bool GenerateCall::Relay(Attempt& attempt, const GenerateResponse& in, std::vect
     return out->back();
   };
   if (in.has_chunk()) {
+    Attempt::Choice* choice = attempt.choice(in.chunk().index());
+    if (!choice) {
+      relay_error_ = grpc::Status(grpc::StatusCode::INTERNAL,
+                                  absl::StrCat("worker sent choice ", in.chunk().index(), " of a request with n = ",
+                                               std::max(1, request_.n())));
+      return false;
+    }
+    if (choice->done) return true;  // ended by a stop string; the others go on
     if (!first_token_seen_ && in.chunk().token_ids_size() > 0) {
       first_token_seen_ = true;
       if (parts_.metrics)
@@ -182,39 +207,56 @@ bool GenerateCall::Relay(Attempt& attempt, const GenerateResponse& in, std::vect
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
     }
     completion_tokens_ += in.chunk().token_ids_size();
+    choice->completion_tokens += in.chunk().token_ids_size();
     absl::Span<const int32_t> ids(in.chunk().token_ids().data(), in.chunk().token_ids_size());
     if (in.chunk().ends_with_stop_token() && !ids.empty()) ids.remove_suffix(1);
-    auto text = attempt.detokenizer().Add(ids);
+    auto text = choice->detokenizer.Add(ids);
     if (!text.ok()) {
       relay_error_ = ToGrpcStatus(text.status());
       return false;
     }
-    StopStringMatcher::Result matched = attempt.matcher().Consume(*text);
+    StopStringMatcher::Result matched = choice->matcher.Consume(*text);
     GenerateResponse& chunk = event();
     *chunk.mutable_chunk() = in.chunk();
     chunk.mutable_chunk()->set_text(matched.text);
     if (matched.stopped) {
       floe::v1::Complete* complete = event().mutable_complete();
+      complete->set_index(in.chunk().index());
       complete->set_finish_reason(floe::v1::FINISH_REASON_STOP);
       complete->set_stop_reason(matched.matched);
       complete->mutable_usage()->set_prompt_tokens(request_.token_ids().ids_size());
-      complete->mutable_usage()->set_completion_tokens(completion_tokens_);
+      complete->mutable_usage()->set_completion_tokens(choice->completion_tokens);
+      choice->done = true;
+      if (attempt.choices_left() > 0) return true;  // the worker finishes the others
       complete_ = true;
       return false;
     }
     return true;
   }
   if (in.has_complete()) {
-    StopStringMatcher::Result tail = attempt.matcher().Consume(attempt.detokenizer().Finish());
-    std::string text = tail.text + (tail.stopped ? "" : attempt.matcher().Flush());
-    if (!text.empty()) event().mutable_chunk()->set_text(text);
+    Attempt::Choice* choice = attempt.choice(in.complete().index());
+    if (!choice) {
+      relay_error_ = grpc::Status(grpc::StatusCode::INTERNAL,
+                                  absl::StrCat("worker completed choice ", in.complete().index(),
+                                               " of a request with n = ", std::max(1, request_.n())));
+      return false;
+    }
+    if (choice->done) return true;
+    StopStringMatcher::Result tail = choice->matcher.Consume(choice->detokenizer.Finish());
+    std::string text = tail.text + (tail.stopped ? "" : choice->matcher.Flush());
+    if (!text.empty()) {
+      floe::v1::Chunk* chunk = event().mutable_chunk();
+      chunk->set_text(text);
+      chunk->set_index(in.complete().index());
+    }
     GenerateResponse& done = event();
     *done.mutable_complete() = in.complete();
     if (tail.stopped) {
       done.mutable_complete()->set_finish_reason(floe::v1::FINISH_REASON_STOP);
       done.mutable_complete()->set_stop_reason(tail.matched);
     }
-    complete_ = true;
+    choice->done = true;
+    if (attempt.choices_left() == 0) complete_ = true;
     return true;  // read on to the end of the worker's stream
   }
   return true;  // other events are the worker's own; nothing to relay

@@ -23,7 +23,7 @@ using floe::v1::GenerateResponse;
 struct OutputQueue {
   std::mutex mu;
   std::condition_variable ready;
-  std::deque<RequestOutput> outputs;
+  std::deque<std::pair<int, RequestOutput>> outputs;  // (choice, output)
 };
 
 floe::v1::FinishReason ToProto(FinishReason reason) {
@@ -130,36 +130,51 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
     if (!compiled.ok()) return ToGrpcStatus(compiled.status());
     engine_request.grammar = *std::move(compiled);
   }
-  engine_request.id = absl::StrCat(instance_, "-", next_request_number_.fetch_add(1));
-  const std::string engine_id = engine_request.id;
+  // One engine request per choice (GenerateRequest.n), each with its own
+  // id; choice i is seeded seed + i when the request is seeded.
+  const int choices = std::max(1, resolved.n());
+  std::vector<std::string> engine_ids;
+  for (int i = 0; i < choices; ++i)
+    engine_ids.push_back(absl::StrCat(instance_, "-", next_request_number_.fetch_add(1)));
   // What the client sees (its own label, or ours when it set none).
-  const std::string id = request->request_id().empty() ? engine_id : request->request_id();
+  const std::string id = request->request_id().empty() ? engine_ids[0] : request->request_id();
   {
     std::lock_guard<std::mutex> lock(labels_mu_);
-    labels_.emplace(id, engine_id);
+    for (const std::string& engine_id : engine_ids) labels_.emplace(id, engine_id);
   }
   struct LabelGuard {
     WorkerService* self;
     const std::string& label;
-    const std::string& engine_id;
+    const std::vector<std::string>& engine_ids;
     ~LabelGuard() {
       std::lock_guard<std::mutex> lock(self->labels_mu_);
-      auto [begin, end] = self->labels_.equal_range(label);
-      for (auto it = begin; it != end; ++it) {
-        if (it->second == engine_id) {
-          self->labels_.erase(it);
-          break;
+      for (const std::string& engine_id : engine_ids) {
+        auto [begin, end] = self->labels_.equal_range(label);
+        for (auto it = begin; it != end; ++it) {
+          if (it->second == engine_id) {
+            self->labels_.erase(it);
+            break;
+          }
         }
       }
     }
-  } label_guard{this, id, engine_id};
+  } label_guard{this, id, engine_ids};
 
   auto queue = std::make_shared<OutputQueue>();
-  engine_request.sink = [queue](const RequestOutput& output) {
-    std::lock_guard<std::mutex> lock(queue->mu);
-    queue->outputs.push_back(output);
-    queue->ready.notify_one();
-  };
+  std::vector<EngineRequest> followers;  // choices 1.., submitted after choice 0's prefill
+  const EngineRequest base = std::move(engine_request);
+  for (int i = 0; i < choices; ++i) {
+    EngineRequest r = base;
+    r.id = engine_ids[i];
+    if (r.seeded) r.sampling.seed += static_cast<uint64_t>(i);
+    r.sink = [queue, i](const RequestOutput& output) {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      queue->outputs.push_back({i, output});
+      queue->ready.notify_one();
+    };
+    if (i > 0) followers.push_back(std::move(r));
+    else engine_request = std::move(r);
+  }
   in_flight_.fetch_add(1);
   struct InFlightGuard {
     std::atomic<int>& count;
@@ -167,27 +182,52 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   } guard{in_flight_};
   absl::Status submitted = engine->Submit(std::move(engine_request));
   if (!submitted.ok()) return ToGrpcStatus(submitted);
+  int submitted_choices = 1;
+  // The other choices start once choice 0 has prefilled the prompt: its full
+  // blocks are then in the prefix cache, so theirs are shared, not recomputed.
+  auto submit_followers = [&]() -> absl::Status {
+    for (EngineRequest& r : followers) {
+      if (absl::Status s = engine->Submit(std::move(r)); !s.ok()) return s;
+      ++submitted_choices;
+    }
+    followers.clear();
+    return absl::OkStatus();
+  };
 
   bool abort_sent = false;
+  auto abort_all = [&] {
+    for (int i = 0; i < submitted_choices; ++i) engine->Abort(engine_ids[i]);  // final kAbort outputs follow
+    followers.clear();
+    abort_sent = true;
+  };
   // Latency metrics read the engine's timestamps (RequestOutput::time), the
   // one clock of the request's timeline, not when this thread woke up.
   using Seconds = std::chrono::duration<double>;
   auto last_token = arrival;
   bool first_token_seen = false;
+  int finished = 0;
   for (;;) {
-    std::deque<RequestOutput> batch;
+    std::deque<std::pair<int, RequestOutput>> batch;
     {
       std::unique_lock<std::mutex> lock(queue->mu);
       queue->ready.wait_for(lock, std::chrono::milliseconds(20), [&] { return !queue->outputs.empty(); });
       batch.swap(queue->outputs);
     }
     if (context->IsCancelled() && !abort_sent) {
-      engine->Abort(engine_id);  // the final kAbort output follows; no one reads it
-      abort_sent = true;
-      LogEvent(LogLevel::kInfo, "worker", "request_cancelled", {{"request_id", id}, {"engine_id", engine_id}});
+      abort_all();
+      LogEvent(LogLevel::kInfo, "worker", "request_cancelled", {{"request_id", id}, {"engine_id", engine_ids[0]}});
     }
-    for (const RequestOutput& output : batch) {
-      if (!output.status.ok()) return ToGrpcStatus(output.status);
+    for (const auto& [index, output] : batch) {
+      if (!output.status.ok()) {
+        if (!abort_sent) abort_all();
+        return ToGrpcStatus(output.status);
+      }
+      if (index == 0 && !followers.empty() && (!output.new_tokens.empty() || output.finished()) && !abort_sent) {
+        if (absl::Status s = submit_followers(); !s.ok()) {
+          abort_all();
+          return ToGrpcStatus(s);
+        }
+      }
       if (metrics_) {
         const int n = static_cast<int>(output.new_tokens.size());
         if (n > 0 && !first_token_seen) {
@@ -204,29 +244,36 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
       response.set_request_id(id);
       if (!output.new_tokens.empty()) {
         FillChunk(output, response.mutable_chunk());
+        response.mutable_chunk()->set_index(index);
         if (output.finished() && output.stop_token >= 0) response.mutable_chunk()->set_ends_with_stop_token(true);
         if (output.finished()) {
           // Send the last tokens, then the completion in its own message.
-          if (!abort_sent && !writer->Write(response)) abort_sent = true;
+          if (!abort_sent && !writer->Write(response)) abort_all();
           response.Clear();
           response.set_request_id(id);
         }
       }
       if (output.finished()) {
-        if (abort_sent) return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+        ++finished;
+        if (abort_sent) {
+          if (finished == submitted_choices) return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+          continue;
+        }
         auto* complete = response.mutable_complete();
+        complete->set_index(index);
         complete->set_finish_reason(ToProto(output.finish_reason));
         complete->mutable_usage()->set_prompt_tokens(output.prompt_tokens);
         complete->mutable_usage()->set_completion_tokens(output.completion_tokens);
         complete->mutable_usage()->set_cached_prompt_tokens(output.cached_prompt_tokens);
         if (output.stop_token >= 0) complete->set_stop_reason(absl::StrCat("token:", output.stop_token));
-        writer->Write(response);
-        return grpc::Status::OK;
+        if (!writer->Write(response)) {
+          abort_all();
+          continue;
+        }
+        if (finished == choices) return grpc::Status::OK;
+        continue;
       }
-      if (!abort_sent && !writer->Write(response)) {
-        engine->Abort(engine_id);
-        abort_sent = true;
-      }
+      if (!abort_sent && !writer->Write(response)) abort_all();
     }
   }
 }

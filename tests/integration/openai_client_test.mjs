@@ -120,7 +120,7 @@ try {
     await assert.rejects(client.completions.create({ model, prompt: 'x', temperature: 9 }), (e) =>
       e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature');
     await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
-      n: 3 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+      n: 17 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
     await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x' }), (e) =>
       e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
     await assert.rejects(client.completions.create({ model, prompt: 'x', frobnicate: 1 }), (e) =>

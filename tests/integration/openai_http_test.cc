@@ -146,7 +146,7 @@ TEST_F(OpenAiHttpTest, BadFieldsAre400NamingTheField) {
       {{{"prompt", "hi"}, {"temprature", 1}}, "temprature"},
       {{{"prompt", "hi"}, {"temperature", 7}}, "temperature"},
       {{{"prompt", "hi"}, {"top_p", 0}}, "top_p"},
-      {{{"prompt", "hi"}, {"n", 2}}, "n"},
+      {{{"prompt", "hi"}, {"n", 17}}, "n"},
       {{{"prompt", "hi"}, {"max_tokens", "ten"}}, "max_tokens"},
       {{{"prompt", "hi"}, {"max_tokens", 1000000}}, "max_tokens"},
       {{{"prompt", "hi"}, {"stop", json::array({"a", 3})}}, "stop"},

@@ -30,15 +30,9 @@ std::string Sse(const json& data) {
 }
 
 
-// One request's relay state; sink callbacks are serialized by GenerateCall.
-struct Relay {
-  std::shared_ptr<http::Exchange> exchange;
-  ResponseHeader header;
-  const Tokenizer* tokenizer = nullptr;
-  bool stream = false;
-  bool include_usage = false;
-  bool first = true;
-  bool started = false;  // the 200 and the event-stream header went out
+// One choice's share of a relay (GenerateRequest.n choices, by index).
+struct ChoiceRelay {
+  bool first = true;  // streamed: nothing of this choice sent yet
   bool completed = false;
   // Non-streamed: the whole answer.
   std::string text;
@@ -47,9 +41,38 @@ struct Relay {
   floe::v1::Complete complete;
   // Chat with tools: the output read for calls (null: plain text).
   std::unique_ptr<tools::ToolCallStream> tools;
-  // Completions with echo: the prompt, sent before the completion.
-  std::string echo;
 };
+
+// One request's relay state; sink callbacks are serialized by GenerateCall.
+struct Relay {
+  std::shared_ptr<http::Exchange> exchange;
+  ResponseHeader header;
+  const Tokenizer* tokenizer = nullptr;
+  bool stream = false;
+  bool include_usage = false;
+  bool started = false;  // the 200 and the event-stream header went out
+  std::vector<ChoiceRelay> choices;
+  int completed = 0;
+  // Completions with echo: the prompt, sent before each choice's completion.
+  std::string echo;
+
+  ChoiceRelay* choice(int index) {
+    return index >= 0 && index < static_cast<int>(choices.size()) ? &choices[index] : nullptr;
+  }
+  // OpenAI's usage of n choices: the prompt once, every choice's completion.
+  floe::v1::Usage TotalUsage() const {
+    floe::v1::Usage total = choices[0].complete.usage();
+    for (size_t i = 1; i < choices.size(); ++i)
+      total.set_completion_tokens(total.completion_tokens() + choices[i].complete.usage().completion_tokens());
+    return total;
+  }
+};
+
+// A streamed chunk as choice `index`'s.
+json AtIndex(json chunk, int index) {
+  chunk["choices"][0]["index"] = index;
+  return chunk;
+}
 
 // A streamed chat chunk whose delta is what the tool-call reader let
 // through: content and call pieces instead of the raw text.
@@ -313,19 +336,25 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
       relay->echo = g.text();
     }
   }
-  relay->tools = ToolReader(parsed, "chatcmpl-tool-");
+  relay->choices.resize(std::max(1, parsed.generate.n()));
+  for (ChoiceRelay& choice : relay->choices) choice.tools = ToolReader(parsed, "chatcmpl-tool-");
 
   GenerateCall::Sink sink;
   sink.on_events = [relay](GenerateCall& call, std::vector<GenerateResponse> events) {
     if (!relay->stream) {
       for (const GenerateResponse& e : events) {
         if (e.has_chunk()) {
-          relay->text += e.chunk().text();
-          relay->token_ids.insert(relay->token_ids.end(), e.chunk().token_ids().begin(), e.chunk().token_ids().end());
-          relay->logprobs.MergeFrom(e.chunk().logprobs());
+          ChoiceRelay* c = relay->choice(e.chunk().index());
+          if (!c) continue;
+          c->text += e.chunk().text();
+          c->token_ids.insert(c->token_ids.end(), e.chunk().token_ids().begin(), e.chunk().token_ids().end());
+          c->logprobs.MergeFrom(e.chunk().logprobs());
         } else if (e.has_complete()) {
-          relay->complete = e.complete();
-          relay->completed = true;
+          ChoiceRelay* c = relay->choice(e.complete().index());
+          if (!c || c->completed) continue;
+          c->complete = e.complete();
+          c->completed = true;
+          ++relay->completed;
         }
       }
       call.Resume();
@@ -339,38 +368,46 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
     }
     std::string data;
     for (const GenerateResponse& e : events) {
-      if (relay->first && !relay->echo.empty()) {
+      const int index = e.has_chunk() ? e.chunk().index() : e.complete().index();
+      ChoiceRelay* c = relay->choice(index);
+      if (!c || c->completed) continue;
+      if (c->first && !relay->echo.empty()) {
         floe::v1::Chunk prompt;
         prompt.set_text(relay->echo);
-        data += Sse(StreamChunk(relay->header, *relay->tokenizer, &prompt, nullptr, true, relay->include_usage));
-        relay->first = false;
+        data += Sse(AtIndex(StreamChunk(relay->header, *relay->tokenizer, &prompt, nullptr, true, relay->include_usage),
+                            index));
+        c->first = false;
       }
       if (e.has_chunk()) {
-        json chunk = StreamChunk(relay->header, *relay->tokenizer, &e.chunk(), nullptr, relay->first,
-                                 relay->include_usage);
-        if (relay->tools) chunk = WithToolDelta(std::move(chunk), relay->tools->Feed(e.chunk().text()));
-        data += Sse(chunk);
-        relay->first = false;
+        json chunk = StreamChunk(relay->header, *relay->tokenizer, &e.chunk(), nullptr, c->first, relay->include_usage);
+        if (c->tools) chunk = WithToolDelta(std::move(chunk), c->tools->Feed(e.chunk().text()));
+        data += Sse(AtIndex(std::move(chunk), index));
+        c->first = false;
       } else if (e.has_complete()) {
-        relay->completed = true;
-        if (relay->tools) {
+        c->completed = true;
+        c->complete = e.complete();
+        ++relay->completed;
+        if (c->tools) {
           // What the reader held back (a possible marker), then the finish.
-          const tools::ToolCallDelta rest = relay->tools->Finish();
+          const tools::ToolCallDelta rest = c->tools->Finish();
           if (!rest.empty()) {
             floe::v1::Chunk empty;
-            data += Sse(WithToolDelta(
-                StreamChunk(relay->header, *relay->tokenizer, &empty, nullptr, relay->first, relay->include_usage),
-                rest));
-            relay->first = false;
+            data += Sse(AtIndex(
+                WithToolDelta(StreamChunk(relay->header, *relay->tokenizer, &empty, nullptr, c->first,
+                                          relay->include_usage),
+                              rest),
+                index));
+            c->first = false;
           }
         }
-        json finish = StreamChunk(relay->header, *relay->tokenizer, nullptr, &e.complete(), relay->first,
+        json finish = StreamChunk(relay->header, *relay->tokenizer, nullptr, &e.complete(), c->first,
                                   relay->include_usage);
-        if (relay->tools && relay->tools->called() && finish["choices"][0]["finish_reason"] == "stop")
+        if (c->tools && c->tools->called() && finish["choices"][0]["finish_reason"] == "stop")
           finish["choices"][0]["finish_reason"] = "tool_calls";
-        data += Sse(finish);
-        relay->first = false;
-        if (relay->include_usage) data += Sse(UsageChunk(relay->header, e.complete().usage()));
+        data += Sse(AtIndex(std::move(finish), index));
+        c->first = false;
+        if (relay->include_usage && relay->completed == static_cast<int>(relay->choices.size()))
+          data += Sse(UsageChunk(relay->header, relay->TotalUsage()));
       }
     }
     // The next worker message is read once this one is on the wire.
@@ -384,14 +421,25 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   };
   sink.on_done = [relay, endpoint](const grpc::Status& status) {
     if (!relay->stream || !relay->started) {
-      if (status.ok() && relay->completed) {
-        json response = FullResponse(relay->header, *relay->tokenizer, relay->echo + relay->text, relay->token_ids,
-                                     relay->logprobs, relay->complete);
-        if (relay->tools) {
-          relay->tools->Feed(relay->text);
-          relay->tools->Finish();
-          WithToolCalls(response, *relay->tools);
+      if (status.ok() && relay->completed == static_cast<int>(relay->choices.size())) {
+        json response;
+        for (size_t i = 0; i < relay->choices.size(); ++i) {
+          ChoiceRelay& c = relay->choices[i];
+          json one = FullResponse(relay->header, *relay->tokenizer, relay->echo + c.text, c.token_ids, c.logprobs,
+                                  c.complete);
+          if (c.tools) {
+            c.tools->Feed(c.text);
+            c.tools->Finish();
+            WithToolCalls(one, *c.tools);
+          }
+          one["choices"][0]["index"] = i;
+          if (i == 0) {
+            response = std::move(one);
+          } else {
+            response["choices"].push_back(std::move(one["choices"][0]));
+          }
         }
+        response["usage"] = Usage(relay->TotalUsage());
         relay->exchange->Reply(JsonResponse(200, response));
       } else {
         relay->exchange->Reply(ErrorResponse(FromStatus(

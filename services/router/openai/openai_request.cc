@@ -461,7 +461,8 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
       {"n", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
          if (v.is_null()) return std::nullopt;
          int64_t x;
-         if (auto e = Integer(n, v, 1, 1, &x)) return Bad(n, "n must be 1 (one choice per request is supported)");
+         if (auto e = Integer(n, v, 1, kMaxN, &x)) return e;
+         g.set_n(static_cast<int32_t>(x));
          return std::nullopt;
        }},
       {"stream", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
