@@ -12,6 +12,7 @@ inline const char* FinishReasonName(floe::v1::FinishReason reason) {
     case floe::v1::FINISH_REASON_STOP: return "stop";
     case floe::v1::FINISH_REASON_ABORT: return "abort";
     case floe::v1::FINISH_REASON_CONTEXT: return "context";
+    case floe::v1::FINISH_REASON_TOOL_CALLS: return "tool_calls";
     default: return "unspecified";
   }
 }

@@ -73,22 +73,20 @@ int Run(int argc, char** argv) {
     metrics = std::make_unique<RouterMetrics>(*boot.metrics_server(), &pool, &gate);
     service.SetMetrics(metrics.get());
   }
-  std::unique_ptr<OpenAiListener> http;
-  if (f.http_port >= 0) {
-    auto started = OpenAiListener::Start({.host = common.host,
-                                          .port = f.http_port,
-                                          .threads = f.http_threads,
-                                          .max_body_bytes = static_cast<size_t>(f.max_message_bytes),
-                                          .tls = common.tls,
-                                          .chat_template_file = f.chat_template,
-                                          .tokenizer_path = f.tokenizer,
-                                          .strict_fields = f.strict_fields,
-                                          .tool_call_parser = f.tool_call_parser},
-                                         **tokenizer, &service);
-    if (!started.ok()) return 1;  // logged
-    http = *std::move(started);
-    std::printf("http bound to %s\n", http->address().c_str());
-  }
+  // The OpenAI front: the HTTP port when asked for, and the chat rendering
+  // gRPC chats use in any case.
+  auto http = OpenAiListener::Start({.host = common.host,
+                                     .port = f.http_port,
+                                     .threads = f.http_threads,
+                                     .max_body_bytes = static_cast<size_t>(f.max_message_bytes),
+                                     .tls = common.tls,
+                                     .chat_template_file = f.chat_template,
+                                     .tokenizer_path = f.tokenizer,
+                                     .strict_fields = f.strict_fields,
+                                     .tool_call_parser = f.tool_call_parser},
+                                    **tokenizer, &service);
+  if (!http.ok()) return 1;  // logged
+  if (f.http_port >= 0) std::printf("http bound to %s\n", (*http)->address().c_str());
   auto serving = boot.Serve({&service}, {.max_message_bytes = f.max_message_bytes});
   if (!serving) return 1;
 
@@ -116,7 +114,7 @@ int Run(int argc, char** argv) {
   boot.WaitForTermination();
   service.StartDraining();
   boot.Drain([&] { return service.in_flight(); });
-  if (http) http->Shutdown();
+  (*http)->Shutdown();
   return boot.Stopped();
 }
 

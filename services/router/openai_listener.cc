@@ -82,6 +82,9 @@ absl::StatusOr<std::unique_ptr<OpenAiListener>> OpenAiListener::Start(const Open
   listener->frontend_ = std::make_unique<openai::Frontend>(service, listener->chat_template_.get(), [service] {
     return service->model_info().has_value() && !service->draining();
   }, openai::FrontendOptions{.strict_fields = o.strict_fields, .tool_call_format = *tool_format});
+  openai::Frontend* frontend = listener->frontend_.get();
+  service->SetChatResolver([frontend](const floe::v1::GenerateRequest& r) { return frontend->ResolveChat(r); });
+  if (o.port < 0) return listener;
   http::ServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;
@@ -90,7 +93,6 @@ absl::StatusOr<std::unique_ptr<OpenAiListener>> OpenAiListener::Start(const Open
   http_options.tls_cert_file = o.tls.cert_file;
   http_options.tls_key_file = o.tls.key_file;
   http_options.tls_client_ca_file = o.tls.client_ca_file;
-  openai::Frontend* frontend = listener->frontend_.get();
   auto started = http::Server::Start(http_options, [frontend](http::Request request, std::shared_ptr<http::Exchange> exchange) {
     frontend->Handle(std::move(request), std::move(exchange));
   });

@@ -4,7 +4,8 @@
 // tool-call format (--tool-call-parser; auto picks it from the template's
 // markers and logs its choice), the openai::Frontend over the
 // RouterService, and the http::Server it serves on (TLS as the gRPC
-// port's).
+// port's). The frontend also renders gRPC chats (GenerateRequest.chat) for
+// the RouterService, with or without an HTTP port (port < 0: none).
 //
 // Thread: Start and Shutdown from main's thread; the frontend runs on the
 // HTTP server's I/O threads.
@@ -24,7 +25,7 @@ namespace floe {
 
 struct OpenAiListenerOptions {
   std::string host;
-  int port = 0;
+  int port = 0;  // < 0: no HTTP server (gRPC chats are still rendered)
   int threads = 2;
   size_t max_body_bytes = 4 << 20;
   TlsOptions tls;
@@ -40,8 +41,11 @@ class OpenAiListener {
   // returned; the router then exits 1. `service` must outlive the listener.
   static absl::StatusOr<std::unique_ptr<OpenAiListener>> Start(const OpenAiListenerOptions& options,
                                                                const Tokenizer& tokenizer, RouterService* service);
-  std::string address() const { return server_->address(); }
-  void Shutdown() { server_->Shutdown(); }
+  // Empty without an HTTP server.
+  std::string address() const { return server_ ? server_->address() : ""; }
+  void Shutdown() {
+    if (server_) server_->Shutdown();
+  }
 
  private:
   OpenAiListener() = default;

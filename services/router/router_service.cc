@@ -8,6 +8,7 @@
 #include "common/auth/grpc_auth.h"
 #include "common/log/log.h"
 #include "common/rpc/status_conversion.h"
+#include "services/router/chat_tool_calls.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/stop_string_matcher.h"
 #include "common/tokenizer/utf8.h"
@@ -135,14 +136,26 @@ absl::StatusOr<std::shared_ptr<GenerateCall>> RouterService::StartGenerate(const
   };
   auto tenant = Authenticate(authorization);
   if (!tenant.ok()) return refuse(tenant.status());
+  // A chat is rendered into a prompt first (after the key: rendering costs).
+  std::optional<ResolvedChat> chat;
+  if (request.has_chat()) {
+    if (request.prompt_case() != GenerateRequest::PROMPT_NOT_SET)
+      return refuse(absl::InvalidArgumentError("chat is set beside a text or token_ids prompt: set one of them"));
+    if (!chat_resolver_)
+      return refuse(absl::FailedPreconditionError("chat: this router serves no chat template"));
+    auto resolved = chat_resolver_(request);
+    if (!resolved.ok()) return refuse(resolved.status());
+    chat = *std::move(resolved);
+  }
+  const GenerateRequest& source = chat ? chat->request : request;
   absl::StatusOr<GenerateRequest> prepared;
   if (*tenant) {
-    if (absl::Status s = CheckRequestStrings(request); !s.ok()) return refuse(s);
-    GenerateRequest owned = request;
+    if (absl::Status s = CheckRequestStrings(source); !s.ok()) return refuse(s);
+    GenerateRequest owned = source;
     ApplyTenant(**tenant, owned);
     prepared = Check(owned);
   } else {
-    prepared = Check(request);
+    prepared = Check(source);
   }
   if (!prepared.ok()) return refuse(prepared.status());
   if (options_.rate_limiter) {
@@ -159,6 +172,9 @@ absl::StatusOr<std::shared_ptr<GenerateCall>> RouterService::StartGenerate(const
   parts.in_flight = &in_flight_;
   parts.max_retries = options_.max_retries;
   parts.max_request_time = options_.max_request_time;
+  if (chat && chat->format)
+    sink = WithToolCalls(std::move(sink), *chat->format, chat->tool_name, chat->parallel_tool_calls,
+                         std::max(1, prepared->n()));
   return GenerateCall::Start(parts, *std::move(prepared), std::move(make_context), std::move(sink));
 }
 
@@ -318,20 +334,41 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
     sink.on_events = [result](GenerateCall& call, std::vector<GenerateResponse> events) {
       for (const GenerateResponse& response : events) {
         result->set_request_id(response.request_id());
+        const int index = response.has_chunk() ? response.chunk().index() : response.complete().index();
+        if (index < 0 || index > kMaxN) continue;
+        while (result->choices_size() <= index) result->add_choices()->set_index(result->choices_size() - 1);
+        floe::v1::Choice& choice = *result->mutable_choices(index);
         if (response.has_chunk()) {
-          result->mutable_token_ids()->MergeFrom(response.chunk().token_ids());
-          result->mutable_text()->append(response.chunk().text());
-          result->mutable_logprobs()->MergeFrom(response.chunk().logprobs());
+          choice.mutable_token_ids()->MergeFrom(response.chunk().token_ids());
+          choice.mutable_text()->append(response.chunk().text());
+          choice.mutable_logprobs()->MergeFrom(response.chunk().logprobs());
+          for (const floe::v1::ToolCallDelta& d : response.chunk().tool_calls()) {
+            while (choice.tool_calls_size() <= d.index()) choice.add_tool_calls();
+            floe::v1::ToolCall& call = *choice.mutable_tool_calls(d.index());
+            if (!d.id().empty()) call.set_id(d.id());
+            if (!d.name().empty()) call.set_name(d.name());
+            call.mutable_arguments()->append(d.arguments());
+          }
         } else if (response.has_complete()) {
-          *result->mutable_complete() = response.complete();
+          *choice.mutable_complete() = response.complete();
         }
       }
       call.Resume();
     };
     sink.on_done = [reactor, response](const grpc::Status& status) {
+      floe::v1::GenerateResult& r = reactor->result_;
+      if (status.ok() && r.choices_size() > 0) {
+        // Choice 0 at the top, as before n existed.
+        const floe::v1::Choice& first = r.choices(0);
+        *r.mutable_token_ids() = first.token_ids();
+        r.set_text(first.text());
+        *r.mutable_complete() = first.complete();
+        *r.mutable_logprobs() = first.logprobs();
+        *r.mutable_tool_calls() = first.tool_calls();
+      }
       if (status.ok()) {
         bool own_buffer = false;
-        grpc::SerializationTraits<floe::v1::GenerateResult>::Serialize(reactor->result_, response, &own_buffer);
+        grpc::SerializationTraits<floe::v1::GenerateResult>::Serialize(r, response, &own_buffer);
       }
       reactor->Finish(status);
     };

@@ -19,11 +19,24 @@
 #include "services/router/admission_gate.h"
 #include "services/router/rate_limiter.h"
 #include "services/router/generate_call.h"
+#include "services/router/tools/tool_call_parser.h"
 #include "services/router/router_metrics.h"
 #include "services/router/worker_picker.h"
 #include "services/router/worker_pool.h"
 
 namespace floe {
+
+// A gRPC chat (GenerateRequest.chat) rendered into a prompt by the chat
+// front (openai/: the same rendering as /v1/chat/completions): the request
+// to relay, and how its output is read for tool calls (format null: not).
+struct ResolvedChat {
+  floe::v1::GenerateRequest request;
+  const tools::ToolCallFormat* format = nullptr;
+  std::string tool_name;  // a named tool_choice
+  bool parallel_tool_calls = true;
+};
+// INVALID_ARGUMENT naming the chat field for a bad chat.
+using ChatResolver = std::function<absl::StatusOr<ResolvedChat>(const floe::v1::GenerateRequest&)>;
 
 struct RouterServiceOptions {
   std::string model_name;
@@ -56,6 +69,8 @@ class RouterService final
   bool draining() const { return draining_.load(); }
   // Optional; set before serving. Must outlive the service.
   void SetMetrics(RouterMetrics* metrics) { metrics_ = metrics; }
+  // Optional; set before serving (null: chats are refused FAILED_PRECONDITION).
+  void SetChatResolver(ChatResolver resolver) { chat_resolver_ = std::move(resolver); }
   RouterMetrics* metrics() const { return metrics_; }  // null: none
   int in_flight() const { return in_flight_.load(); }
   // The served model, once known.
@@ -100,6 +115,7 @@ class RouterService final
 
   RouterServiceOptions options_;  // model_name guarded by model_mu_
   const Tokenizer* tokenizer_;
+  ChatResolver chat_resolver_;
   WorkerPool* pool_;
   WorkerPicker* picker_;
   AdmissionGate* gate_;

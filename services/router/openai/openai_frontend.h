@@ -43,6 +43,9 @@ class Frontend {
            FrontendOptions options = {});
 
   void Handle(http::Request request, std::shared_ptr<http::Exchange> exchange);
+  // A gRPC GenerateRequest.chat rendered as /v1/chat/completions renders a
+  // chat (grpc_chat.cc); RouterService's ChatResolver. Thread-safe.
+  absl::StatusOr<ResolvedChat> ResolveChat(const floe::v1::GenerateRequest& request) const;
 
  private:
   void Generate(Endpoint endpoint, const http::Request& request, std::shared_ptr<http::Exchange> exchange);

@@ -33,6 +33,8 @@ std::string FinishReason(floe::v1::FinishReason reason) {
       return "length";
     case floe::v1::FINISH_REASON_ABORT:
       return "abort";
+    case floe::v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return "stop";
   }
