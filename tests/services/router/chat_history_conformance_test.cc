@@ -3,7 +3,7 @@
 // tools whose keys are in no sorted order), through the router's request
 // parsing and the chat template, against vLLM's normalization of the same
 // history rendered by Python's jinja2 (gen_history_cases.py, run here):
-// byte for byte, on six real templates, and each template's content format
+// byte for byte, on seven real templates (gpt-oss among them), and each template's content format
 // (parts or one string) decided as vLLM decides it.
 #include <cstdlib>
 #include <filesystem>

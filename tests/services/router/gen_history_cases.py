@@ -216,7 +216,7 @@ def history(rng, tools_allowed):
 
 NPM = ["tokenizer-llama3_1", "tokenizer-qwen3"]
 FIXTURES = ["llama3.1-tools.jinja", "mistral-v0.3-tools.jinja"]
-ROUTER_FIXTURES = ["gemma3.json", "deepseek_v3.json"]
+ROUTER_FIXTURES = ["gemma3.json", "deepseek_v3.json", "gpt_oss.json"]
 # Templates that take no tool turns (they raise unless roles alternate).
 NO_TOOLS = {"gemma3"}
 
