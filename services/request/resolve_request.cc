@@ -189,6 +189,12 @@ absl::Status ResolveRequest(const RequestLimits& limits, GenerateRequest& reques
                                                    " ids; the limit is ", limits.max_stop_token_ids));
   if (absl::Status s = CheckVocabulary("stopping.stop_token_ids", stop.stop_token_ids(), limits.vocab_size); !s.ok())
     return s;
+  if (request.logprobs().has_prompt_top_n()) {
+    const int32_t prompt_top_n = request.logprobs().prompt_top_n();
+    if (prompt_top_n < 0 || prompt_top_n > limits.max_top_logprobs)
+      return absl::InvalidArgumentError(absl::StrCat("logprobs.prompt_top_n must be in [0, ", limits.max_top_logprobs,
+                                                     "], got ", prompt_top_n));
+  }
   const int32_t top_n = request.logprobs().top_n();
   if (top_n < 0 || top_n > limits.max_top_logprobs)
     return absl::InvalidArgumentError(

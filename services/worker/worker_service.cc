@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <span>
 #include <mutex>
 #include <random>
 
@@ -62,6 +63,7 @@ EngineRequest FromProto(const GenerateRequest& in, const std::string& default_na
   out.stop.ignore_eos = stop.ignore_eos();
   out.logprobs = in.logprobs().enabled();
   out.top_logprobs = in.logprobs().top_n();
+  if (in.logprobs().has_prompt_top_n()) out.prompt_logprobs = in.logprobs().prompt_top_n();
   out.speculation.disable = in.speculation().disable();
   out.speculation.ns = in.speculation().namespace_().empty() ? default_namespace : in.speculation().namespace_();
   out.sampling.forced_tokens.assign(in.forced_output_ids().begin(), in.forced_output_ids().end());
@@ -77,7 +79,7 @@ EngineRequest FromProto(const GenerateRequest& in, const std::string& default_na
   return out;
 }
 
-void FillChunk(const RequestOutput& output, floe::v1::Chunk* chunk) {
+void FillChunk(const RequestOutput& output, std::span<const int32_t> prompt, floe::v1::Chunk* chunk) {
   chunk->mutable_token_ids()->Add(output.new_tokens.begin(), output.new_tokens.end());
   for (size_t i = 0; i < output.logprobs.size(); ++i) {
     auto* lp = chunk->add_logprobs();
@@ -86,6 +88,16 @@ void FillChunk(const RequestOutput& output, floe::v1::Chunk* chunk) {
     lp->mutable_top_ids()->Add(output.logprobs[i].top_ids.begin(), output.logprobs[i].top_ids.end());
     lp->mutable_top_logprobs()->Add(output.logprobs[i].top_logprobs.begin(),
                                     output.logprobs[i].top_logprobs.end());
+  }
+  if (output.has_prompt_logprobs) chunk->add_prompt_logprobs()->set_token_id(prompt[0]);  // rank 0: none
+  for (size_t i = 0; i < output.prompt_logprobs.size(); ++i) {
+    const TokenLogprobs& in = output.prompt_logprobs[i];
+    auto* lp = chunk->add_prompt_logprobs();
+    lp->set_token_id(prompt[i + 1]);
+    lp->set_logprob(in.logprob);
+    lp->set_rank(in.rank);
+    lp->mutable_top_ids()->Add(in.top_ids.begin(), in.top_ids.end());
+    lp->mutable_top_logprobs()->Add(in.top_logprobs.begin(), in.top_logprobs.end());
   }
 }
 
@@ -133,6 +145,7 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
   // One engine request per choice (GenerateRequest.n), each with its own
   // id; choice i is seeded seed + i when the request is seeded.
   const int choices = std::max(1, resolved.n());
+  const std::vector<int32_t> prompt_ids(resolved.token_ids().ids().begin(), resolved.token_ids().ids().end());
   std::vector<std::string> engine_ids;
   for (int i = 0; i < choices; ++i)
     engine_ids.push_back(absl::StrCat(instance_, "-", next_request_number_.fetch_add(1)));
@@ -243,7 +256,7 @@ grpc::Status WorkerService::Generate(grpc::ServerContext* context, const Generat
       GenerateResponse response;
       response.set_request_id(id);
       if (!output.new_tokens.empty()) {
-        FillChunk(output, response.mutable_chunk());
+        FillChunk(output, prompt_ids, response.mutable_chunk());
         response.mutable_chunk()->set_index(index);
         if (output.finished() && output.stop_token >= 0) response.mutable_chunk()->set_ends_with_stop_token(true);
         if (output.finished()) {

@@ -38,6 +38,7 @@ struct ChoiceRelay {
   std::string text;
   std::vector<int32_t> token_ids;
   google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob> logprobs;
+  google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob> prompt_logprobs;
   floe::v1::Complete complete;
   // Chat with tools: the output read for calls (null: plain text).
   std::unique_ptr<tools::ToolCallStream> tools;
@@ -319,6 +320,8 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
   relay->header.created = UnixNow();
   relay->header.logprobs = parsed.logprobs;
   relay->header.return_token_ids = parsed.return_token_ids;
+  relay->header.prompt_logprobs = parsed.prompt_logprobs.has_value();
+  relay->header.echo = parsed.echo;
   relay->header.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", NextId());
   if (auto info = service_->model_info()) relay->header.model = info->name();
   if (parsed.echo) {
@@ -349,6 +352,7 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
           c->text += e.chunk().text();
           c->token_ids.insert(c->token_ids.end(), e.chunk().token_ids().begin(), e.chunk().token_ids().end());
           c->logprobs.MergeFrom(e.chunk().logprobs());
+          c->prompt_logprobs.MergeFrom(e.chunk().prompt_logprobs());
         } else if (e.has_complete()) {
           ChoiceRelay* c = relay->choice(e.complete().index());
           if (!c || c->completed) continue;
@@ -374,8 +378,13 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
       if (c->first && !relay->echo.empty()) {
         floe::v1::Chunk prompt;
         prompt.set_text(relay->echo);
-        data += Sse(AtIndex(StreamChunk(relay->header, *relay->tokenizer, &prompt, nullptr, true, relay->include_usage),
-                            index));
+        json chunk = StreamChunk(relay->header, *relay->tokenizer, &prompt, nullptr, true, relay->include_usage);
+        if (relay->header.logprobs && e.has_chunk() && e.chunk().prompt_logprobs_size() > 0) {
+          json logprobs;
+          PrependPromptLogprobs(logprobs, *relay->tokenizer, e.chunk().prompt_logprobs());
+          chunk["choices"][0]["logprobs"] = std::move(logprobs);
+        }
+        data += Sse(AtIndex(std::move(chunk), index));
         c->first = false;
       }
       if (e.has_chunk()) {
@@ -427,6 +436,16 @@ void Frontend::Generate(Endpoint endpoint, const http::Request& request, std::sh
           ChoiceRelay& c = relay->choices[i];
           json one = FullResponse(relay->header, *relay->tokenizer, relay->echo + c.text, c.token_ids, c.logprobs,
                                   c.complete);
+          if (relay->header.echo && relay->header.logprobs)
+            PrependPromptLogprobs(one["choices"][0]["logprobs"], *relay->tokenizer, c.prompt_logprobs);
+          if (relay->header.prompt_logprobs) {
+            json prompt = PromptLogprobs(*relay->tokenizer, c.prompt_logprobs);
+            if (endpoint == Endpoint::kChat) {
+              if (i == 0) one["prompt_logprobs"] = std::move(prompt);
+            } else {
+              one["choices"][0]["prompt_logprobs"] = std::move(prompt);
+            }
+          }
           if (c.tools) {
             c.tools->Feed(c.text);
             c.tools->Finish();

@@ -364,6 +364,13 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
   using FieldHandler = std::function<std::optional<ApiError>(const std::string&, const ordered_json&)>;
   StructuredOutputFields structured;
   std::map<std::string, FieldHandler> common = {
+      {"prompt_logprobs", [&](const std::string& n, const ordered_json& v) -> std::optional<ApiError> {
+         if (v.is_null()) return std::nullopt;
+         int64_t x;
+         if (auto e = Integer(n, v, 0, kMaxLogprobs, &x)) return e;
+         out->prompt_logprobs = static_cast<int>(x);
+         return std::nullopt;
+       }},
       {"model", [&](const std::string& n, const ordered_json& v) {
          if (auto e = String(n, v, 256, &out->model)) return e;
          g.set_model(out->model);
@@ -668,8 +675,10 @@ std::optional<ApiError> ParseFields(Endpoint endpoint, const ordered_json& reque
     if (auto e = ApplyToolChoice(tools, tool_choice, tool_name, structured.output().has_value(), out)) return e;
   }
   if (!chat && !has_prompt) return Bad("prompt", "prompt is required");
-  if (out->echo && out->logprobs)
-    return Bad("echo", "echo with logprobs needs the prompt's logprobs, which Floe does not return yet");
+  // echo with logprobs: the prompt's tokens come first in the logprobs too
+  // (OpenAI's legacy completions), so their logprobs are computed.
+  if (out->prompt_logprobs) g.mutable_logprobs()->set_prompt_top_n(*out->prompt_logprobs);
+  if (out->echo && out->logprobs && !out->prompt_logprobs) g.mutable_logprobs()->set_prompt_top_n(*out->logprobs);
   if (chat && !has_messages) return Bad("messages", "messages is required");
   if (!out->stream && out->include_usage) return Bad("stream_options", "stream_options needs stream: true");
   if (chat) {

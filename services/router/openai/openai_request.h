@@ -63,6 +63,10 @@ struct ParsedRequest {
   // Completions: the prompt comes back before the completion (text or, for
   // a prompt of ids, their decoding).
   bool echo = false;
+  // vLLM's prompt_logprobs (top alternatives per prompt token; the answer
+  // then carries "prompt_logprobs"); unset: none. Echo with logprobs asks
+  // the worker for them too (generate.logprobs.prompt_top_n).
+  std::optional<int> prompt_logprobs;
 };
 
 struct RequestContext {

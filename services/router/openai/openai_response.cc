@@ -74,6 +74,52 @@ json Logprobs(const ResponseHeader& header, const Tokenizer& tokenizer,
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}};
 }
 
+json PromptLogprobs(const Tokenizer& tokenizer, const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& prompt) {
+  json out = json::array();
+  for (const floe::v1::TokenLogprob& lp : prompt) {
+    if (lp.rank() == 0) {  // the first token: nothing predicts it
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    entry[std::to_string(lp.token_id())] = {
+        {"logprob", lp.logprob()}, {"rank", lp.rank()}, {"decoded_token", TokenText(tokenizer, lp.token_id())}};
+    for (int i = 0; i < lp.top_ids_size() && i < lp.top_logprobs_size(); ++i) {
+      const std::string key = std::to_string(lp.top_ids(i));
+      if (entry.contains(key)) continue;
+      entry[key] = {{"logprob", lp.top_logprobs(i)}, {"rank", i + 1}, {"decoded_token", TokenText(tokenizer, lp.top_ids(i))}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void PrependPromptLogprobs(json& logprobs, const Tokenizer& tokenizer,
+                           const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& prompt) {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array();
+  for (const floe::v1::TokenLogprob& lp : prompt) {
+    tokens.push_back(TokenText(tokenizer, lp.token_id()));
+    if (lp.rank() == 0) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(lp.logprob());
+    json top = json::object();
+    for (int i = 0; i < lp.top_ids_size() && i < lp.top_logprobs_size(); ++i)
+      top[TokenText(tokenizer, lp.top_ids(i))] = lp.top_logprobs(i);
+    top_logprobs.push_back(std::move(top));
+  }
+  if (!logprobs.is_object()) logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
+  const std::pair<const char*, json*> parts[] = {
+      {"tokens", &tokens}, {"token_logprobs", &token_logprobs}, {"top_logprobs", &top_logprobs}};
+  for (const auto& [key, head] : parts) {
+    json& rest = logprobs[key];
+    head->insert(head->end(), rest.begin(), rest.end());
+    rest = std::move(*head);
+  }
+}
+
 json StreamChunk(const ResponseHeader& h, const Tokenizer& tokenizer, const floe::v1::Chunk* chunk,
                  const floe::v1::Complete* complete, bool first, bool include_usage) {
   const bool chat = h.endpoint == Endpoint::kChat;
@@ -93,6 +139,8 @@ json StreamChunk(const ResponseHeader& h, const Tokenizer& tokenizer, const floe
   if (h.return_token_ids && chunk) choice["token_ids"] = std::vector<int32_t>(chunk->token_ids().begin(), chunk->token_ids().end());
   if (complete && !complete->stop_reason().empty()) choice["stop_reason"] = complete->stop_reason();
   json out = Base(h, chat ? "chat.completion.chunk" : "text_completion");
+  if (h.prompt_logprobs && chunk && chunk->prompt_logprobs_size() > 0)
+    (chat ? out : choice)["prompt_logprobs"] = PromptLogprobs(tokenizer, chunk->prompt_logprobs());
   out["choices"] = json::array({choice});
   if (include_usage) out["usage"] = nullptr;
   return out;

@@ -24,6 +24,8 @@ struct ResponseHeader {
   Endpoint endpoint = Endpoint::kCompletions;
   std::optional<int> logprobs;  // as requested
   bool return_token_ids = false;
+  bool prompt_logprobs = false;  // vLLM's prompt_logprobs field was asked for
+  bool echo = false;             // completions: the prompt comes first (its logprobs too)
 };
 
 // "stop" or "length" (OpenAI has no other reason Floe produces).
@@ -32,6 +34,17 @@ nlohmann::json Usage(const floe::v1::Usage& usage);
 // The logprobs object of a choice for these tokens (format by endpoint).
 nlohmann::json Logprobs(const ResponseHeader& header, const Tokenizer& tokenizer,
                         const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& logprobs);
+
+// vLLM's prompt_logprobs: null for the first token, then per prompt token
+// {"<id>": {"logprob", "rank", "decoded_token"}} for it and its top
+// alternatives.
+nlohmann::json PromptLogprobs(const Tokenizer& tokenizer,
+                              const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& prompt);
+// Completions with echo and logprobs: the prompt's tokens put before the
+// completion's in `logprobs` (tokens, token_logprobs and top_logprobs; null
+// for the first token, as OpenAI).
+void PrependPromptLogprobs(nlohmann::json& logprobs, const Tokenizer& tokenizer,
+                           const google::protobuf::RepeatedPtrField<floe::v1::TokenLogprob>& prompt);
 
 // One streamed chunk: text (and logprobs) of one event, or the finish.
 nlohmann::json StreamChunk(const ResponseHeader& header, const Tokenizer& tokenizer, const floe::v1::Chunk* chunk,

@@ -109,6 +109,14 @@ EngineCore::EngineCore(std::unique_ptr<Backend> backend, EngineOptions options, 
 EngineCore::~EngineCore() = default;
 
 void EngineCore::Add(EngineRequest request) {
+  if (request.prompt_logprobs >= 0 && backend_->SamplesOnDevice()) {
+    RequestOutput rejected;
+    rejected.finish_reason = FinishReason::kAbort;
+    rejected.status = absl::FailedPreconditionError(
+        "logprobs.prompt_top_n (prompt logprobs) is computed on the host; this worker samples on its device");
+    if (request.sink) request.sink(rejected);
+    return;
+  }
   if (sequences_.contains(request.id)) {
     RequestOutput rejected;
     rejected.finish_reason = FinishReason::kAbort;
@@ -182,6 +190,8 @@ void EngineCore::BuildBatch(const std::vector<Planned>& plan, std::vector<Forwar
     } else {
       f.tokens = std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, p.num_tokens);
       f.num_logits = seq.num_computed + p.num_tokens == seq.total_len() ? 1 : 0;
+      seq.prompt_rows_step = seq.wants_prompt_logprobs() && seq.num_computed < seq.prompt_len;
+      if (seq.prompt_rows_step) f.num_logits = p.num_tokens;
     }
     batch.push_back(f);
   }
@@ -233,7 +243,18 @@ absl::Status EngineCore::Step() {
     float* seq_logits = logits_.data() + static_cast<size_t>(row) * vocab;
     const float* seq_hidden = hidden.empty() ? nullptr : hidden.data() + static_cast<size_t>(row) * hidden_size;
     const int32_t* seq_drawn = drawn ? drawn + row : nullptr;
-    if (num_rows > 1) {
+    if (seq.prompt_rows_step) {
+      // A prompt chunk with a row per token (prompt_logprobs); the last row
+      // of the prompt's last chunk samples the first output token.
+      RecordPromptLogprobs(seq, seq_logits, num_rows);
+      seq.prompt_rows_step = false;
+      const bool ends = seq.num_computed + plan[i].num_tokens == seq.total_len();
+      seq.num_computed += plan[i].num_tokens;
+      chain_->RegisterFullBlocks(seq);
+      if (ends)
+        SampleAndEmit(seq, seq_logits + static_cast<size_t>(num_rows - 1) * vocab,
+                      seq_hidden ? seq_hidden + static_cast<size_t>(num_rows - 1) * hidden_size : nullptr, nullptr, 1);
+    } else if (num_rows > 1) {
       // Verification: the KV of the accepted prefix is set by SampleAndEmit.
       SampleAndEmit(seq, seq_logits, seq_hidden, seq_drawn, num_rows);
     } else {
@@ -326,7 +347,7 @@ int32_t EngineCore::SampleOne(Sequence& seq, float* logits_row, int32_t drawn, R
   output.new_tokens.push_back(token);
   if (request.logprobs) {
     TopLogprobs lp = Sampler::ComputeLogprobs(raw_logits_, token, request.top_logprobs);
-    output.logprobs.push_back({lp.sampled_logprob, std::move(lp.ids), std::move(lp.logprobs)});
+    output.logprobs.push_back({lp.sampled_logprob, 0, std::move(lp.ids), std::move(lp.logprobs)});
   }
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
@@ -481,6 +502,12 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
     seq.first_token = output.time;
     seq.has_first_token = true;
   }
+  if (seq.wants_prompt_logprobs() && !output.new_tokens.empty()) {
+    seq.prompt_logprobs.resize(std::max(0, seq.prompt_len - 1));
+    output.prompt_logprobs = std::move(seq.prompt_logprobs);
+    output.has_prompt_logprobs = true;
+    seq.prompt_logprobs_sent = true;
+  }
   if (reason != FinishReason::kNone) {
     Finish(seq, output, reason);
   } else {
@@ -488,6 +515,21 @@ void EngineCore::SampleAndEmit(Sequence& seq, float* logits, const float* hidden
     output.completion_tokens = seq.output_len();
     output.cached_prompt_tokens = seq.cached_prompt_tokens;
     if (seq.request.sink) seq.request.sink(output);
+  }
+}
+
+void EngineCore::RecordPromptLogprobs(Sequence& seq, const float* logits, int32_t num_rows) {
+  const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
+  seq.prompt_logprobs.resize(std::max(0, seq.prompt_len - 1));
+  for (int32_t r = 0; r < num_rows; ++r) {
+    const int32_t next = seq.num_computed + r + 1;  // row r's logits predict this position
+    if (next >= seq.prompt_len) break;
+    const std::span<const float> row(logits + static_cast<size_t>(r) * vocab, vocab);
+    const int32_t token = seq.tokens[next];
+    TopLogprobs lp = Sampler::ComputeLogprobs(row, token, seq.request.prompt_logprobs);
+    int32_t rank = 1;
+    for (float x : row) rank += x > row[token] ? 1 : 0;
+    seq.prompt_logprobs[next - 1] = {lp.sampled_logprob, rank, std::move(lp.ids), std::move(lp.logprobs)};
   }
 }
 

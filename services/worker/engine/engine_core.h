@@ -161,6 +161,9 @@ class EngineCore {
   // row of the step (row_sampling_), and the device's draws (row_tokens_).
   absl::Status SampleOnDevice(const std::vector<Planned>& plan, std::span<const ForwardSequence> batch);
   FinishReason StopReason(const Sequence& seq, int32_t token, RequestOutput& output) const;
+  // prompt_logprobs: the logprob, rank and top alternatives of each prompt
+  // token that this step's rows predict (row r: position num_computed + r + 1).
+  void RecordPromptLogprobs(Sequence& seq, const float* logits, int32_t num_rows);
 
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;

@@ -6,6 +6,11 @@ namespace floe {
 
 void PrefixChain::AcquireCachedPrefix(Sequence& seq) {
   if (!enabled_) return;
+  if (seq.wants_prompt_logprobs()) {  // every prompt row must run for its logits
+    seq.registered_blocks = 0;
+    seq.last_block_hash = seq.request.cache_salt_hash;
+    return;
+  }
   std::span<const int32_t> lookup(seq.tokens.data(), seq.tokens.size() - 1);
   seq.block_table = blocks_.AcquireCachedPrefix(lookup, seq.request.cache_salt_hash);
   seq.num_computed = static_cast<int32_t>(seq.block_table.size()) * block_size_;

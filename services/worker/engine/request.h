@@ -25,6 +25,7 @@ enum class FinishReason { kNone, kLength, kStop, kAbort, kContext };
 
 struct TokenLogprobs {
   float logprob = 0.0f;
+  int32_t rank = 0;  // prompt logprobs: 1 + the tokens more likely than this one (0: not computed)
   std::vector<int32_t> top_ids;
   std::vector<float> top_logprobs;
 };
@@ -35,6 +36,10 @@ struct TokenLogprobs {
 struct RequestOutput {
   std::vector<int32_t> new_tokens;
   std::vector<TokenLogprobs> logprobs;  // parallel to new_tokens when requested
+  // EngineRequest::prompt_logprobs: on the first output with tokens, one
+  // entry per prompt token after the first.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  bool has_prompt_logprobs = false;  // this output carries them (a 1-token prompt has none)
   FinishReason finish_reason = FinishReason::kNone;
   int32_t stop_token = -1;  // the stop/EOS id that ended the request, if any
   int32_t prompt_tokens = 0;
@@ -78,6 +83,11 @@ struct EngineRequest {
   StopOptions stop;
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  // >= 0: each prompt token's logprob (after the first, from the raw
+  // logits) with this many top alternatives, as vLLM's prompt_logprobs. The
+  // prompt then runs whole, not from the prefix cache (cached blocks have
+  // no logits), and every prompt row computes logits. Host sampling only.
+  int32_t prompt_logprobs = -1;
   SpeculationRequest speculation;
   // Seeds the prefix-cache hash chain (a hash of the request's cache salt, 0
   // without one): requests only share cached blocks with the same salt.

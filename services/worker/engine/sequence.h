@@ -66,6 +66,15 @@ struct Sequence {
   Clock::time_point arrival, first_scheduled, first_token;
   bool scheduled_once = false, has_first_token = false;
 
+  // EngineRequest::prompt_logprobs: what the prompt rows gave so far (one
+  // per prompt position after the first), until the first output carries
+  // them; prompt_rows_step: this step computes logits for every row of a
+  // prompt chunk.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+  bool prompt_rows_step = false;
+  bool wants_prompt_logprobs() const { return request.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
+
   int32_t total_len() const { return static_cast<int32_t>(tokens.size()); }
   int32_t output_len() const { return total_len() - prompt_len; }
   // Tokens this sequence still has to run before it can emit (1 while decoding).

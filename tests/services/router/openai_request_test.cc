@@ -90,7 +90,7 @@ TEST(OpenAiRequestTest, BadValuesNameTheirField) {
       {Endpoint::kCompletions, R"({"prompt": "x", "n": 17})", "n"},
       {Endpoint::kCompletions, R"({"prompt": "x", "n": 0})", "n"},
       {Endpoint::kCompletions, R"({"prompt": "x", "best_of": 3})", "best_of"},
-      {Endpoint::kCompletions, R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs"},
       {Endpoint::kCompletions, R"({"prompt": "x", "suffix": "y"})", "suffix"},
       {Endpoint::kCompletions, R"({"prompt": "x", "logit_bias": {"1": 500}})", "logit_bias"},
       {Endpoint::kCompletions, R"({"prompt": "x", "logit_bias": {"x1": 5}})", "logit_bias"},
