@@ -16,6 +16,7 @@
 #include "common/jinja/chat_template.h"
 #include "gtest/gtest.h"
 #include "services/router/openai/openai_request.h"
+#include "services/router/tools/tool_call_parser.h"
 
 namespace floe::openai {
 namespace {
@@ -44,6 +45,22 @@ ordered_json RunGenerator() {
   std::stringstream text;
   text << in.rdbuf();
   return ordered_json::parse(text.str(), nullptr, false);
+}
+
+// --tool-call-parser auto on each real template: the format its models
+// write (the npm Llama 3.1 template and Gemma 3 render no tools).
+TEST(ChatHistoryConformanceTest, AutoPicksEachTemplatesToolFormat) {
+  const ordered_json ref = RunGenerator();
+  ASSERT_TRUE(ref.is_object() && ref.contains("templates")) << "no reference";
+  const std::map<std::string, std::string> want = {
+      {"tokenizer-llama3_1", "none"},        {"tokenizer-qwen3", "hermes"},   {"llama3.1-tools", "llama3_json"},
+      {"mistral-v0.3-tools", "mistral"},     {"gemma3", "none"},              {"deepseek_v3", "deepseek_v3"},
+      {"gpt_oss", "gpt_oss"}};
+  for (const auto& [name, t] : ref["templates"].items()) {
+    const tools::ToolCallFormat* format = tools::DetectFormat(t["source"].get<std::string>());
+    ASSERT_TRUE(want.contains(name)) << name;
+    EXPECT_EQ(format ? std::string(format->name) : "none", want.at(name)) << name;
+  }
 }
 
 TEST(ChatHistoryConformanceTest, HistoriesRenderAsVllmNormalizesThemForJinja2) {
