@@ -142,6 +142,8 @@ struct Options {
   int steps = 128;
   std::string only;
   std::string simd;  // "" (best the CPU has) or "avx2"
+  std::string kv_cache_dtype = "f32";
+  int context = 0;  // > 0: decode cases at this context (synthetic: no prefill timed)
 };
 
 struct Result {
@@ -163,7 +165,8 @@ std::string Json(const std::vector<Result>& results, const Options& opt, double 
                  const Peaks& peaks) {
   std::string out = absl::StrCat(
       "{\n  \"threads\": ", opt.threads, ",\n  \"reps\": ", opt.reps, ",\n  \"decode_steps\": ",
-      opt.steps, ",\n  \"loadavg_1m_at_start\": ", load, ",\n  \"simd_target\": \"",
+      opt.steps, ",\n  \"kv_cache_dtype\": \"", opt.kv_cache_dtype, "\",\n  \"context\": ", opt.context,
+      ",\n  \"loadavg_1m_at_start\": ", load, ",\n  \"simd_target\": \"",
       peaks.simd_target, "\",\n  \"fma_probe_lanes\": ", peaks.lanes,
       ",\n  \"fma_peak_gflops_1_thread\": ", peaks.fma_gflops_1t, ",\n  \"fma_peak_gflops\": ",
       peaks.fma_gflops, ",\n  \"bf16_matmul_kernels\": \"",
@@ -195,12 +198,21 @@ int Main(int argc, char** argv) {
   parser.AddInt("steps", &opt.steps, "decode steps per repetition");
   parser.AddString("only", &opt.only, "one case: prefill | decode1 | decode4 | decode16 | tiny");
   parser.AddString("simd", &opt.simd, "avx2: run the AVX2 code path on an AVX-512 machine");
+  parser.AddString("kv-cache-dtype", &opt.kv_cache_dtype, "f32 | bf16: the KV cache's element type");
+  parser.AddInt("context", &opt.context,
+                "> 0: the decode cases start at this context, its KV taken as cached (no prefill), so long "
+                "contexts cost seconds, not minutes");
   if (auto code = parser.ParseOrExitCode(argc, argv, "bench_cpu_forward")) return *code;
   double load = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf", &load) != 1) load = -1;
     std::fclose(f);
   }
+  if (opt.kv_cache_dtype != "f32" && opt.kv_cache_dtype != "bf16") {
+    std::fprintf(stderr, "--kv-cache-dtype takes f32 or bf16\n");
+    return 2;
+  }
+  const cpu::KvDtype kv_dtype = opt.kv_cache_dtype == "bf16" ? cpu::KvDtype::kBf16 : cpu::KvDtype::kF32;
   if (opt.simd == "avx2") {
     hwy::SetSupportedTargetsForTest(HWY_AVX2 | HWY_EMU128);
   } else if (!opt.simd.empty()) {
@@ -238,7 +250,10 @@ int Main(int argc, char** argv) {
   if (want("prefill")) big_cases.push_back({"llama-3.2-1b prefill 512 (tok/s)", 1, 512, 0});
   for (int b : {1, 4, 16}) {
     if (want(absl::StrCat("decode", b))) {
-      big_cases.push_back({absl::StrCat("llama-3.2-1b decode batch ", b, " (aggregate tok/s)"), b, 128, opt.steps});
+      big_cases.push_back({absl::StrCat("llama-3.2-1b decode batch ", b,
+                                        opt.context > 0 ? absl::StrCat(" at context ", opt.context) : "",
+                                        " (aggregate tok/s)"),
+                           b, opt.context > 0 ? opt.context : 128, opt.steps});
     }
   }
   auto run_cases = [&](const std::string& preset, const std::vector<Case>& cases) {
@@ -246,15 +261,21 @@ int Main(int argc, char** argv) {
     const double t0 = Now();
     auto model = BuildModel(preset);
     if (!model) std::exit(1);
-    auto backend = CpuBackend::Create(model->config, model->weights, {.num_threads = opt.threads});
+    auto backend =
+        CpuBackend::Create(model->config, model->weights, {.num_threads = opt.threads, .kv_dtype = kv_dtype});
     if (!backend.ok()) {
       std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
       std::exit(1);
     }
     std::fprintf(stderr, "%s: built and packed in %.1f s\n", preset.c_str(), Now() - t0);
-    const int blocks_per_seq = (512 + opt.steps + block_size) / block_size + 1;
-    if (!(*backend)->AllocateKvCache(16 * blocks_per_seq, block_size).ok()) std::exit(1);
-    const ModelCost cost = CostOf(model->config);
+    int longest = 0;
+    for (const Case& c : cases) longest = std::max(longest, c.prompt);
+    const int blocks_per_seq = (longest + opt.steps + block_size) / block_size + 1;
+    int widest = 1;
+    for (const Case& c : cases) widest = std::max(widest, c.batch);
+    if (!(*backend)->AllocateKvCache(widest * blocks_per_seq, block_size).ok()) std::exit(1);
+    ModelCost cost = CostOf(model->config);
+    cost.kv_bytes_per_pos *= static_cast<double>(cpu::KvElementBytes(kv_dtype)) / sizeof(float);
     for (const Case& c : cases) {
       Result r{c.name, {}, {}};
       // Prefill: every prompt token through the layers, one lm_head row per
@@ -265,10 +286,12 @@ int Main(int argc, char** argv) {
                                      cost.attn_flops_per_ctx * ctx;
       r.compute_roof = peaks.matmul_gflops() * 1e9 / flops_per_token;
       const double bytes_per_step = cost.weight_bytes + c.batch * ctx * cost.kv_bytes_per_pos;
-      RunOnce(**backend, c.batch, c.prompt, std::min(c.steps, 8), block_size, blocks_per_seq);  // warm-up
+      const bool synthetic = opt.context > 0 && c.steps > 0;
+      RunOnce(**backend, c.batch, c.prompt, std::min(c.steps, 8), block_size, blocks_per_seq, synthetic);  // warm-up
       for (int rep = 0; rep < opt.reps; ++rep) {
         r.canaries.push_back(BandwidthCanary(opt.threads));
-        auto [prefill, decode] = RunOnce(**backend, c.batch, c.prompt, c.steps, block_size, blocks_per_seq);
+        auto [prefill, decode] =
+            RunOnce(**backend, c.batch, c.prompt, c.steps, block_size, blocks_per_seq, synthetic);
         r.rates.push_back(c.steps == 0 ? prefill : decode);
         std::fprintf(stderr, "  %s: %.2f tok/s (canary %.1f GB/s)\n", c.name.c_str(), r.rates.back(),
                      r.canaries.back());

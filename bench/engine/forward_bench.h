@@ -22,8 +22,11 @@ ModelCost CostOf(const ModelConfig& c);
 // Runs `batch` sequences: prefill `prompt_len` tokens each (one Forward), then
 // `steps` decode steps over blocks [s * blocks_per_seq, ...) of sequence s;
 // returns {prefill tok/s, decode tok/s (aggregate)}. Exits 1 on a failed
-// Forward, printing its status.
+// Forward, printing its status. `synthetic_context`: no prefill (0 tok/s);
+// decoding starts at position prompt_len over whatever the cache holds there,
+// which costs what a real context of that length costs (attention reads
+// every cached position whatever its values).
 std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt_len, int steps, int block_size,
-                                  int blocks_per_seq);
+                                  int blocks_per_seq, bool synthetic_context = false);
 
 }  // namespace floe

@@ -1,8 +1,13 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "kernels/cpu/attention.h"
+
+#include <type_traits>
+
+#include "common/tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cc"
@@ -16,14 +21,40 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 
+// A vector of cache elements widened to f32 (bf16 -> f32 is exact: the
+// bits shifted into the high half).
+template <class T>
+HWY_INLINE hn::Vec<DF> LoadKv(DF df, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::Rebind<uint32_t, DF> d32;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
+  }
+}
+
+template <class T>
+HWY_INLINE float KvScalar(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return Bf16ToF32(x);
+  }
+}
+
 // One query over the keys of one kv head at cache positions 0..split-1 and
 // then tail[0..tail_len) (a tree token's root path; tail_len == 0 for a causal
 // query): scores, softmax, weighted V. The two runs of keys are separate
 // loops, so the causal run pays nothing for trees.
-// Everything per query, so a token's output does not depend on its batch.
-void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table,
-               int kv_head, int32_t split, const int32_t* tail, int32_t tail_len, float scale,
-               float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+// Everything per query, so a token's output does not depend on its batch;
+// the same arithmetic for either element type (T: float or bf16 bits).
+template <class T>
+HWY_INLINE void AttendOneT(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table,
+                           int kv_head, int32_t split, const int32_t* tail, int32_t tail_len, float scale,
+                           float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+  const T* const kcache = static_cast<const T*>(kv.k);
+  const T* const vcache = static_cast<const T*>(kv.v);
   const auto offset = [&](int32_t p) {
     return kv.Offset(block_table[p / kv.block_size], kv_head, p % kv.block_size);
   };
@@ -39,16 +70,18 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
   const int64_t vec_end = hd / lanes * lanes;
   float max = -std::numeric_limits<float>::infinity();
   for_keys([&](int32_t j, int64_t key) {
-    const float* k = kv.k + key;
+    const T* k = kcache + key;
     auto a0 = hn::Zero(df), a1 = hn::Zero(df);
     int64_t d = 0;
     for (; d + 2 * lanes <= vec_end; d += 2 * lanes) {
-      a0 = hn::MulAdd(hn::LoadU(df, qh + d), hn::LoadU(df, k + d), a0);
-      a1 = hn::MulAdd(hn::LoadU(df, qh + d + lanes), hn::LoadU(df, k + d + lanes), a1);
+      a0 = hn::MulAdd(hn::LoadU(df, qh + d), LoadKv(df, k + d), a0);
+      a1 = hn::MulAdd(hn::LoadU(df, qh + d + lanes), LoadKv(df, k + d + lanes), a1);
     }
-    for (; d < vec_end; d += lanes) a0 = hn::MulAdd(hn::LoadU(df, qh + d), hn::LoadU(df, k + d), a0);
+    for (; d < vec_end; d += lanes) a0 = hn::MulAdd(hn::LoadU(df, qh + d), LoadKv(df, k + d), a0);
     float dot = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-    for (; d < hd; ++d) dot += qh[d] * k[d];
+    // Tails fused explicitly: left to -ffp-contract, the f32 and bf16
+    // instantiations could round them differently.
+    for (; d < hd; ++d) dot = std::fma(qh[d], KvScalar(k[d]), dot);
     scores[j] = dot * scale;
     max = std::max(max, scores[j]);
   });
@@ -73,13 +106,13 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
     hn::Vec<DF> acc[kChunk];
     for (int c = 0; c < kChunk; ++c) acc[c] = hn::Zero(df);
     for_keys([&](int32_t jj, int64_t key) {
-      const float* v = kv.v + key + d0;
+      const T* v = vcache + key + d0;
       const auto p = hn::Set(df, scores[jj]);
       if (nvec == kChunk) {
 #pragma GCC unroll 8
-        for (int c = 0; c < kChunk; ++c) acc[c] = hn::MulAdd(p, hn::LoadU(df, v + c * lanes), acc[c]);
+        for (int c = 0; c < kChunk; ++c) acc[c] = hn::MulAdd(p, LoadKv(df, v + c * lanes), acc[c]);
       } else {
-        for (int c = 0; c < nvec; ++c) acc[c] = hn::MulAdd(p, hn::LoadU(df, v + c * lanes), acc[c]);
+        for (int c = 0; c < nvec; ++c) acc[c] = hn::MulAdd(p, LoadKv(df, v + c * lanes), acc[c]);
       }
     });
     const auto vinv = hn::Set(df, inv);
@@ -87,9 +120,21 @@ void AttendOne(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* b
   }
   for (int64_t d = vec_end; d < hd; ++d) {
     float acc = 0.0f;
-    for_keys([&](int32_t jj, int64_t key) { acc += scores[jj] * kv.v[key + d]; });
+    for_keys([&](int32_t jj, int64_t key) { acc = std::fma(scores[jj], KvScalar(vcache[key + d]), acc); });
     out[d] = acc * inv;
   }
+}
+
+void AttendOneF32(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table, int kv_head,
+                  int32_t split, const int32_t* tail, int32_t tail_len, float scale, float* HWY_RESTRICT scores,
+                  float* HWY_RESTRICT out) {
+  AttendOneT<float>(qh, kv, block_table, kv_head, split, tail, tail_len, scale, scores, out);
+}
+
+void AttendOneBf16(const float* HWY_RESTRICT qh, const KvLayer& kv, const int32_t* block_table, int kv_head,
+                   int32_t split, const int32_t* tail, int32_t tail_len, float scale, float* HWY_RESTRICT scores,
+                   float* HWY_RESTRICT out) {
+  AttendOneT<uint16_t>(qh, kv, block_table, kv_head, split, tail, tail_len, scale, scores, out);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -102,11 +147,12 @@ namespace {
 constexpr int kTokensPerTask = 16;
 }  // namespace
 
-HWY_EXPORT(AttendOne);
+HWY_EXPORT(AttendOneF32);
+HWY_EXPORT(AttendOneBf16);
 
 void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float* k,
              const float* v, int64_t stride) {
-  const size_t head_bytes = kv.head_dim * sizeof(float);
+  const int hd = kv.head_dim;
   for (const AttentionSeq& seq : seqs) {
     for (int32_t i = 0; i < seq.num_tokens; ++i) {
       const int32_t pos = seq.start_pos + i;
@@ -114,8 +160,20 @@ void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float*
       const int slot = pos % kv.block_size;
       const int64_t row = seq.first_row + i;
       for (int h = 0; h < kv.kv_heads; ++h) {
-        std::memcpy(kv.k + kv.Offset(block, h, slot), k + row * stride + h * kv.head_dim, head_bytes);
-        std::memcpy(kv.v + kv.Offset(block, h, slot), v + row * stride + h * kv.head_dim, head_bytes);
+        const int64_t at = kv.Offset(block, h, slot);
+        const float* ks = k + row * stride + h * hd;
+        const float* vs = v + row * stride + h * hd;
+        if (kv.dtype == KvDtype::kF32) {
+          std::memcpy(static_cast<float*>(kv.k) + at, ks, hd * sizeof(float));
+          std::memcpy(static_cast<float*>(kv.v) + at, vs, hd * sizeof(float));
+          continue;
+        }
+        uint16_t* kd = static_cast<uint16_t*>(kv.k) + at;
+        uint16_t* vd = static_cast<uint16_t*>(kv.v) + at;
+        for (int d = 0; d < hd; ++d) {
+          kd[d] = F32ToBf16(ks[d]);
+          vd[d] = F32ToBf16(vs[d]);
+        }
       }
     }
   }
@@ -171,13 +229,23 @@ void PagedAttention(const float* q, int64_t q_stride, std::span<const AttentionS
       const int64_t row = seq.first_row + i;
       const float* qh = q + row * q_stride + head * hd;
       float* o = out + row * out_stride + head * hd;
+      const bool bf16 = kv.dtype == KvDtype::kBf16;
       if (seq.tree_paths) {
         const int32_t begin = seq.tree_path_begin[i];
-        HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, seq.start_pos, seq.tree_paths + begin,
-                                        seq.tree_path_begin[i + 1] - begin, scale, scores, o);
+        const int32_t len = seq.tree_path_begin[i + 1] - begin;
+        if (bf16) {
+          HWY_DYNAMIC_DISPATCH(AttendOneBf16)(qh, kv, seq.block_table, kv_head, seq.start_pos,
+                                              seq.tree_paths + begin, len, scale, scores, o);
+        } else {
+          HWY_DYNAMIC_DISPATCH(AttendOneF32)(qh, kv, seq.block_table, kv_head, seq.start_pos,
+                                             seq.tree_paths + begin, len, scale, scores, o);
+        }
+      } else if (bf16) {
+        HWY_DYNAMIC_DISPATCH(AttendOneBf16)(qh, kv, seq.block_table, kv_head, seq.start_pos + i + 1, nullptr, 0,
+                                            scale, scores, o);
       } else {
-        HWY_DYNAMIC_DISPATCH(AttendOne)(qh, kv, seq.block_table, kv_head, seq.start_pos + i + 1, nullptr, 0,
-                                        scale, scores, o);
+        HWY_DYNAMIC_DISPATCH(AttendOneF32)(qh, kv, seq.block_table, kv_head, seq.start_pos + i + 1, nullptr, 0,
+                                           scale, scores, o);
       }
     }
   });

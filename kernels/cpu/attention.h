@@ -1,10 +1,13 @@
-// Causal GQA attention over a paged f32 KV cache.
+// Causal GQA attention over a paged KV cache of f32 or bf16 elements.
 //
 // KV layout (per layer, K and V separate arrays):
-//   [num_blocks][kv_heads][block_size][head_dim] f32
+//   [num_blocks][kv_heads][block_size][head_dim] (KvDtype elements)
 // so one head's keys within a block are contiguous. Logical position p of a
 // sequence lives in physical block block_table[p / block_size], slot
-// p % block_size.
+// p % block_size. A bf16 cache is written rounded to nearest even and read
+// widened exactly to f32, with the same arithmetic in the same order as an
+// f32 cache: attention over a bf16 cache equals attention over an f32 cache
+// holding the same rounded values, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -15,16 +18,24 @@
 
 namespace floe::cpu {
 
+enum class KvDtype : uint8_t { kF32, kBf16 };
+
+inline size_t KvElementBytes(KvDtype dtype) { return dtype == KvDtype::kBf16 ? 2 : 4; }
+inline const char* KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kBf16 ? "bf16" : "f32"; }
+
 struct KvLayer {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;  // float* or uint16_t* (bf16 bits), as dtype says
+  void* v = nullptr;
   int block_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
+  KvDtype dtype = KvDtype::kF32;
 
+  // In elements.
   int64_t Offset(int32_t block, int head, int slot) const {
     return ((static_cast<int64_t>(block) * kv_heads + head) * block_size + slot) * head_dim;
   }
+  size_t element_bytes() const { return KvElementBytes(dtype); }
 };
 
 // One sequence's new tokens: rows [first_row, first_row + num_tokens) of the
@@ -57,7 +68,7 @@ void AppendTreePaths(std::span<const int32_t> parents, int32_t start_pos, std::v
                      std::vector<int32_t>& paths);
 
 // Stores the K and V rows (kv_heads * head_dim each; row r at k + r * stride)
-// of every new token into the cache.
+// of every new token into the cache (bf16: rounded to nearest even).
 void WriteKv(const KvLayer& kv, std::span<const AttentionSeq> seqs, const float* k,
              const float* v, int64_t stride);
 

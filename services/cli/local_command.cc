@@ -151,6 +151,7 @@ int RunLocal(int argc, char** argv) {
   std::string speculative_step_overhead_tokens, speculative_cost_curve, router_policy;
   std::string suffix_tree = "shared";
   double kv_cache_gb = 0.5;
+  std::string kv_cache_dtype = "auto";
   std::string device;                 // empty: the workers' default (auto)
   double gpu_memory_utilization = 0;  // 0: the workers' default
   TlsOptions tls;
@@ -178,6 +179,7 @@ int RunLocal(int argc, char** argv) {
                    "the workers' and suffix-cache's --admin-key-file (admin calls need an admin key)");
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
   parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
+  parser.AddString("kv-cache-dtype", &kv_cache_dtype, "auto|f32|bf16: the workers' KV cache element type");
   parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
   parser.AddString("device", &device, "workers' --device: auto|cpu|cuda (empty: the worker's default, auto)");
   parser.AddDouble("gpu-memory-utilization", &gpu_memory_utilization,
@@ -360,6 +362,7 @@ int RunLocal(int argc, char** argv) {
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> argv = {(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
                                      "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
+                                     "--kv-cache-dtype", kv_cache_dtype,
                                      "--load-format", load_format, "--weight-cache", weight_cache,
                                      "--weight-cache-max-gb", absl::StrCat(weight_cache_max_gb)};
     argv.insert(argv.end(), speculation_args.begin(), speculation_args.end());

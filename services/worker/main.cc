@@ -122,10 +122,14 @@ int Run(int argc, char** argv) {
   }
   startup.Phase("kv_allocation");
   LogStepCostCurve((*engine)->options(), curve, backend->hardware);
+  // What the cache holds: bf16 only where asked on the CPU (the CUDA cache is f32).
+  const char* const kv_cache_dtype =
+      plan->device.device != Device::kCuda && f.kv_cache_dtype == "bf16" ? "bf16" : "f32";
   std::unique_ptr<WorkerMetrics> metrics;
   if (boot.metrics_server()) {
     metrics = std::make_unique<WorkerMetrics>(*boot.metrics_server(), f.model_name, (*engine)->max_model_len());
     metrics->SetParallelLayout(plan->ranks, plan->ranks > 1 ? backend->parallel_stats : nullptr);
+    metrics->SetKvCacheDtype(kv_cache_dtype);
     metrics->AttachEngine(engine->get());
     if (speculation->suffix_cache_stats) metrics->AttachSuffixCacheStats(speculation->suffix_cache_stats);
     service.SetMetrics(metrics.get());
@@ -148,6 +152,7 @@ int Run(int argc, char** argv) {
             {"max_model_len", static_cast<int64_t>((*engine)->max_model_len())},
             {"weight_bytes", backend->weight_bytes},
             {"kv_cache_bytes", backend->kv_block_bytes * load_report.total_blocks},
+            {"kv_cache_dtype", std::string(kv_cache_dtype)},
             {"startup_ms", startup.SinceStartMs()}});
 
   boot.WaitForTermination();

@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> MakeCpuBackend(const WorkerFlags& f,
                              .weight_cache_dir = WeightCacheDir(f),
                              .weights_fingerprint = checkpoint.fingerprint(),
                              .weight_cache_max_bytes = WeightCacheMaxBytes(f),
-                             .release_source_pages = [&checkpoint] { checkpoint.ReleasePages(); }});
+                             .release_source_pages = [&checkpoint] { checkpoint.ReleasePages(); },
+                             .kv_dtype = f.kv_cache_dtype == "bf16" ? cpu::KvDtype::kBf16 : cpu::KvDtype::kF32});
 }
 
 // Every rank runs on the device rank 0 chose: its choice travels on the

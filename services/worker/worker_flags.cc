@@ -19,6 +19,9 @@ void AddWorkerFlags(ArgParser& parser, WorkerFlags* flags) {
   parser.AddInt("threads", &f.threads, "compute threads (0: all cores)");
   parser.AddInt("block-size", &f.block_size, "KV cache block size in tokens");
   parser.AddDouble("kv-cache-gb", &f.kv_cache_gb, "KV cache memory budget in GiB (--device cpu)");
+  parser.AddString("kv-cache-dtype", &f.kv_cache_dtype,
+                   "auto|f32|bf16: the KV cache's element type (vLLM's flag); bf16 holds twice the tokens per GiB "
+                   "(--device cpu; auto: f32 for now)");
   parser.AddString("device", &f.device,
                    "auto|cpu|cuda: where the model runs (auto: cuda where this build has it and this machine has "
                    "a GPU per rank, rank r on GPU r; the 'device' log line says which and why)");

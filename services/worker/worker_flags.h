@@ -25,6 +25,7 @@ struct WorkerFlags {
   int threads = 0;
   int block_size = 16;
   double kv_cache_gb = 1.0;
+  std::string kv_cache_dtype = "auto";  // auto|f32|bf16 (CPU)
   std::string device = "auto";
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;

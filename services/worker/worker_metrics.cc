@@ -267,6 +267,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     parallel_.store(std::move(stats));
   }
   void Attach(const Engine* engine) { engine_.store(engine); }
+  void SetCacheDtype(const char* dtype) { cache_dtype_.store(dtype); }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     const Engine* engine = engine_.load();
@@ -301,7 +302,8 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     prometheus::ClientMetric config;
     config.label = {{"model_name", model_},
                     {"block_size", std::to_string(load.block_size)},
-                    {"num_gpu_blocks", std::to_string(load.total_blocks)}};
+                    {"num_gpu_blocks", std::to_string(load.total_blocks)},
+                    {"cache_dtype", cache_dtype_.load()}};
     config.gauge.value = 1;
     info.metric.push_back(std::move(config));
     families.push_back(std::move(info));
@@ -316,6 +318,7 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
   std::string model_;
   std::atomic<const Engine*> engine_{nullptr};
   std::atomic<int> ranks_{1};
+  std::atomic<const char*> cache_dtype_{"f32"};  // a static string
   std::atomic<std::shared_ptr<const ParallelStats>> parallel_;
   // Set once at start-up, but the metrics server may already be scraping.
   std::atomic<std::shared_ptr<const RemoteSuffixStats>> suffix_cache_;
@@ -386,6 +389,8 @@ void WorkerMetrics::SetStartup(const std::vector<std::pair<std::string, int64_t>
 void WorkerMetrics::SetParallelLayout(int ranks, std::shared_ptr<const ParallelStats> stats) {
   collector_->SetParallelLayout(ranks, std::move(stats));
 }
+
+void WorkerMetrics::SetKvCacheDtype(const char* dtype) { collector_->SetCacheDtype(dtype); }
 
 void WorkerMetrics::AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats) {
   collector_->AttachSuffixCache(std::move(stats));

@@ -40,6 +40,9 @@ class WorkerMetrics {
   // The suffix-cache client's view (floe_suffix_cache_client_*), when the
   // worker uses one. Call before serving.
   void AttachSuffixCacheStats(std::shared_ptr<const RemoteSuffixStats> stats);
+  // floe_cache_config_info's cache_dtype label ("f32" or "bf16"; a static
+  // string). Before serving.
+  void SetKvCacheDtype(const char* dtype);
 
   // The start-up as the log told it: floe_startup_phase_seconds{phase} for
   // each phase and phase="total" (process start to ready), and

@@ -112,6 +112,10 @@ absl::StatusOr<WorkerPlan> PlanWorker(WorkerFlags& f) {
     return Invalid("--speculative-cost-curve roofline needs a GPU backend (--device cuda); "
                    "the CPU measures its curve (measure)");
   }
+  if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "f32" && f.kv_cache_dtype != "bf16")
+    return Invalid(absl::StrCat("--kv-cache-dtype must be auto, f32 or bf16, got ", f.kv_cache_dtype.substr(0, 32)));
+  if (f.kv_cache_dtype == "bf16" && plan.device.device == Device::kCuda)
+    return Invalid("--kv-cache-dtype bf16 is CPU-only for now (the CUDA cache is f32); use --device cpu");
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
     return Invalid(absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", f.gpu_memory_utilization));
   if (f.rank > 0 && (f.rank >= plan.ranks || f.rank_dir.empty() == f.rank_store.empty())) {

@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   backend->q_dim_ = l.heads.num_heads() * config.head_dim;
   backend->kv_dim_ = l.heads.num_kv_heads() * config.head_dim;
   backend->release_source_pages_ = options.release_source_pages;
+  backend->kv_dtype_ = options.kv_dtype;
   backend->cache_max_bytes_ = options.weight_cache_max_bytes;
   std::string cache_key;
   WeightCacheReport& report = backend->cache_report_;
@@ -232,7 +233,7 @@ WeightId CpuBackend::PrepareVector(std::span<const TensorView> parts) {
 }
 
 size_t CpuBackend::KvBytesPerBlock(int block_size) const {
-  return static_cast<size_t>(config_.num_layers) * 2 * block_size * kv_dim_ * sizeof(float);
+  return static_cast<size_t>(config_.num_layers) * 2 * block_size * kv_dim_ * cpu::KvElementBytes(kv_dtype_);
 }
 
 absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
@@ -246,8 +247,8 @@ absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
   block_size_ = block_size;
   // calloc: a large block comes from mmap as untouched zero pages, so the
   // allocation takes no time at start-up.
-  const size_t floats = KvBytesPerBlock(block_size) / sizeof(float) * num_blocks;
-  kv_cache_.reset(static_cast<float*>(std::calloc(floats, sizeof(float))));
+  const size_t bytes = KvBytesPerBlock(block_size) * num_blocks;
+  kv_cache_.reset(static_cast<char*>(std::calloc(bytes, 1)));
   if (!kv_cache_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate the KV cache: ", num_blocks, " blocks of ", KvBytesPerBlock(block_size), " bytes"));
@@ -262,7 +263,7 @@ absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
 #ifdef MADV_POPULATE_WRITE
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(kv_cache_.get()) / page * page;
-  const uintptr_t end = reinterpret_cast<uintptr_t>(kv_cache_.get() + floats);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(kv_cache_.get() + bytes);
   kv_prefault_ = std::thread([this, begin, end] {
     sched_param idle{};
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);  // best effort
@@ -276,10 +277,12 @@ absl::Status CpuBackend::AllocateKvCache(int num_blocks, int block_size) {
 }
 
 cpu::KvLayer CpuBackend::LayerKv(int layer) {
-  const size_t layer_floats = KvBytesPerBlock(block_size_) / sizeof(float) * num_blocks_ / config_.num_layers;
+  const size_t layer_bytes = KvBytesPerBlock(block_size_) * num_blocks_ / config_.num_layers;
   cpu::KvLayer kv;
-  kv.k = kv_cache_.get() + layer * layer_floats;
-  kv.v = kv.k + layer_floats / 2;
+  char* k = kv_cache_.get() + layer * layer_bytes;
+  kv.k = k;
+  kv.v = k + layer_bytes / 2;
+  kv.dtype = kv_dtype_;
   kv.block_size = block_size_;
   kv.kv_heads = local_.num_kv_heads;
   kv.head_dim = config_.head_dim;
@@ -288,15 +291,18 @@ cpu::KvLayer CpuBackend::LayerKv(int layer) {
 
 absl::Status CpuBackend::CopyKvSlots(std::span<const KvSlotCopy> copies) {
   FLOE_RETURN_IF_ERROR(ValidateKvSlotCopies(copies, num_blocks_, block_size_));
-  const size_t head_bytes = config_.head_dim * sizeof(float);
+  const size_t element = cpu::KvElementBytes(kv_dtype_);
+  const size_t head_bytes = config_.head_dim * element;
   for (int li = 0; li < config_.num_layers; ++li) {
     const cpu::KvLayer kv = LayerKv(li);
+    char* k = static_cast<char*>(kv.k);
+    char* v = static_cast<char*>(kv.v);
     for (const KvSlotCopy& c : copies) {  // in order: a copy may read an earlier one's destination
       for (int h = 0; h < kv.kv_heads; ++h) {
-        std::memmove(kv.k + kv.Offset(c.dst_block, h, c.dst_slot), kv.k + kv.Offset(c.src_block, h, c.src_slot),
-                     head_bytes);
-        std::memmove(kv.v + kv.Offset(c.dst_block, h, c.dst_slot), kv.v + kv.Offset(c.src_block, h, c.src_slot),
-                     head_bytes);
+        const int64_t dst = kv.Offset(c.dst_block, h, c.dst_slot) * element;
+        const int64_t src = kv.Offset(c.src_block, h, c.src_slot) * element;
+        std::memmove(k + dst, k + src, head_bytes);
+        std::memmove(v + dst, v + src, head_bytes);
       }
     }
   }

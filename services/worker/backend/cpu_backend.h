@@ -13,8 +13,8 @@
 // depend on the batch around it or on how its prompt was chunked (every
 // per-row kernel is batch-invariant by construction, see matmul.h).
 // KV cache: per layer, K and V arrays of [num_blocks][kv_heads][block_size][head_dim]
-// f32 (kernels/cpu/attention.h), faulted in by a background thread after
-// AllocateKvCache.
+// f32 or bf16 (CpuBackendOptions::kv_dtype; kernels/cpu/attention.h), faulted
+// in by a background thread after AllocateKvCache.
 // Threading: as Backend; Forward spreads its work over num_threads threads
 // (the calling thread plus num_threads-1 workers owned by the backend).
 #pragma once
@@ -73,6 +73,10 @@ struct CpuBackendOptions {
   // peak RSS of a repack is then the packed weights plus one such span, not
   // both copies. Null: not called.
   std::function<void()> release_source_pages;
+  // The KV cache's element type (--kv-cache-dtype): bf16 halves the bytes
+  // per cached token; K and V are rounded to nearest even once, when
+  // written, and attention reads them widened exactly (kernels/cpu/attention.h).
+  cpu::KvDtype kv_dtype = cpu::KvDtype::kF32;
 };
 
 struct WeightCacheReport {
@@ -195,10 +199,11 @@ class CpuBackend final : public Backend, private ModelOps {
 
   int num_blocks_ = 0, block_size_ = 0;
   struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(char* p) const { std::free(p); }
   };
-  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim]
-  std::unique_ptr<float, FreeDeleter> kv_cache_;
+  // [layer][K|V][num_blocks][kv_heads][block_size][head_dim] of kv_dtype_
+  cpu::KvDtype kv_dtype_ = cpu::KvDtype::kF32;
+  std::unique_ptr<char, FreeDeleter> kv_cache_;
   // Faults kv_cache_'s pages in after AllocateKvCache returns.
   std::thread kv_prefault_;
   std::atomic<bool> kv_prefault_stop_{false};

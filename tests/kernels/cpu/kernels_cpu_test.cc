@@ -395,5 +395,77 @@ TEST_P(AttentionTest, PagedGqaMatchesNaive) {
   }
 }
 
+// A bf16 cache is written rounded to nearest even and read widened exactly:
+// attention over it equals, bit for bit, attention over an f32 cache that
+// holds the same rounded values (prefill chunk, decode and a tree mask; the
+// best SIMD path and AVX2; one and two threads).
+class Bf16KvTest : public ::testing::TestWithParam<std::tuple<int, Path>> {};
+
+INSTANTIATE_TEST_SUITE_P(HeadDimsAndPaths, Bf16KvTest,
+                         ::testing::Combine(::testing::Values(12, 16, 20, 64),
+                                            ::testing::Values(Path::kBest, Path::kAvx2)));
+
+TEST_P(Bf16KvTest, EqualsAnF32CacheOfTheRoundedValues) {
+  const auto [hd, path] = GetParam();
+  std::optional<ScopedAvx2Only> avx2;
+  if (path == Path::kAvx2) avx2.emplace();
+  const int heads = 4, kv_heads = 2, block_size = 4, num_blocks = 24;
+  const float scale = 0.3f;
+  std::vector<int32_t> table0 = {9, 2, 14, 0, 5, 21, 7, 11}, table1 = {1, 3, 4, 6, 8, 10};
+  // Sequence 0: a 9-token prefill chunk at 6; sequence 1: a 4-token tree at 13.
+  std::vector<int32_t> parents = {-1, 0, 0, 1}, begin, paths;
+  AppendTreePaths(parents, 13, begin, paths);
+  std::vector<AttentionSeq> seqs = {{0, 9, 6, table0.data()}, {9, 4, 13, table1.data(), begin.data(), paths.data()}};
+  const int64_t rows = 13;
+  auto round = [](std::vector<float> x) {
+    for (float& f : x) f = Bf16ToF32(F32ToBf16(f));
+    return x;
+  };
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::vector<float> k32(num_blocks * kv_heads * block_size * hd), v32(k32.size());
+    std::vector<uint16_t> k16(k32.size()), v16(k32.size());
+    KvLayer f32{k32.data(), v32.data(), block_size, kv_heads, hd, KvDtype::kF32};
+    KvLayer b16{k16.data(), v16.data(), block_size, kv_heads, hd, KvDtype::kBf16};
+    // The context (every position before each sequence's start), then the new rows.
+    for (int si = 0; si < 2; ++si) {
+      const int start = seqs[si].start_pos;
+      std::vector<float> kh = Random(start * kv_heads * hd, 10 + si, 2.0f), vh = Random(kh.size(), 20 + si, 2.0f);
+      std::vector<AttentionSeq> past = {{0, start, 0, seqs[si].block_table}};
+      WriteKv(b16, past, kh.data(), vh.data(), kv_heads * hd);
+      WriteKv(f32, past, round(kh).data(), round(vh).data(), kv_heads * hd);
+    }
+    const std::vector<float> k_new = Random(rows * kv_heads * hd, 31, 2.0f), v_new = Random(k_new.size(), 32, 2.0f);
+    WriteKv(b16, seqs, k_new.data(), v_new.data(), kv_heads * hd);
+    WriteKv(f32, seqs, round(k_new).data(), round(v_new).data(), kv_heads * hd);
+    for (size_t i = 0; i < k16.size(); ++i) ASSERT_EQ(Bf16ToF32(k16[i]), k32[i]) << i;
+    const std::vector<float> q = Random(rows * heads * hd, 41);
+    std::vector<float> out16(rows * heads * hd), out32(out16.size());
+    const int64_t max_ctx = 32;
+    std::vector<float> scratch(threads * max_ctx);
+    PagedAttention(q.data(), heads * hd, seqs, b16, heads, scale, out16.data(), heads * hd, scratch.data(), max_ctx,
+                   pool);
+    PagedAttention(q.data(), heads * hd, seqs, f32, heads, scale, out32.data(), heads * hd, scratch.data(), max_ctx,
+                   pool);
+    for (size_t i = 0; i < out16.size(); ++i) ASSERT_EQ(out16[i], out32[i]) << "element " << i;
+  }
+}
+
+TEST(Bf16KvTest, WritesRoundToNearestEven) {
+  // 1 + 2^-8 is halfway between two bf16 values: it rounds to the even one
+  // (1.0); a hair above rounds up.
+  const float halfway = 1.0f + std::ldexp(1.0f, -8), above = std::nextafter(halfway, 2.0f);
+  std::vector<float> k = {halfway, above}, v = {-halfway, -above};
+  std::vector<uint16_t> kc(2), vc(2);
+  const int32_t table[] = {0};
+  KvLayer kv{kc.data(), vc.data(), 2, 1, 1, KvDtype::kBf16};
+  const AttentionSeq seq[] = {{0, 2, 0, table}};
+  WriteKv(kv, seq, k.data(), v.data(), 1);
+  EXPECT_EQ(Bf16ToF32(kc[0]), 1.0f);
+  EXPECT_EQ(Bf16ToF32(kc[1]), 1.0f + std::ldexp(1.0f, -7));
+  EXPECT_EQ(Bf16ToF32(vc[0]), -1.0f);
+  EXPECT_EQ(Bf16ToF32(vc[1]), -1.0f - std::ldexp(1.0f, -7));
+}
+
 }  // namespace
 }  // namespace floe::cpu

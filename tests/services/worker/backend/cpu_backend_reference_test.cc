@@ -245,6 +245,65 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
   std::filesystem::remove_all(dir);
 }
 
+// A bf16 KV cache (--kv-cache-dtype bf16):
+// - against the PyTorch reference with K (after RoPE) and V rounded to bf16
+//   the same way: the bf16 tolerances above hold for f32 and bf16 weights
+//   (a K or V within f32 noise of a bf16 rounding boundary may round one ulp
+//   apart, as a linear input may);
+// - against the same backend with an f32 cache: prompt logits within
+//   kKvBf16Bound x max |logit|, and the greedy tokens equal up to a first
+//   flip, which may only come where the f32 cache's top-2 margin is within
+//   twice that bound (checked at the flip).
+constexpr double kKvBf16Bound = 2e-2;
+
+class Bf16KvReferenceTest : public ::testing::TestWithParam<std::tuple<Flavor, DType>> {};
+
+TEST_P(Bf16KvReferenceTest, MatchesPyTorchAndTheF32CacheAtTheMargin) {
+  const auto [flavor, dtype] = GetParam();
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
+  const std::string dir = TempDir("kvbf16_" + std::to_string(static_cast<int>(flavor)) + DTypeName(dtype).data());
+  TestModel model(flavor, dtype, /*seed=*/21 + static_cast<int>(flavor), /*vocab=*/512, /*layers=*/2);
+  model.WriteReferenceFiles(dir, kSteps);
+  std::ofstream(dir + "/config.txt", std::ios::app) << "kv_bf16 1\n";
+  auto bf16 = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2, .kv_dtype = cpu::KvDtype::kBf16});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  CompareWithReference(**bf16, dir, kSteps, DType::kBF16);  // bf16 tolerances, whatever the weights
+  std::filesystem::remove_all(dir);
+
+  // Against an f32 cache, prompt logits and greedy decoding.
+  auto f32 = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  const std::vector<int32_t> prompt = {5, 77, 301, 9, 140, 33, 480, 2, 61, 250, 17, 399, 88};
+  const int bs = 4, blocks = (13 + kSteps + 3) / 4;
+  ASSERT_TRUE((*f32)->AllocateKvCache(blocks, bs).ok());
+  const auto want = testing_model::Generate(**f32, prompt, kSteps, 0, bs, 0, blocks);
+  const auto got = testing_model::Generate(**bf16, prompt, kSteps, 0, bs, 0, blocks);
+  double worst = 0;
+  for (size_t p = 0; p < want.prompt_logits.size(); ++p) {
+    double max_abs = 0;
+    for (float x : want.prompt_logits[p]) max_abs = std::max<double>(max_abs, std::abs(x));
+    for (size_t i = 0; i < want.prompt_logits[p].size(); ++i)
+      worst = std::max(worst, std::abs(want.prompt_logits[p][i] - got.prompt_logits[p][i]) / max_abs);
+  }
+  EXPECT_LE(worst, kKvBf16Bound);
+  size_t same = 0;
+  for (; same < want.tokens.size() && want.tokens[same] == got.tokens[same]; ++same) {
+  }
+  if (same < want.tokens.size()) {
+    double max_abs = 0;
+    for (float x : want.step_logits[same]) max_abs = std::max<double>(max_abs, std::abs(x));
+    const double margin = Margin(want.step_logits[same]);
+    EXPECT_LT(margin, 2 * kKvBf16Bound * max_abs) << "a flip at step " << same << " away from a near tie";
+    std::cout << "bf16 vs f32 KV: greedy flip at step " << same << ", f32 top-2 margin " << margin << "\n";
+  }
+  std::cout << "bf16 vs f32 KV: worst |dlogit| / max|logit| " << worst << ", greedy equal for " << same << " of "
+            << want.tokens.size() << " steps\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Bf16KvReferenceTest,
+                         ::testing::Combine(::testing::Values(Flavor::kLlama3, Flavor::kQwen3),
+                                            ::testing::Values(DType::kF32, DType::kBF16)));
+
 // A real checkpoint folder: the random-checkpoint writer's safetensors, loaded
 // by Checkpoint::Load, and read independently by the script. The "tiny" preset
 // has the full Llama 3 vocabulary (128256), so fewer steps.

@@ -23,12 +23,14 @@ std::vector<int32_t> Prompt(int n, int seed, int vocab) {
   return p;
 }
 
-class BatchInvarianceTest : public ::testing::TestWithParam<DType> {};
+// Weights f32 or bf16, KV cache f32 or bf16.
+class BatchInvarianceTest : public ::testing::TestWithParam<std::tuple<DType, cpu::KvDtype>> {};
 
 TEST_P(BatchInvarianceTest, AloneChunkedAndBatchedGiveIdenticalLogits) {
-  TestModel model(Flavor::kQwen2, GetParam(), 3);
+  const auto [weights, kv_dtype] = GetParam();
+  TestModel model(Flavor::kQwen2, weights, 3);
   const int vocab = model.config().vocab_size, bs = 4;
-  auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  auto backend = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2, .kv_dtype = kv_dtype});
   ASSERT_TRUE(backend.ok()) << backend.status();
   Backend& b = **backend;
   ASSERT_TRUE(b.AllocateKvCache(64, bs).ok());
@@ -97,7 +99,9 @@ TEST_P(BatchInvarianceTest, AloneChunkedAndBatchedGiveIdenticalLogits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, BatchInvarianceTest, ::testing::Values(DType::kF32, DType::kBF16));
+INSTANTIATE_TEST_SUITE_P(DTypes, BatchInvarianceTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(cpu::KvDtype::kF32, cpu::KvDtype::kBf16)));
 
 TEST(CpuBackendTest, ThreadCountDoesNotChangeLogits) {
   TestModel model(Flavor::kQwen3, DType::kBF16, 4);

@@ -61,6 +61,9 @@ def load(d, cfg=None):
     tied = cfg["tie_word_embeddings"] == "1"
     bf16_inputs = cfg.get("bf16_linear_inputs", "0") == "1"
     swiftkv = cfg.get("swiftkv", "0") == "1"
+    # "kv_bf16 1": the KV cache holds bf16 (K after RoPE, V), rounded to
+    # nearest even once and read back widened, as the backend's bf16 cache.
+    kv_bf16 = cfg.get("kv_bf16", "0") == "1"
     kv_layers = int(cfg["num_key_value_layers"]) if swiftkv else layers
 
     def lin(x, weight):
@@ -194,6 +197,8 @@ def load(d, cfg=None):
                 q = rms(q, lw["qn"]); k = rms(k, lw["kn"])
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
+            if kv_bf16:
+                k = k.to(torch.bfloat16).float(); v = v.to(torch.bfloat16).float()
             rep = heads // kv_heads
             k = k.repeat_interleave(rep, dim=0); v = v.repeat_interleave(rep, dim=0)
             att = (q @ k.transpose(1, 2)) * (hd ** -0.5) + mask

@@ -79,13 +79,15 @@ void OnRanks(int size, const std::function<void(int, Communicator&)>& fn) {
   OnGrid(size, 1, [&](int r, GlooGrid& grid) { fn(r, *grid.world); });
 }
 
-absl::StatusOr<std::unique_ptr<CpuBackend>> GridBackend(const TestModel& model, GlooGrid& grid, int sequence) {
+absl::StatusOr<std::unique_ptr<CpuBackend>> GridBackend(const TestModel& model, GlooGrid& grid, int sequence,
+                                                        cpu::KvDtype kv_dtype = cpu::KvDtype::kF32) {
   return CpuBackend::Create(model.config(), model.weights(),
                             {.num_threads = 1,
                              .communicator = grid.world.get(),
                              .sequence_parallel_size = sequence,
                              .sequence_group = grid.sequence.get(),
-                             .tensor_group = grid.tensor.get()});
+                             .tensor_group = grid.tensor.get(),
+                             .kv_dtype = kv_dtype});
 }
 
 // Rank 0 of a grid drives the others as floe-worker does: a LeaderBackend
@@ -118,9 +120,10 @@ ParallelMode AlwaysSp(int) { return ParallelMode::kSequence; }
 
 // Runs lead(backend) on rank 0 of a T x S grid (its backend wrapped in a
 // LeaderBackend) while the other ranks follow it.
-void LeadGrid(const TestModel& model, int tensor, int sequence, const std::function<void(LeaderBackend&)>& lead) {
+void LeadGrid(const TestModel& model, int tensor, int sequence, const std::function<void(LeaderBackend&)>& lead,
+              cpu::KvDtype kv_dtype = cpu::KvDtype::kF32) {
   OnGrid(tensor, sequence, [&](int r, GlooGrid& grid) {
-    auto backend = GridBackend(model, grid, sequence);
+    auto backend = GridBackend(model, grid, sequence, kv_dtype);
     ASSERT_TRUE(backend.ok()) << backend.status();
     if (r > 0) {
       const absl::Status s = RunFollower(**backend, *grid.world);
@@ -135,25 +138,30 @@ void LeadGrid(const TestModel& model, int tensor, int sequence, const std::funct
 
 // Generates on a T x S grid with the modes of `schedule`.
 Generation RunOnGrid(const TestModel& model, int tensor, int sequence, const std::vector<int32_t>& prompt, int steps,
-                     int chunk, const std::function<ParallelMode(int)>& schedule) {
+                     int chunk, const std::function<ParallelMode(int)>& schedule,
+                     cpu::KvDtype kv_dtype = cpu::KvDtype::kF32) {
   Generation out;
-  LeadGrid(model, tensor, sequence, [&](LeaderBackend& leader) {
-    ASSERT_TRUE(leader.AllocateKvCache(64, 4).ok());
-    Scheduled scheduled(leader, schedule);
-    out = testing_model::Generate(scheduled, prompt, steps, chunk, 4, 0, 64);
-  });
+  LeadGrid(
+      model, tensor, sequence,
+      [&](LeaderBackend& leader) {
+        ASSERT_TRUE(leader.AllocateKvCache(64, 4).ok());
+        Scheduled scheduled(leader, schedule);
+        out = testing_model::Generate(scheduled, prompt, steps, chunk, 4, 0, 64);
+      },
+      kv_dtype);
   return out;
 }
 
 Generation RunOnRanks(const TestModel& model, int size, const std::vector<int32_t>& prompt, int steps, int chunk,
-                      bool sequence_parallel = false) {
-  return sequence_parallel ? RunOnGrid(model, 1, size, prompt, steps, chunk, AlwaysSp)
-                           : RunOnGrid(model, size, 1, prompt, steps, chunk, AlwaysTp);
+                      bool sequence_parallel = false, cpu::KvDtype kv_dtype = cpu::KvDtype::kF32) {
+  return sequence_parallel ? RunOnGrid(model, 1, size, prompt, steps, chunk, AlwaysSp, kv_dtype)
+                           : RunOnGrid(model, size, 1, prompt, steps, chunk, AlwaysTp, kv_dtype);
 }
 
 // The reference: one rank holding everything, prefill in chunks of 8.
-Generation OneRank(const TestModel& model, const std::vector<int32_t>& prompt, int steps) {
-  auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1});
+Generation OneRank(const TestModel& model, const std::vector<int32_t>& prompt, int steps,
+                   cpu::KvDtype kv_dtype = cpu::KvDtype::kF32) {
+  auto one = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 1, .kv_dtype = kv_dtype});
   EXPECT_TRUE(one.ok()) << one.status();
   if (!one.ok()) return {};
   EXPECT_TRUE((*one)->AllocateKvCache(64, 4).ok());
@@ -256,6 +264,23 @@ TEST(SequenceParallelTest, BitIdenticalToOneRank) {
         EXPECT_EQ(got.tokens, want.tokens);
       }
     }
+  }
+}
+
+// The same with a bf16 KV cache: each rank rounds its own heads' K and V
+// as one rank would, so SP stays bit-identical.
+TEST(SequenceParallelTest, BitIdenticalToOneRankWithABf16KvCache) {
+  TestModel model(Flavor::kLlama3, DType::kBF16, 13);
+  const std::vector<int32_t> prompt = Prompt(21, model.config().vocab_size);
+  const Generation want = OneRank(model, prompt, 12, cpu::KvDtype::kBf16);
+  const Generation f32 = OneRank(model, prompt, 12);
+  EXPECT_NE(want.prompt_logits, f32.prompt_logits) << "the bf16 cache changed nothing: is it used?";
+  for (int size : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "SP " << size);
+    const Generation got = RunOnRanks(model, size, prompt, 12, 8, /*sequence_parallel=*/true, cpu::KvDtype::kBf16);
+    EXPECT_EQ(got.prompt_logits, want.prompt_logits);
+    EXPECT_EQ(got.step_logits, want.step_logits);
+    EXPECT_EQ(got.tokens, want.tokens);
   }
 }
 
