@@ -81,6 +81,13 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   backend->kv_dim_ = l.heads.num_kv_heads() * config.head_dim;
   backend->release_source_pages_ = options.release_source_pages;
   backend->kv_dtype_ = options.kv_dtype;
+  if (options.kv_dtype == cpu::KvDtype::kFp8E4m3 && !options.kv_scales.empty()) {
+    if (options.kv_scales.size() != 2 * static_cast<size_t>(config.num_layers)) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_scales holds ", options.kv_scales.size(),
+                                                     " scales, expected 2 per layer (", 2 * config.num_layers, ")"));
+    }
+    backend->kv_scales_ = options.kv_scales;
+  }
   backend->cache_max_bytes_ = options.weight_cache_max_bytes;
   std::string cache_key;
   WeightCacheReport& report = backend->cache_report_;
@@ -283,6 +290,10 @@ cpu::KvLayer CpuBackend::LayerKv(int layer) {
   kv.k = k;
   kv.v = k + layer_bytes / 2;
   kv.dtype = kv_dtype_;
+  if (!kv_scales_.empty()) {
+    kv.k_scale = kv_scales_[2 * layer];
+    kv.v_scale = kv_scales_[2 * layer + 1];
+  }
   kv.block_size = block_size_;
   kv.kv_heads = local_.num_kv_heads;
   kv.head_dim = config_.head_dim;
@@ -405,7 +416,7 @@ void CpuBackend::BeginStep(const StepRows& rows) {
   grow(gate_up_, m * Width(Activation::kGateUp));
   grow(cos_, all_rows_ * config_.head_dim / 2);
   grow(sin_, all_rows_ * config_.head_dim / 2);
-  grow(scratch_, static_cast<int64_t>(pool_.num_threads()) * max_context_);
+  grow(scratch_, static_cast<int64_t>(pool_.num_threads()) * cpu::kAttentionScratchRows * max_context_);
   grow(final_rows_, static_cast<int64_t>(logit_rows_.size()) * h);
 }
 
@@ -497,7 +508,7 @@ void CpuBackend::WriteKv(int layer, Activation qkv) {
 void CpuBackend::Attention(int layer, Activation qkv, Activation out) {
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
   cpu::PagedAttention(Rows(qkv), Width(qkv), seqs_, LayerKv(layer), local_.num_heads, scale, Rows(out),
-                      Width(out), scratch_.data(), max_context_, pool_);
+                      Width(out), scratch_.data(), cpu::kAttentionScratchRows * max_context_, pool_);
 }
 
 void CpuBackend::AddRmsNorm(Activation x, Activation delta, WeightId weight, Activation out) {

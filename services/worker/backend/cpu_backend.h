@@ -74,9 +74,13 @@ struct CpuBackendOptions {
   // both copies. Null: not called.
   std::function<void()> release_source_pages;
   // The KV cache's element type (--kv-cache-dtype): bf16 halves the bytes
-  // per cached token; K and V are rounded to nearest even once, when
-  // written, and attention reads them widened exactly (kernels/cpu/attention.h).
+  // per cached token, fp8 (e4m3) quarters them; K and V are rounded to
+  // nearest even once, when written, and attention reads them widened
+  // exactly (kernels/cpu/attention.h).
   cpu::KvDtype kv_dtype = cpu::KvDtype::kF32;
+  // fp8 only: layer i's k_scale at [2i], v_scale at [2i + 1] (a checkpoint's
+  // kv_cache_scheme, ModelWeights::kv_scales); empty: 1.0 for every layer.
+  std::vector<float> kv_scales;
 };
 
 struct WeightCacheReport {
@@ -203,6 +207,7 @@ class CpuBackend final : public Backend, private ModelOps {
   };
   // [layer][K|V][num_blocks][kv_heads][block_size][head_dim] of kv_dtype_
   cpu::KvDtype kv_dtype_ = cpu::KvDtype::kF32;
+  std::vector<float> kv_scales_;  // as CpuBackendOptions::kv_scales
   std::unique_ptr<char, FreeDeleter> kv_cache_;
   // Faults kv_cache_'s pages in after AllocateKvCache returns.
   std::thread kv_prefault_;

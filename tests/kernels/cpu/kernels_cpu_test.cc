@@ -326,10 +326,15 @@ class AttentionTest : public ::testing::TestWithParam<int> {};
 // head_dim 12 and 20 leave a tail after the vector lanes.
 INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionTest, ::testing::Values(12, 16, 20, 64));
 
+// Groups of 2, 4 and 7 query heads per kv head (7: passes of 4, 2 and 1);
+// 64 threads slice each group into single heads, which must not change a bit.
 TEST_P(AttentionTest, PagedGqaMatchesNaive) {
-  const int heads = 4, kv_heads = 2, hd = GetParam(), block_size = 3, num_blocks = 40;
+  for (const auto [heads, kv_heads] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{14, 2}}) {
+  SCOPED_TRACE(testing::Message() << heads << " heads, " << kv_heads << " kv heads");
+  const int hd = GetParam(), block_size = 3, num_blocks = 40;
   const float scale = 0.25f;
-  for (int threads : {1, 2}) {
+  std::vector<float> first_out;
+  for (int threads : {1, 2, 64}) {
     ThreadPool pool(threads);
     std::vector<float> kc(num_blocks * kv_heads * block_size * hd), vc(kc.size());
     KvLayer kv{kc.data(), vc.data(), block_size, kv_heads, hd};
@@ -365,10 +370,12 @@ TEST_P(AttentionTest, PagedGqaMatchesNaive) {
     }
     WriteKv(kv, seqs, k_new.data(), v_new.data(), kv_heads * hd);
     std::vector<float> q = Random(rows * heads * hd, 77), out(rows * heads * hd);
-    const int64_t max_ctx = 22;
+    const int64_t max_ctx = 22 * kAttentionScratchRows;
     std::vector<float> scratch(threads * max_ctx);
     PagedAttention(q.data(), heads * hd, seqs, kv, heads, scale, out.data(), heads * hd,
                    scratch.data(), max_ctx, pool);
+    if (first_out.empty()) first_out = out;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], first_out[i]) << threads << " threads, element " << i;
     for (size_t si = 0; si < seqs.size(); ++si) {
       for (int i = 0; i < seqs[si].num_tokens; ++i) {
         const int64_t row = seqs[si].first_row + i;
@@ -393,23 +400,33 @@ TEST_P(AttentionTest, PagedGqaMatchesNaive) {
       }
     }
   }
+  }
 }
 
-// A bf16 cache is written rounded to nearest even and read widened exactly:
-// attention over it equals, bit for bit, attention over an f32 cache that
-// holds the same rounded values (prefill chunk, decode and a tree mask; the
-// best SIMD path and AVX2; one and two threads).
-class Bf16KvTest : public ::testing::TestWithParam<std::tuple<int, Path>> {};
+// A narrow cache (bf16; fp8 e4m3 with scales of 1 and of powers of two) is
+// written rounded to nearest even and read widened exactly: attention over
+// it equals, bit for bit, attention over an f32 cache that holds the same
+// values (prefill chunk, decode and a tree mask; the best SIMD path and
+// AVX2; one and two threads).
+struct NarrowKv {
+  KvDtype dtype;
+  float k_scale, v_scale;
+};
 
-INSTANTIATE_TEST_SUITE_P(HeadDimsAndPaths, Bf16KvTest,
+class NarrowKvTest : public ::testing::TestWithParam<std::tuple<int, Path, NarrowKv>> {};
+
+INSTANTIATE_TEST_SUITE_P(HeadDimsPathsAndTypes, NarrowKvTest,
                          ::testing::Combine(::testing::Values(12, 16, 20, 64),
-                                            ::testing::Values(Path::kBest, Path::kAvx2)));
+                                            ::testing::Values(Path::kBest, Path::kAvx2),
+                                            ::testing::Values(NarrowKv{KvDtype::kBf16, 1.0f, 1.0f},
+                                                              NarrowKv{KvDtype::kFp8E4m3, 1.0f, 1.0f},
+                                                              NarrowKv{KvDtype::kFp8E4m3, 0.25f, 8.0f})));
 
-TEST_P(Bf16KvTest, EqualsAnF32CacheOfTheRoundedValues) {
-  const auto [hd, path] = GetParam();
+TEST_P(NarrowKvTest, EqualsAnF32CacheOfTheRoundedValues) {
+  const auto [hd, path, narrow] = GetParam();
   std::optional<ScopedAvx2Only> avx2;
   if (path == Path::kAvx2) avx2.emplace();
-  const int heads = 4, kv_heads = 2, block_size = 4, num_blocks = 24;
+  const int heads = 8, kv_heads = 2, block_size = 4, num_blocks = 24;
   const float scale = 0.3f;
   std::vector<int32_t> table0 = {9, 2, 14, 0, 5, 21, 7, 11}, table1 = {1, 3, 4, 6, 8, 10};
   // Sequence 0: a 9-token prefill chunk at 6; sequence 1: a 4-token tree at 13.
@@ -417,38 +434,66 @@ TEST_P(Bf16KvTest, EqualsAnF32CacheOfTheRoundedValues) {
   AppendTreePaths(parents, 13, begin, paths);
   std::vector<AttentionSeq> seqs = {{0, 9, 6, table0.data()}, {9, 4, 13, table1.data(), begin.data(), paths.data()}};
   const int64_t rows = 13;
-  auto round = [](std::vector<float> x) {
-    for (float& f : x) f = Bf16ToF32(F32ToBf16(f));
+  // The value a cached element stands for.
+  const auto widen = [&](const uint8_t* cache, size_t i, float s) {
+    if (narrow.dtype == KvDtype::kBf16) return Bf16ToF32(reinterpret_cast<const uint16_t*>(cache)[i]);
+    return F8E4M3ToF32(cache[i]) * s;
+  };
+  const auto round = [&](std::vector<float> x, float s) {
+    for (float& f : x) {
+      f = narrow.dtype == KvDtype::kBf16 ? Bf16ToF32(F32ToBf16(f)) : F8E4M3ToF32(F32ToF8E4M3(f / s)) * s;
+    }
     return x;
   };
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     std::vector<float> k32(num_blocks * kv_heads * block_size * hd), v32(k32.size());
-    std::vector<uint16_t> k16(k32.size()), v16(k32.size());
+    std::vector<uint8_t> kn(k32.size() * KvElementBytes(narrow.dtype)), vn(kn.size());
     KvLayer f32{k32.data(), v32.data(), block_size, kv_heads, hd, KvDtype::kF32};
-    KvLayer b16{k16.data(), v16.data(), block_size, kv_heads, hd, KvDtype::kBf16};
+    KvLayer nkv{kn.data(), vn.data(), block_size, kv_heads, hd, narrow.dtype, narrow.k_scale, narrow.v_scale};
     // The context (every position before each sequence's start), then the new rows.
     for (int si = 0; si < 2; ++si) {
       const int start = seqs[si].start_pos;
       std::vector<float> kh = Random(start * kv_heads * hd, 10 + si, 2.0f), vh = Random(kh.size(), 20 + si, 2.0f);
       std::vector<AttentionSeq> past = {{0, start, 0, seqs[si].block_table}};
-      WriteKv(b16, past, kh.data(), vh.data(), kv_heads * hd);
-      WriteKv(f32, past, round(kh).data(), round(vh).data(), kv_heads * hd);
+      WriteKv(nkv, past, kh.data(), vh.data(), kv_heads * hd);
+      WriteKv(f32, past, round(kh, narrow.k_scale).data(), round(vh, narrow.v_scale).data(), kv_heads * hd);
     }
     const std::vector<float> k_new = Random(rows * kv_heads * hd, 31, 2.0f), v_new = Random(k_new.size(), 32, 2.0f);
-    WriteKv(b16, seqs, k_new.data(), v_new.data(), kv_heads * hd);
-    WriteKv(f32, seqs, round(k_new).data(), round(v_new).data(), kv_heads * hd);
-    for (size_t i = 0; i < k16.size(); ++i) ASSERT_EQ(Bf16ToF32(k16[i]), k32[i]) << i;
+    WriteKv(nkv, seqs, k_new.data(), v_new.data(), kv_heads * hd);
+    WriteKv(f32, seqs, round(k_new, narrow.k_scale).data(), round(v_new, narrow.v_scale).data(), kv_heads * hd);
+    for (size_t i = 0; i < k32.size(); ++i) {
+      ASSERT_EQ(widen(kn.data(), i, narrow.k_scale), k32[i]) << i;
+      ASSERT_EQ(widen(vn.data(), i, narrow.v_scale), v32[i]) << i;
+    }
     const std::vector<float> q = Random(rows * heads * hd, 41);
-    std::vector<float> out16(rows * heads * hd), out32(out16.size());
-    const int64_t max_ctx = 32;
+    std::vector<float> outn(rows * heads * hd), out32(outn.size());
+    const int64_t max_ctx = 32 * kAttentionScratchRows;
     std::vector<float> scratch(threads * max_ctx);
-    PagedAttention(q.data(), heads * hd, seqs, b16, heads, scale, out16.data(), heads * hd, scratch.data(), max_ctx,
+    PagedAttention(q.data(), heads * hd, seqs, nkv, heads, scale, outn.data(), heads * hd, scratch.data(), max_ctx,
                    pool);
     PagedAttention(q.data(), heads * hd, seqs, f32, heads, scale, out32.data(), heads * hd, scratch.data(), max_ctx,
                    pool);
-    for (size_t i = 0; i < out16.size(); ++i) ASSERT_EQ(out16[i], out32[i]) << "element " << i;
+    for (size_t i = 0; i < outn.size(); ++i) ASSERT_EQ(outn[i], out32[i]) << "element " << i;
   }
+}
+
+TEST(Fp8KvTest, WritesDivideByTheScaleRoundToNearestEvenAndSaturate) {
+  // With k_scale 2: 2.125 -> 1.0625, halfway between e4m3's 1.0 and 1.125:
+  // the even one (1.0); 1000 -> 500, past e4m3's largest finite 448:
+  // saturated; -0.01 -> -0.005, a subnormal (multiples of 2^-9).
+  std::vector<float> k = {2.125f, 1000.0f, -0.01f}, v = {2.125f, -1000.0f, 3.0f};
+  std::vector<uint8_t> kc(3), vc(3);
+  const int32_t table[] = {0};
+  KvLayer kv{kc.data(), vc.data(), 3, 1, 1, KvDtype::kFp8E4m3, 2.0f, 1.0f};
+  const AttentionSeq seq[] = {{0, 3, 0, table}};
+  WriteKv(kv, seq, k.data(), v.data(), 1);
+  EXPECT_EQ(F8E4M3ToF32(kc[0]), 1.0f);
+  EXPECT_EQ(F8E4M3ToF32(kc[1]), 448.0f);
+  EXPECT_EQ(F8E4M3ToF32(kc[2]), -3.0f / 512.0f);  // -0.005 * 512 = -2.56 -> -3
+  EXPECT_EQ(F8E4M3ToF32(vc[0]), 2.0f);            // 2.125 is halfway between 2.0 and 2.25
+  EXPECT_EQ(F8E4M3ToF32(vc[1]), -448.0f);
+  EXPECT_EQ(F8E4M3ToF32(vc[2]), 3.0f);
 }
 
 TEST(Bf16KvTest, WritesRoundToNearestEven) {
