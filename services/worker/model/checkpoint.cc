@@ -217,6 +217,21 @@ absl::Status OwningCheckpoint::LoadSafetensors(const std::string& dir) {
   }
   if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed_tokens;
   weight_dtype_ = any_quantized ? quantized_dtype : weights_.embed_tokens.dtype;
+  if (quantization.kv_cache_scales) {
+    for (int layer = 0; layer < config_.num_layers; ++layer) {
+      for (const char* which : {"k_scale", "v_scale"}) {
+        const std::string name = absl::StrCat("model.layers.", layer, ".self_attn.", which);
+        if (!files_->Contains(name)) {
+          return absl::NotFoundError(absl::StrCat("missing tensor ", name, " in ", source,
+                                                  " (quantization_config.kv_cache_scheme names one per layer)"));
+        }
+        FLOE_ASSIGN_OR_RETURN(TensorView scale, files_->Get(name));
+        FLOE_ASSIGN_OR_RETURN(std::vector<float> value, ReadRowScales(scale, name, 1, /*per_channel=*/false));
+        if (value[0] <= 0.0f) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " must be positive"));
+        weights_.kv_scales.push_back(value[0]);
+      }
+    }
+  }
   for (size_t i = 0; i < files_->num_files(); ++i) {
     const std::string& path = files_->file(i).path();
     struct stat st {};

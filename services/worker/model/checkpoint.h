@@ -39,6 +39,9 @@ struct ModelWeights {
   TensorView final_norm;    // [hidden]
   TensorView norm_swiftkv;  // [hidden]; SwiftKV checkpoints only
   TensorView lm_head;       // [vocab, hidden]; aliases embed_tokens when tied
+  // A compressed-tensors kv_cache_scheme's per-tensor scales: layer i's
+  // self_attn.k_scale at [2i], v_scale at [2i + 1]; empty without a scheme.
+  std::vector<float> kv_scales;
 };
 
 enum class LoadFormat { kAuto, kSafetensors, kDummy };

@@ -225,6 +225,28 @@ absl::StatusOr<ModelConfig> Parse(const Json& root) {
   return c;
 }
 
+// kv_cache_scheme: the one scheme vLLM's fp8 KV cache reads from a
+// checkpoint (8-bit float, one static scale per tensor: each attention
+// layer's k_scale and v_scale).
+absl::Status ReadKvCacheScheme(const Json& kv, const std::string& f) {
+  if (!kv.is_object()) return FieldError(f, "expected an object");
+  const auto expect = [&](const char* key, const Json& want, bool required) -> absl::Status {
+    const Json* got = Find(kv, key);
+    if (got == nullptr ? required : *got != want) {
+      return FieldError(absl::StrCat(f, ".", key), absl::StrCat("expected ", want.dump(), " (an fp8 e4m3 cache with "
+                                                                "per-tensor static scales), got ",
+                                                                got ? got->dump().substr(0, 64) : "nothing"));
+    }
+    return absl::OkStatus();
+  };
+  FLOE_RETURN_IF_ERROR(expect("num_bits", 8, true));
+  FLOE_RETURN_IF_ERROR(expect("type", "float", true));
+  FLOE_RETURN_IF_ERROR(expect("strategy", "tensor", true));
+  FLOE_RETURN_IF_ERROR(expect("dynamic", false, false));
+  FLOE_RETURN_IF_ERROR(expect("symmetric", true, false));
+  return absl::OkStatus();
+}
+
 // quantization_config, validated field by field (errors name the field).
 absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
   const Json* config = Find(root, "quantization_config");
@@ -236,6 +258,13 @@ absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
     return FieldError(f + ".quant_method", absl::StrCat("expected \"compressed-tensors\", got ",
                                                         method ? method->dump() : "nothing"));
   }
+  if (const Json* kv = Find(*config, "kv_cache_scheme"); kv != nullptr && !kv->is_null()) {
+    FLOE_RETURN_IF_ERROR(ReadKvCacheScheme(*kv, f + ".kv_cache_scheme"));
+    q.kv_cache_scales = true;
+  }
+  const Json* groups = Find(*config, "config_groups");
+  // A KV-cache-only checkpoint (dense weights, per-tensor k_scale/v_scale).
+  if (q.kv_cache_scales && (groups == nullptr || (groups->is_object() && groups->empty()))) return absl::OkStatus();
   const Json* format = Find(*config, "format");
   if (format == nullptr || !format->is_string()) return FieldError(f + ".format", "expected a string");
   q.format = format->get<std::string>();
@@ -245,10 +274,6 @@ absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
                                                   "\" is not supported (float-quantized, int-quantized, "
                                                   "naive-quantized, pack-quantized)"));
   }
-  if (const Json* kv = Find(*config, "kv_cache_scheme")) {
-    return FieldError(f + ".kv_cache_scheme", absl::StrCat("KV cache quantization is not supported, got ", kv->dump()));
-  }
-  const Json* groups = Find(*config, "config_groups");
   if (groups == nullptr || !groups->is_object() || groups->size() != 1) {
     return FieldError(f + ".config_groups", "expected an object with exactly one group");
   }
@@ -319,6 +344,16 @@ absl::Status ReadQuantization(const Json& root, WeightQuantization& q) {
   }
   q.enabled = true;
   return absl::OkStatus();
+}
+
+nlohmann::ordered_json KvCacheSchemeJson() {
+  nlohmann::ordered_json kv;
+  kv["num_bits"] = 8;
+  kv["type"] = "float";
+  kv["strategy"] = "tensor";
+  kv["dynamic"] = false;
+  kv["symmetric"] = true;
+  return kv;
 }
 
 // The shortest decimal that reads back as `value` (1e-05, not 9.99999974e-06),
@@ -413,6 +448,13 @@ std::string ModelConfig::ToJson() const {
     j["eos_token_id"] = eos_token_ids;
   }
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (quantization.kv_cache_scales && !quantization.enabled) {
+    nlohmann::ordered_json config;
+    config["quant_method"] = "compressed-tensors";
+    config["config_groups"] = nlohmann::ordered_json::object();
+    config["kv_cache_scheme"] = KvCacheSchemeJson();
+    j["quantization_config"] = config;
+  }
   if (quantization.enabled) {
     const WeightQuantization& q = quantization;
     nlohmann::ordered_json weights;
@@ -433,6 +475,7 @@ std::string ModelConfig::ToJson() const {
     config["config_groups"] = {{"group_0", group}};
     config["ignore"] = q.ignore;
     config["quantization_status"] = "compressed";
+    if (q.kv_cache_scales) config["kv_cache_scheme"] = KvCacheSchemeJson();
     j["quantization_config"] = config;
   }
   return j.dump(2) + "\n";

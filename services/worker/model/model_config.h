@@ -40,6 +40,10 @@ struct WeightQuantization {
   std::vector<std::string> ignore;
   // input_activations as written (null when absent), kept for ToJson.
   std::string input_activations_json;
+  // kv_cache_scheme (8-bit float, per tensor, static): each attention layer
+  // has self_attn.k_scale and v_scale, read by --kv-cache-dtype fp8_e4m3.
+  // Independent of `enabled`: a checkpoint may quantize only its KV cache.
+  bool kv_cache_scales = false;
 };
 
 struct ModelConfig {

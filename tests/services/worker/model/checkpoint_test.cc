@@ -340,6 +340,48 @@ TEST_F(CheckpointTest, ExtraLayersMeanTheConfigDoesNotFit) {
   EXPECT_THAT(error, HasSubstr("num_hidden_layers 2"));
 }
 
+// A compressed-tensors kv_cache_scheme (a KV-only checkpoint: dense
+// weights): every layer's self_attn.k_scale and v_scale ([] or [1]; f32 or
+// bf16) land in ModelWeights::kv_scales; a missing one is named.
+TEST_F(CheckpointTest, KvCacheSchemeScalesAreRead) {
+  const auto write = [&](const std::string& name, bool drop_one) {
+    std::string dir = WriteTiny(name, DType::kBF16);
+    SafetensorsWriter writer;
+    {
+      auto file = ShardedSafetensors::OpenDirectory(dir);
+      EXPECT_TRUE(file.ok());
+      for (const std::string& t : file->names()) {
+        TensorView v = *file->Get(t);
+        const auto* p = static_cast<const uint8_t*>(v.data);
+        EXPECT_TRUE(writer.Add(t, v.dtype, v.shape, std::vector<uint8_t>(p, p + v.bytes())).ok());
+      }
+    }
+    for (int layer = 0; layer < 2; ++layer) {
+      const float k = 0.5f + layer, v = 0.25f * (layer + 1);
+      std::vector<uint8_t> kb(4), vb(2);
+      std::memcpy(kb.data(), &k, 4);
+      const uint16_t v16 = F32ToBf16(v);
+      std::memcpy(vb.data(), &v16, 2);
+      const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
+      EXPECT_TRUE(writer.Add(prefix + "k_scale", DType::kF32, {}, kb).ok());
+      if (!(drop_one && layer == 1)) EXPECT_TRUE(writer.Add(prefix + "v_scale", DType::kBF16, {1}, vb).ok());
+    }
+    EXPECT_TRUE(writer.Write(dir + "/model.safetensors").ok());
+    std::ifstream in(dir + "/config.json");
+    auto config = ModelConfig::FromJson(std::string(std::istreambuf_iterator<char>(in), {}));
+    EXPECT_TRUE(config.ok());
+    config->quantization.kv_cache_scales = true;
+    std::ofstream(dir + "/config.json", std::ios::trunc) << config->ToJson();
+    return dir;
+  };
+  auto loaded = Checkpoint::Load(write("kvscales", false), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->get()->weights().kv_scales, (std::vector<float>{0.5f, 0.25f, 1.5f, 0.5f}));
+  EXPECT_FALSE(loaded->get()->config().quantization.enabled);
+  EXPECT_EQ(loaded->get()->weight_dtype(), DType::kBF16);
+  EXPECT_THAT(LoadError(write("kvscales_missing", true)), HasSubstr("model.layers.1.self_attn.v_scale"));
+}
+
 TEST_F(CheckpointTest, TruncatedFile) {
   std::string dir = WriteTiny("trunc", DType::kBF16);
   std::string file = dir + "/model.safetensors";

@@ -89,6 +89,28 @@ TEST(QuantizationConfigTest, IntWeightOnlyPerTensorParses) {
   EXPECT_TRUE(again->quantization.packed());
 }
 
+// kv_cache_scheme (vLLM's fp8 KV scales) with 8-bit weights, and alone (a
+// KV-only checkpoint: config_groups empty, weights dense); both round-trip.
+TEST(QuantizationConfigTest, KvCacheSchemeIsReadAloneOrWithWeights) {
+  const Json scheme = {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", false},
+                       {"symmetric", true}};
+  Json with_weights = Fp8Config();
+  with_weights["quantization_config"]["kv_cache_scheme"] = scheme;
+  Json alone = Fp8Config();
+  alone["quantization_config"] = {{"quant_method", "compressed-tensors"}, {"config_groups", Json::object()},
+                                  {"kv_cache_scheme", scheme}};
+  for (const auto& [j, weights] : {std::pair{with_weights, true}, std::pair{alone, false}}) {
+    auto c = ModelConfig::FromJson(j.dump());
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->quantization.kv_cache_scales);
+    EXPECT_EQ(c->quantization.enabled, weights);
+    auto again = ModelConfig::FromJson(c->ToJson());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->quantization.kv_cache_scales);
+    EXPECT_EQ(again->quantization.enabled, weights);
+  }
+}
+
 // Each malformation, and the field its error must name.
 TEST(QuantizationConfigTest, MalformedFieldsAreNamed) {
   const std::string g = "quantization_config.config_groups.group_0";
@@ -98,7 +120,17 @@ TEST(QuantizationConfigTest, MalformedFieldsAreNamed) {
       {[](Json& q) { q.erase("quant_method"); }, "quantization_config.quant_method"},
       {[](Json& q) { q["format"] = "pack-quantized"; }, "quantization_config.format"},  // with float weights
       {[](Json& q) { q["format"] = "marlin-24"; }, "quantization_config.format"},
-      {[](Json& q) { q["kv_cache_scheme"] = Json::object({{"num_bits", 8}}); }, "quantization_config.kv_cache_scheme"},
+      {[](Json& q) { q["kv_cache_scheme"] = Json::object({{"num_bits", 8}}); }, "quantization_config.kv_cache_scheme.type"},
+      {[](Json& q) { q["kv_cache_scheme"] = 8; }, "quantization_config.kv_cache_scheme: expected an object"},
+      {[](Json& q) {
+         q["kv_cache_scheme"] = Json::object({{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}});
+       },
+       "quantization_config.kv_cache_scheme.strategy"},
+      {[](Json& q) {
+         q["kv_cache_scheme"] =
+             Json::object({{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", true}});
+       },
+       "quantization_config.kv_cache_scheme.dynamic"},
       {[](Json& q) { q["config_groups"]["group_1"] = q["config_groups"]["group_0"]; },
        "quantization_config.config_groups"},
       {[](Json& q) { q["config_groups"]["group_0"]["targets"] = {"re:.*mlp.*"}; }, g + ".targets"},
