@@ -198,7 +198,7 @@ int Main(int argc, char** argv) {
   parser.AddInt("steps", &opt.steps, "decode steps per repetition");
   parser.AddString("only", &opt.only, "one case: prefill | decode1 | decode4 | decode16 | tiny");
   parser.AddString("simd", &opt.simd, "avx2: run the AVX2 code path on an AVX-512 machine");
-  parser.AddString("kv-cache-dtype", &opt.kv_cache_dtype, "f32 | bf16: the KV cache's element type");
+  parser.AddString("kv-cache-dtype", &opt.kv_cache_dtype, "f32 | bf16 | fp8_e4m3: the KV cache's element type");
   parser.AddInt("context", &opt.context,
                 "> 0: the decode cases start at this context, its KV taken as cached (no prefill), so long "
                 "contexts cost seconds, not minutes");
@@ -208,11 +208,13 @@ int Main(int argc, char** argv) {
     if (std::fscanf(f, "%lf", &load) != 1) load = -1;
     std::fclose(f);
   }
-  if (opt.kv_cache_dtype != "f32" && opt.kv_cache_dtype != "bf16") {
-    std::fprintf(stderr, "--kv-cache-dtype takes f32 or bf16\n");
+  if (opt.kv_cache_dtype != "f32" && opt.kv_cache_dtype != "bf16" && opt.kv_cache_dtype != "fp8_e4m3") {
+    std::fprintf(stderr, "--kv-cache-dtype takes f32, bf16 or fp8_e4m3\n");
     return 2;
   }
-  const cpu::KvDtype kv_dtype = opt.kv_cache_dtype == "bf16" ? cpu::KvDtype::kBf16 : cpu::KvDtype::kF32;
+  const cpu::KvDtype kv_dtype = opt.kv_cache_dtype == "bf16"       ? cpu::KvDtype::kBf16
+                                : opt.kv_cache_dtype == "fp8_e4m3" ? cpu::KvDtype::kFp8E4m3
+                                                                   : cpu::KvDtype::kF32;
   if (opt.simd == "avx2") {
     hwy::SetSupportedTargetsForTest(HWY_AVX2 | HWY_EMU128);
   } else if (!opt.simd.empty()) {

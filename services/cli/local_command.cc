@@ -150,7 +150,7 @@ int RunLocal(int argc, char** argv) {
   bool structured_output_drafts = true;
   std::string speculative_step_overhead_tokens, speculative_cost_curve, router_policy;
   std::string suffix_tree = "shared";
-  double kv_cache_gb = 0.5;
+  double kv_cache_gb = 0;  // auto: the workers size it (room for 32768 tokens)
   std::string kv_cache_dtype = "auto";
   std::string device;                 // empty: the workers' default (auto)
   double gpu_memory_utilization = 0;  // 0: the workers' default
@@ -178,8 +178,11 @@ int RunLocal(int argc, char** argv) {
   parser.AddString("admin-key-file", &admin_key_file,
                    "the workers' and suffix-cache's --admin-key-file (admin calls need an admin key)");
   parser.AddInt("threads", &threads, "compute threads per worker (0: cores / workers)");
-  parser.AddDouble("kv-cache-gb", &kv_cache_gb, "KV cache budget per worker, GiB");
-  parser.AddString("kv-cache-dtype", &kv_cache_dtype, "auto|f32|bf16: the workers' KV cache element type");
+  parser.AddDouble("kv-cache-gb", &kv_cache_gb,
+                   "KV cache budget per worker rank, GiB (0: auto, room for 32768 tokens of the model, at most 40% "
+                   "of the memory available; each worker logs kv_cache_budget)");
+  parser.AddString("kv-cache-dtype", &kv_cache_dtype,
+                   "auto|f32|bf16|fp8_e4m3: the workers' KV cache element type (auto: the model's dtype)");
   parser.AddString("load-format", &load_format, "auto|safetensors|dummy");
   parser.AddString("device", &device, "workers' --device: auto|cpu|cuda (empty: the worker's default, auto)");
   parser.AddDouble("gpu-memory-utilization", &gpu_memory_utilization,
@@ -362,6 +365,7 @@ int RunLocal(int argc, char** argv) {
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> argv = {(bin / "floe-worker").string(), "--model", model, "--host", host, "--port", "0",
                                      "--threads", std::to_string(threads), "--kv-cache-gb", absl::StrCat(kv_cache_gb),
+                                     "--kv-cache-auto-fraction", absl::StrCat(0.4 / workers),
                                      "--kv-cache-dtype", kv_cache_dtype,
                                      "--load-format", load_format, "--weight-cache", weight_cache,
                                      "--weight-cache-max-gb", absl::StrCat(weight_cache_max_gb)};

@@ -114,7 +114,10 @@ int Run(int argc, char** argv) {
   if (!backend.ok()) return 1;  // logged
   const bool drafts = !proposers->empty();
   const CostCurve curve = ResolveCostCurve(f, *plan, config, backend->hardware, backend->gpu_name, drafts);
-  const EngineOptions engine_options = EngineOptionsFor(f, config, drafts, backend->device_kv_bytes, curve);
+  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, plan->device.device, **checkpoint);
+  const int64_t cpu_kv_bytes = backend->device_kv_bytes ? 0 : KvCacheBudgetBytes(f, *plan, config, kv_dtype);
+  const EngineOptions engine_options =
+      EngineOptionsFor(f, config, drafts, backend->device_kv_bytes, cpu_kv_bytes, curve);
   auto engine = Engine::Create(std::move(backend->backend), engine_options, std::move(proposers).value());
   if (!engine.ok()) {
     LogEvent(LogLevel::kError, "worker", "engine_failed", {{"error", std::string(engine.status().message())}});
@@ -122,9 +125,7 @@ int Run(int argc, char** argv) {
   }
   startup.Phase("kv_allocation");
   LogStepCostCurve((*engine)->options(), curve, backend->hardware);
-  // What the cache holds: bf16 only where asked on the CPU (the CUDA cache is f32).
-  const char* const kv_cache_dtype =
-      plan->device.device != Device::kCuda && f.kv_cache_dtype == "bf16" ? "bf16" : "f32";
+  const char* const kv_cache_dtype = cpu::KvDtypeName(kv_dtype);
   std::unique_ptr<WorkerMetrics> metrics;
   if (boot.metrics_server()) {
     metrics = std::make_unique<WorkerMetrics>(*boot.metrics_server(), f.model_name, (*engine)->max_model_len());
@@ -153,6 +154,7 @@ int Run(int argc, char** argv) {
             {"weight_bytes", backend->weight_bytes},
             {"kv_cache_bytes", backend->kv_block_bytes * load_report.total_blocks},
             {"kv_cache_dtype", std::string(kv_cache_dtype)},
+            {"kv_cache_tokens", static_cast<int64_t>(load_report.total_blocks) * load_report.block_size},
             {"startup_ms", startup.SinceStartMs()}});
 
   boot.WaitForTermination();

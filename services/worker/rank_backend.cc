@@ -63,6 +63,13 @@ int FollowerFailed(const char* event, const absl::Status& status, int rank) {
 absl::StatusOr<std::unique_ptr<CpuBackend>> MakeCpuBackend(const WorkerFlags& f, int threads,
                                                            const Checkpoint& checkpoint, Communicator* world,
                                                            Communicator* sequence, Communicator* tensor) {
+  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, Device::kCpu, checkpoint);
+  if (kv_dtype == cpu::KvDtype::kFp8E4m3 && checkpoint.weights().kv_scales.empty() && f.rank == 0) {
+    // vLLM's behaviour, and its warning: values past 448 saturate.
+    LogEvent(LogLevel::kWarning, "worker", "kv_cache_scales_default",
+             {{"detail", "the checkpoint has no kv_cache_scheme (per-layer k_scale, v_scale): the fp8 KV cache uses "
+                         "scales of 1.0, which may cost accuracy"}});
+  }
   return CpuBackend::Create(checkpoint.config(), checkpoint.weights(),
                             {.num_threads = threads,
                              .communicator = world,
@@ -73,7 +80,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> MakeCpuBackend(const WorkerFlags& f,
                              .weights_fingerprint = checkpoint.fingerprint(),
                              .weight_cache_max_bytes = WeightCacheMaxBytes(f),
                              .release_source_pages = [&checkpoint] { checkpoint.ReleasePages(); },
-                             .kv_dtype = f.kv_cache_dtype == "bf16" ? cpu::KvDtype::kBf16 : cpu::KvDtype::kF32});
+                             .kv_dtype = kv_dtype,
+                             .kv_scales = checkpoint.weights().kv_scales});
 }
 
 // Every rank runs on the device rank 0 chose: its choice travels on the

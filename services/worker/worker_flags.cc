@@ -18,10 +18,17 @@ void AddWorkerFlags(ArgParser& parser, WorkerFlags* flags) {
                     "ones (not those used in the last 10 minutes) until all fit");
   parser.AddInt("threads", &f.threads, "compute threads (0: all cores)");
   parser.AddInt("block-size", &f.block_size, "KV cache block size in tokens");
-  parser.AddDouble("kv-cache-gb", &f.kv_cache_gb, "KV cache memory budget in GiB (--device cpu)");
+  parser.AddDouble("kv-cache-gb", &f.kv_cache_gb,
+                   "KV cache memory budget per rank in GiB (--device cpu; 0: auto, room for 32768 tokens of the "
+                   "model, at most --kv-cache-auto-fraction of the memory available, logged as kv_cache_budget)");
+  parser.AddDouble("kv-cache-auto-fraction", &f.kv_cache_auto_fraction,
+                   "with --kv-cache-gb 0: the share of the host's available memory this worker's ranks may take "
+                   "together (floe local gives each of N workers 0.4 / N)");
   parser.AddString("kv-cache-dtype", &f.kv_cache_dtype,
-                   "auto|f32|bf16: the KV cache's element type (vLLM's flag); bf16 holds twice the tokens per GiB "
-                   "(--device cpu; auto: f32 for now)");
+                   "auto|f32|bf16|fp8_e4m3: the KV cache's element type (vLLM's flag; --device cpu); auto keeps the "
+                   "model's dtype (bf16 for a bf16 or f16 checkpoint, else f32); bf16 holds twice the tokens per GiB "
+                   "of f32, fp8_e4m3 (alias fp8) four times, with the checkpoint's k_scale/v_scale (a "
+                   "compressed-tensors kv_cache_scheme) or else 1.0");
   parser.AddString("device", &f.device,
                    "auto|cpu|cuda: where the model runs (auto: cuda where this build has it and this machine has "
                    "a GPU per rank, rank r on GPU r; the 'device' log line says which and why)");

@@ -24,8 +24,9 @@ struct WorkerFlags {
   std::string dummy_dtype = "bf16";
   int threads = 0;
   int block_size = 16;
-  double kv_cache_gb = 1.0;
-  std::string kv_cache_dtype = "auto";  // auto|f32|bf16 (CPU)
+  double kv_cache_gb = 1.0;              // 0: auto (KvCacheBudgetBytes)
+  double kv_cache_auto_fraction = 0.4;   // auto's cap: this share of MemAvailable
+  std::string kv_cache_dtype = "auto";  // auto|f32|bf16|fp8_e4m3|fp8 (CPU)
   std::string device = "auto";
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;

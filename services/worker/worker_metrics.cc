@@ -303,7 +303,8 @@ class WorkerMetrics::EngineCollector final : public prometheus::Collectable {
     config.label = {{"model_name", model_},
                     {"block_size", std::to_string(load.block_size)},
                     {"num_gpu_blocks", std::to_string(load.total_blocks)},
-                    {"cache_dtype", cache_dtype_.load()}};
+                    {"cache_dtype", cache_dtype_.load()},
+                    {"num_tokens", std::to_string(static_cast<int64_t>(load.total_blocks) * load.block_size)}};
     config.gauge.value = 1;
     info.metric.push_back(std::move(config));
     families.push_back(std::move(info));

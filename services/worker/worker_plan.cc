@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -112,10 +113,17 @@ absl::StatusOr<WorkerPlan> PlanWorker(WorkerFlags& f) {
     return Invalid("--speculative-cost-curve roofline needs a GPU backend (--device cuda); "
                    "the CPU measures its curve (measure)");
   }
-  if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "f32" && f.kv_cache_dtype != "bf16")
-    return Invalid(absl::StrCat("--kv-cache-dtype must be auto, f32 or bf16, got ", f.kv_cache_dtype.substr(0, 32)));
-  if (f.kv_cache_dtype == "bf16" && plan.device.device == Device::kCuda)
-    return Invalid("--kv-cache-dtype bf16 is CPU-only for now (the CUDA cache is f32); use --device cpu");
+  if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "f32" && f.kv_cache_dtype != "bf16" &&
+      f.kv_cache_dtype != "fp8_e4m3" && f.kv_cache_dtype != "fp8")
+    return Invalid(absl::StrCat("--kv-cache-dtype must be auto, f32, bf16 or fp8_e4m3 (fp8), got ",
+                                f.kv_cache_dtype.substr(0, 32)));
+  if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "f32" && plan.device.device == Device::kCuda)
+    return Invalid(absl::StrCat("--kv-cache-dtype ", f.kv_cache_dtype,
+                                " is CPU-only for now (the CUDA cache is f32); use --device cpu"));
+  if (!(f.kv_cache_auto_fraction > 0 && f.kv_cache_auto_fraction <= 0.9))
+    return Invalid(absl::StrCat("--kv-cache-auto-fraction must be in (0, 0.9], got ", f.kv_cache_auto_fraction));
+  if (!(f.kv_cache_gb >= 0) || f.kv_cache_gb > 65536)
+    return Invalid(absl::StrCat("--kv-cache-gb must be in [0, 65536] (0: auto), got ", f.kv_cache_gb));
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
     return Invalid(absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", f.gpu_memory_utilization));
   if (f.rank > 0 && (f.rank >= plan.ranks || f.rank_dir.empty() == f.rank_store.empty())) {
@@ -189,11 +197,70 @@ CostCurve ResolveCostCurve(const WorkerFlags& f, const WorkerPlan& plan, const M
   return curve;
 }
 
+cpu::KvDtype ResolveKvCacheDtype(const WorkerFlags& f, Device device, const Checkpoint& checkpoint) {
+  if (device == Device::kCuda) return cpu::KvDtype::kF32;
+  if (f.kv_cache_dtype == "f32") return cpu::KvDtype::kF32;
+  if (f.kv_cache_dtype == "bf16") return cpu::KvDtype::kBf16;
+  if (f.kv_cache_dtype == "fp8_e4m3" || f.kv_cache_dtype == "fp8") return cpu::KvDtype::kFp8E4m3;
+  const std::string& torch_dtype = checkpoint.config().torch_dtype;
+  const bool half = torch_dtype.empty() ? checkpoint.weights().embed_tokens.dtype == DType::kBF16 ||
+                                              checkpoint.weights().embed_tokens.dtype == DType::kF16
+                                        : torch_dtype == "bfloat16" || torch_dtype == "float16";
+  return half ? cpu::KvDtype::kBf16 : cpu::KvDtype::kF32;
+}
+
+namespace {
+
+// /proc/meminfo's MemAvailable, or 0 where it cannot be read.
+int64_t MemAvailableBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t KvCacheBudgetBytes(const WorkerFlags& f, const WorkerPlan& plan, const ModelConfig& config,
+                           cpu::KvDtype dtype) {
+  if (f.kv_cache_gb > 0) return static_cast<int64_t>(f.kv_cache_gb * (1 << 30));
+  // A rank caches its share of the kv heads (all of a head where heads are
+  // fewer than ranks).
+  const int64_t heads_per_rank = (config.num_kv_heads + plan.ranks - 1) / plan.ranks;
+  const int64_t bytes_per_token = static_cast<int64_t>(config.num_layers) * 2 * heads_per_rank * config.head_dim *
+                                  static_cast<int64_t>(cpu::KvElementBytes(dtype));
+  const int64_t want = kAutoKvCacheTokens * bytes_per_token;
+  const int ranks_here = f.rank_launch == "remote" || !f.rank_store.empty() ? 1 : plan.ranks;
+  const int64_t available = MemAvailableBytes();
+  const int64_t cap =
+      available > 0 ? static_cast<int64_t>(static_cast<double>(available) * f.kv_cache_auto_fraction / ranks_here)
+                    : want;
+  // A floor of 16 MiB: a model so small that 32k tokens fit in less costs
+  // nothing more to give room for more.
+  constexpr int64_t kFloor = 16 << 20;
+  const int64_t bytes = std::max(std::min(want, cap), kFloor);
+  const std::string reason =
+      bytes == kFloor && want < kFloor
+          ? absl::StrCat("16 MiB, the floor: more than ", kAutoKvCacheTokens, " tokens")
+      : bytes == want ? absl::StrCat("room for ", kAutoKvCacheTokens, " tokens")
+                      : absl::StrCat(f.kv_cache_auto_fraction, " of the ", available >> 20, " MiB available, over ",
+                                     ranks_here, " rank(s)");
+  LogEvent(LogLevel::kInfo, "worker", "kv_cache_budget",
+           {{"bytes", bytes},
+            {"tokens", bytes / std::max<int64_t>(bytes_per_token, 1)},
+            {"kv_cache_dtype", std::string(cpu::KvDtypeName(dtype))},
+            {"reason", reason + " (--kv-cache-gb 0: auto)"}});
+  return bytes;
+}
+
 EngineOptions EngineOptionsFor(const WorkerFlags& f, const ModelConfig& config, bool drafts,
-                               std::optional<int64_t> device_kv_bytes, const CostCurve& curve) {
+                               std::optional<int64_t> device_kv_bytes, int64_t cpu_kv_bytes, const CostCurve& curve) {
   EngineOptions o;
   o.block_size = f.block_size;
-  o.kv_cache_bytes = device_kv_bytes ? *device_kv_bytes : static_cast<int64_t>(f.kv_cache_gb * (1 << 30));
+  o.kv_cache_bytes = device_kv_bytes ? *device_kv_bytes : cpu_kv_bytes;
   o.max_num_batched_tokens = f.max_num_batched_tokens;
   o.max_num_seqs = f.max_num_seqs;
   o.max_waiting = f.max_waiting;

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/auth/internal_trust.h"
+#include "kernels/cpu/attention.h"
 #include "services/worker/backend/device_choice.h"
 #include "services/worker/backend/shift_policy.h"
 #include "services/worker/engine/engine.h"
@@ -63,11 +64,24 @@ struct CostCurve {
 CostCurve ResolveCostCurve(const WorkerFlags& flags, const WorkerPlan& plan, const ModelConfig& config,
                            const Hardware& hardware, const std::string& gpu_name, bool drafts);
 
+// --kv-cache-dtype against the checkpoint: auto keeps the model's dtype, as
+// vLLM's does (bf16 for a bf16 or f16 checkpoint: config.json's torch_dtype,
+// else its embeddings' dtype; f32 otherwise); the CUDA cache is f32.
+cpu::KvDtype ResolveKvCacheDtype(const WorkerFlags& flags, Device device, const Checkpoint& checkpoint);
+
+// The CPU KV cache's budget per rank: --kv-cache-gb, or with --kv-cache-gb 0
+// (auto, floe local's default) room for kAutoKvCacheTokens tokens of this
+// model in `dtype`, at most --kv-cache-auto-fraction of the memory available
+// over this host's ranks; logs "kv_cache_budget" with what it chose and why.
+inline constexpr int64_t kAutoKvCacheTokens = 32768;
+int64_t KvCacheBudgetBytes(const WorkerFlags& flags, const WorkerPlan& plan, const ModelConfig& config,
+                           cpu::KvDtype dtype);
+
 // The engine's options from the flags, the model and the backend.
 // `device_kv_bytes`: the KV budget --gpu-memory-utilization left on a GPU
-// (else --kv-cache-gb).
+// (else `cpu_kv_bytes`, KvCacheBudgetBytes's).
 EngineOptions EngineOptionsFor(const WorkerFlags& flags, const ModelConfig& config, bool drafts,
-                               std::optional<int64_t> device_kv_bytes, const CostCurve& curve);
+                               std::optional<int64_t> device_kv_bytes, int64_t cpu_kv_bytes, const CostCurve& curve);
 
 // What GetModelInfo reports and requests are resolved against.
 WorkerServiceOptions DescribeWorker(const WorkerFlags& flags, const ModelConfig& config, const EngineOptions& options,

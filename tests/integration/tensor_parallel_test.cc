@@ -57,14 +57,14 @@ std::vector<std::string> SpArgs() {
 // bench_shift prints): 1-token steps SP x TP (a row on one rank of each SP
 // group), 2 to 7 tokens TP (decodes with ngram drafts), 8 and more (prefill
 // chunks of 16, batched steps) SP x TP. A KV cache of 8 blocks of 16
-// (4 KiB each on a rank of the tiny model) preempts under the batch.
+// (4 KiB each in f32 on a rank of the tiny model) preempts under the batch.
 std::vector<std::string> ShiftArgs() {
   const std::string profile = ::testing::TempDir() + "/tensor_parallel_shift_profile.json";
   std::ofstream(profile) << R"({"points": [{"tokens": 1, "tp_s": 0.2, "sp_s": 0.1},
       {"tokens": 2, "tp_s": 0.2, "sp_s": 0.3}, {"tokens": 8, "tp_s": 0.5, "sp_s": 0.4}]})";
   return {"--tensor-parallel-size", "2", "--sequence-parallel-size", "2", "--threads-per-rank", "1",
           "--speculative", "ngram", "--max-num-batched-tokens", "16", "--shift-profile", profile,
-          "--kv-cache-gb", "0.0000306"};
+          "--kv-cache-gb", "0.0000306", "--kv-cache-dtype", "f32"};
 }
 
 double Metric(const std::string& metrics, absl::string_view prefix, absl::string_view label = "") {

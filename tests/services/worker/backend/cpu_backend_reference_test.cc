@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -303,6 +304,110 @@ TEST_P(Bf16KvReferenceTest, MatchesPyTorchAndTheF32CacheAtTheMargin) {
 INSTANTIATE_TEST_SUITE_P(Models, Bf16KvReferenceTest,
                          ::testing::Combine(::testing::Values(Flavor::kLlama3, Flavor::kQwen3),
                                             ::testing::Values(DType::kF32, DType::kBF16)));
+
+// An fp8 (e4m3) KV cache (--kv-cache-dtype fp8_e4m3), with per-layer scales
+// as a checkpoint's kv_cache_scheme gives them (not powers of two, so the
+// scales' multiplies round):
+// - against the PyTorch reference, which rounds K (after RoPE) / k_scale and
+//   V / v_scale through e4m3 from the format's definition: prompt logits and
+//   hidden states within kKvFp8RefBound x max |value| (an element within f32
+//   noise of a rounding boundary may land one e4m3 step, 1/16, apart);
+// - against an f32 cache: prompt logits within kKvFp8Bound x max |logit|,
+//   greedy tokens equal up to a first flip at a top-2 margin within twice
+//   that bound, and the top-1 agreement of the prompt positions' logits over
+//   held prompts reported (with bf16's beside it).
+constexpr double kKvFp8RefBound = 5e-3;
+constexpr double kKvFp8Bound = 8e-2;
+
+// The share of rows whose argmax agrees.
+double Top1Agreement(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  size_t same = 0;
+  for (size_t p = 0; p < a.size(); ++p) {
+    same += std::max_element(a[p].begin(), a[p].end()) - a[p].begin() ==
+            std::max_element(b[p].begin(), b[p].end()) - b[p].begin();
+  }
+  return a.empty() ? 1.0 : static_cast<double>(same) / a.size();
+}
+
+double WorstRelative(const std::vector<std::vector<float>>& want, const std::vector<std::vector<float>>& got) {
+  double worst = 0;
+  for (size_t p = 0; p < want.size(); ++p) {
+    double max_abs = 0;
+    for (float x : want[p]) max_abs = std::max<double>(max_abs, std::abs(x));
+    for (size_t i = 0; i < want[p].size(); ++i)
+      worst = std::max(worst, std::abs(want[p][i] - got[p][i]) / max_abs);
+  }
+  return worst;
+}
+
+class Fp8KvReferenceTest : public ::testing::TestWithParam<Flavor> {};
+
+TEST_P(Fp8KvReferenceTest, MatchesPyTorchAndTheF32CacheAtTheMargin) {
+  const Flavor flavor = GetParam();
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " missing: run scripts/bootstrap.sh (python3-torch)";
+  const std::string dir = TempDir("kvfp8_" + std::to_string(static_cast<int>(flavor)));
+  TestModel model(flavor, DType::kBF16, /*seed=*/31 + static_cast<int>(flavor), /*vocab=*/512, /*layers=*/2);
+  model.WriteReferenceFiles(dir, kSteps);
+  const float k_scale = 0.037f, v_scale = 0.011f;
+  std::ofstream(dir + "/config.txt", std::ios::app) << "kv_fp8 1\nkv_fp8_k_scale " << k_scale
+                                                    << "\nkv_fp8_v_scale " << v_scale << "\n";
+  const std::vector<float> scales = {k_scale, v_scale, k_scale, v_scale};
+  auto fp8 = CpuBackend::Create(model.config(), model.weights(),
+                                {.num_threads = 2, .kv_dtype = cpu::KvDtype::kFp8E4m3, .kv_scales = scales});
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  {
+    const int vocab = model.config().vocab_size;
+    const std::vector<int32_t> prompt = RunReference(dir, vocab);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const int bs = 4, blocks = (13 + kSteps + 3) / 4;
+    ASSERT_TRUE((*fp8)->AllocateKvCache(blocks, bs).ok());
+    const auto gen = testing_model::Generate(**fp8, prompt, kSteps, 0, bs, 0, blocks);
+    const std::vector<char> bytes = ReadFile(dir + "/prompt_logits.bin");
+    ASSERT_EQ(bytes.size(), gen.prompt_logits.size() * vocab * sizeof(float));
+    std::vector<std::vector<float>> ref(gen.prompt_logits.size(), std::vector<float>(vocab));
+    for (size_t p = 0; p < ref.size(); ++p) std::memcpy(ref[p].data(), bytes.data() + p * vocab * 4, vocab * 4);
+    const double worst = WorstRelative(ref, gen.prompt_logits);
+    EXPECT_LE(worst, kKvFp8RefBound);
+    std::cout << "fp8 KV vs PyTorch's fp8 reference: worst |dlogit| / max|logit| " << worst << "\n";
+  }
+  std::filesystem::remove_all(dir);
+
+  // Against f32 and bf16 caches over held prompts.
+  auto f32 = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2});
+  auto bf16 = CpuBackend::Create(model.config(), model.weights(), {.num_threads = 2, .kv_dtype = cpu::KvDtype::kBf16});
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  std::mt19937 rng(77);
+  double worst = 0, agree_fp8 = 0, agree_bf16 = 0;
+  constexpr int kPrompts = 8;
+  for (int n = 0; n < kPrompts; ++n) {
+    std::vector<int32_t> prompt(24);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % model.config().vocab_size);
+    const int bs = 4, blocks = (24 + kSteps + 3) / 4;
+    for (auto* b : {&*f32, &*bf16, &*fp8}) ASSERT_TRUE((**b).AllocateKvCache(blocks, bs).ok());
+    const auto want = testing_model::Generate(**f32, prompt, kSteps, 0, bs, 0, blocks);
+    const auto got = testing_model::Generate(**fp8, prompt, kSteps, 0, bs, 0, blocks);
+    const auto half = testing_model::Generate(**bf16, prompt, kSteps, 0, bs, 0, blocks);
+    worst = std::max(worst, WorstRelative(want.prompt_logits, got.prompt_logits));
+    agree_fp8 += Top1Agreement(want.prompt_logits, got.prompt_logits) / kPrompts;
+    agree_bf16 += Top1Agreement(want.prompt_logits, half.prompt_logits) / kPrompts;
+    size_t same = 0;
+    for (; same < want.tokens.size() && want.tokens[same] == got.tokens[same]; ++same) {
+    }
+    if (same < want.tokens.size()) {
+      double max_abs = 0;
+      for (float x : want.step_logits[same]) max_abs = std::max<double>(max_abs, std::abs(x));
+      const double margin = Margin(want.step_logits[same]);
+      EXPECT_LT(margin, 2 * kKvFp8Bound * max_abs) << "prompt " << n << ": a flip at step " << same
+                                                   << " away from a near tie";
+    }
+  }
+  EXPECT_LE(worst, kKvFp8Bound);
+  EXPECT_GE(agree_fp8, 0.9) << "fp8's prompt top-1 agreement with f32";
+  std::cout << "fp8 vs f32 KV over " << kPrompts << " prompts: worst |dlogit| / max|logit| " << worst
+            << "; prompt top-1 agreement fp8 " << agree_fp8 << ", bf16 " << agree_bf16 << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Fp8KvReferenceTest, ::testing::Values(Flavor::kLlama3, Flavor::kQwen3));
 
 // A real checkpoint folder: the random-checkpoint writer's safetensors, loaded
 // by Checkpoint::Load, and read independently by the script. The "tiny" preset

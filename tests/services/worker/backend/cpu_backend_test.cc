@@ -101,7 +101,8 @@ TEST_P(BatchInvarianceTest, AloneChunkedAndBatchedGiveIdenticalLogits) {
 
 INSTANTIATE_TEST_SUITE_P(DTypes, BatchInvarianceTest,
                          ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
-                                            ::testing::Values(cpu::KvDtype::kF32, cpu::KvDtype::kBf16)));
+                                            ::testing::Values(cpu::KvDtype::kF32, cpu::KvDtype::kBf16,
+                                                              cpu::KvDtype::kFp8E4m3)));
 
 TEST(CpuBackendTest, ThreadCountDoesNotChangeLogits) {
   TestModel model(Flavor::kQwen3, DType::kBF16, 4);

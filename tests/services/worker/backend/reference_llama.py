@@ -32,6 +32,18 @@ import numpy as np
 import torch
 
 
+
+def fp8_e4m3(x, scale):
+    """x rounded through an e4m3fn code of x / scale, from the format's
+    definition: 3 mantissa bits, so the spacing is 2^(floor(log2 |y|) - 3),
+    never below the subnormals' 2^-9; ties to even; at most 448."""
+    y = x / scale
+    a = y.abs()
+    _, e = torch.frexp(a)  # a = m * 2^e, m in [0.5, 1): floor(log2 a) = e - 1
+    quantum = torch.pow(2.0, torch.clamp(e - 4, min=-9).to(torch.float32))
+    r = torch.clamp(torch.round(a / quantum) * quantum, max=448.0)
+    return torch.sign(y) * r * scale
+
 def decode_e4m3(bits):
     """float8_e4m3fn bytes to float64, from the format's definition."""
     bits = bits.astype(np.int64)
@@ -64,6 +76,12 @@ def load(d, cfg=None):
     # "kv_bf16 1": the KV cache holds bf16 (K after RoPE, V), rounded to
     # nearest even once and read back widened, as the backend's bf16 cache.
     kv_bf16 = cfg.get("kv_bf16", "0") == "1"
+    # "kv_fp8 1": it holds OCP fp8 e4m3fn codes of K / kv_fp8_k_scale and
+    # V / kv_fp8_v_scale (nearest even, saturated at 448), read back times
+    # the scale, as vLLM's fp8_e4m3 cache.
+    kv_fp8 = cfg.get("kv_fp8", "0") == "1"
+    k_scale = float(cfg.get("kv_fp8_k_scale", "1"))
+    v_scale = float(cfg.get("kv_fp8_v_scale", "1"))
     kv_layers = int(cfg["num_key_value_layers"]) if swiftkv else layers
 
     def lin(x, weight):
@@ -199,6 +217,8 @@ def load(d, cfg=None):
             k = k * cos + rotate_half(k) * sin
             if kv_bf16:
                 k = k.to(torch.bfloat16).float(); v = v.to(torch.bfloat16).float()
+            if kv_fp8:
+                k = fp8_e4m3(k, k_scale); v = fp8_e4m3(v, v_scale)
             rep = heads // kv_heads
             k = k.repeat_interleave(rep, dim=0); v = v.repeat_interleave(rep, dim=0)
             att = (q @ k.transpose(1, 2)) * (hd ** -0.5) + mask

@@ -267,22 +267,28 @@ TEST(SequenceParallelTest, BitIdenticalToOneRank) {
   }
 }
 
-// The same with a bf16 KV cache: each rank rounds its own heads' K and V
-// as one rank would, so SP stays bit-identical.
-TEST(SequenceParallelTest, BitIdenticalToOneRankWithABf16KvCache) {
+// The same with a bf16 and an fp8 KV cache: each rank rounds its own heads'
+// K and V as one rank would, so SP stays bit-identical.
+class NarrowKvSequenceParallelTest : public ::testing::TestWithParam<cpu::KvDtype> {};
+
+TEST_P(NarrowKvSequenceParallelTest, BitIdenticalToOneRank) {
+  const cpu::KvDtype dtype = GetParam();
   TestModel model(Flavor::kLlama3, DType::kBF16, 13);
   const std::vector<int32_t> prompt = Prompt(21, model.config().vocab_size);
-  const Generation want = OneRank(model, prompt, 12, cpu::KvDtype::kBf16);
+  const Generation want = OneRank(model, prompt, 12, dtype);
   const Generation f32 = OneRank(model, prompt, 12);
-  EXPECT_NE(want.prompt_logits, f32.prompt_logits) << "the bf16 cache changed nothing: is it used?";
+  EXPECT_NE(want.prompt_logits, f32.prompt_logits) << "the narrow cache changed nothing: is it used?";
   for (int size : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "SP " << size);
-    const Generation got = RunOnRanks(model, size, prompt, 12, 8, /*sequence_parallel=*/true, cpu::KvDtype::kBf16);
+    const Generation got = RunOnRanks(model, size, prompt, 12, 8, /*sequence_parallel=*/true, dtype);
     EXPECT_EQ(got.prompt_logits, want.prompt_logits);
     EXPECT_EQ(got.step_logits, want.step_logits);
     EXPECT_EQ(got.tokens, want.tokens);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, NarrowKvSequenceParallelTest,
+                         ::testing::Values(cpu::KvDtype::kBf16, cpu::KvDtype::kFp8E4m3));
 
 TEST(SequenceParallelTest, MixedBatchWithATreeIsBitIdentical) {
   TestModel model(Flavor::kQwen2, DType::kBF16, 17);
