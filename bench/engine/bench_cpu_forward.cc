@@ -200,8 +200,8 @@ int Main(int argc, char** argv) {
   parser.AddString("simd", &opt.simd, "avx2: run the AVX2 code path on an AVX-512 machine");
   parser.AddString("kv-cache-dtype", &opt.kv_cache_dtype, "f32 | bf16 | fp8_e4m3: the KV cache's element type");
   parser.AddInt("context", &opt.context,
-                "> 0: the decode cases start at this context, its KV taken as cached (no prefill), so long "
-                "contexts cost seconds, not minutes");
+                "> 0: the decode cases start at this context and the prefill case is a 512-token chunk after it "
+                "(a late chunk of a long prompt), its KV taken as cached, so long contexts cost seconds, not minutes");
   if (auto code = parser.ParseOrExitCode(argc, argv, "bench_cpu_forward")) return *code;
   double load = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -247,9 +247,13 @@ int Main(int argc, char** argv) {
   const int block_size = 16;
   auto want = [&](const std::string& name) { return opt.only.empty() || opt.only == name; };
 
-  struct Case { std::string name; int batch, prompt, steps; };
+  struct Case { std::string name; int batch, prompt, steps, start = 0; };
   std::vector<Case> big_cases;
-  if (want("prefill")) big_cases.push_back({"llama-3.2-1b prefill 512 (tok/s)", 1, 512, 0});
+  if (want("prefill")) {
+    big_cases.push_back({absl::StrCat("llama-3.2-1b prefill 512",
+                                      opt.context > 0 ? absl::StrCat(" at context ", opt.context) : "", " (tok/s)"),
+                         1, 512, 0, opt.context});
+  }
   for (int b : {1, 4, 16}) {
     if (want(absl::StrCat("decode", b))) {
       big_cases.push_back({absl::StrCat("llama-3.2-1b decode batch ", b,
@@ -271,7 +275,7 @@ int Main(int argc, char** argv) {
     }
     std::fprintf(stderr, "%s: built and packed in %.1f s\n", preset.c_str(), Now() - t0);
     int longest = 0;
-    for (const Case& c : cases) longest = std::max(longest, c.prompt);
+    for (const Case& c : cases) longest = std::max(longest, c.start + c.prompt);
     const int blocks_per_seq = (longest + opt.steps + block_size) / block_size + 1;
     int widest = 1;
     for (const Case& c : cases) widest = std::max(widest, c.batch);
@@ -282,18 +286,19 @@ int Main(int argc, char** argv) {
       Result r{c.name, {}, {}};
       // Prefill: every prompt token through the layers, one lm_head row per
       // sequence. Decode: each step streams the weights once for the batch.
-      const double ctx = c.steps == 0 ? c.prompt / 2.0 : c.prompt + c.steps / 2.0;
+      const double ctx = c.steps == 0 ? c.start + c.prompt / 2.0 : c.prompt + c.steps / 2.0;
       const double tokens = c.steps == 0 ? c.prompt : 1;
       const double flops_per_token = cost.matmul_flops + cost.lm_head_flops / tokens +
                                      cost.attn_flops_per_ctx * ctx;
       r.compute_roof = peaks.matmul_gflops() * 1e9 / flops_per_token;
       const double bytes_per_step = cost.weight_bytes + c.batch * ctx * cost.kv_bytes_per_pos;
       const bool synthetic = opt.context > 0 && c.steps > 0;
-      RunOnce(**backend, c.batch, c.prompt, std::min(c.steps, 8), block_size, blocks_per_seq, synthetic);  // warm-up
+      RunOnce(**backend, c.batch, c.prompt, std::min(c.steps, 8), block_size, blocks_per_seq, synthetic,
+              c.start);  // warm-up
       for (int rep = 0; rep < opt.reps; ++rep) {
         r.canaries.push_back(BandwidthCanary(opt.threads));
         auto [prefill, decode] =
-            RunOnce(**backend, c.batch, c.prompt, c.steps, block_size, blocks_per_seq, synthetic);
+            RunOnce(**backend, c.batch, c.prompt, c.steps, block_size, blocks_per_seq, synthetic, c.start);
         r.rates.push_back(c.steps == 0 ? prefill : decode);
         std::fprintf(stderr, "  %s: %.2f tok/s (canary %.1f GB/s)\n", c.name.c_str(), r.rates.back(),
                      r.canaries.back());

@@ -21,7 +21,7 @@ ModelCost CostOf(const ModelConfig& c) {
 }
 
 std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt_len, int steps,
-                                  int block_size, int blocks_per_seq, bool synthetic_context) {
+                                  int block_size, int blocks_per_seq, bool synthetic_context, int prefill_start) {
   const int vocab = backend.config().vocab_size;
   std::vector<std::vector<int32_t>> tables(batch), prompts(batch);
   std::vector<int32_t> next(batch);
@@ -31,7 +31,7 @@ std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt_len, i
   }
   std::vector<float> logits(static_cast<size_t>(batch) * vocab);
   std::vector<ForwardSequence> fwd(batch);
-  for (int s = 0; s < batch; ++s) fwd[s] = {prompts[s], 0, tables[s], 1};
+  for (int s = 0; s < batch; ++s) fwd[s] = {prompts[s], prefill_start, tables[s], 1};
   double t0 = Now();
   absl::Status st = synthetic_context ? absl::OkStatus() : backend.Forward(fwd, logits.data());
   const double prefill = synthetic_context ? 0.0 : static_cast<double>(batch) * prompt_len / (Now() - t0);

@@ -25,8 +25,11 @@ ModelCost CostOf(const ModelConfig& c);
 // Forward, printing its status. `synthetic_context`: no prefill (0 tok/s);
 // decoding starts at position prompt_len over whatever the cache holds there,
 // which costs what a real context of that length costs (attention reads
-// every cached position whatever its values).
+// every cached position whatever its values). `prefill_start` > 0: the
+// prompt is one chunk at that position over a synthetic context before it
+// (a late chunk of a long prompt's chunked prefill).
 std::pair<double, double> RunOnce(Backend& backend, int batch, int prompt_len, int steps, int block_size,
-                                  int blocks_per_seq, bool synthetic_context = false);
+                                  int blocks_per_seq, bool synthetic_context = false,
+                                  int prefill_start = 0);
 
 }  // namespace floe

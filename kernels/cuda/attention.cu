@@ -1,8 +1,11 @@
 // Paged attention and the KV cache's writes and copies
 // (kernels/cuda/model_kernels.h).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/cuda/model_kernels.h"
 
@@ -20,6 +23,44 @@ __device__ int64_t Offset(const PagedKv& kv, int32_t block, int head, int slot) 
   return ((static_cast<int64_t>(block) * kv.kv_heads + head) * kv.block_size + slot) * kv.head_dim;
 }
 
+// A cache element widened to f32, exactly, as the CPU kernels widen it:
+// bf16 bits into the high half; e4m3's fields moved to f32's places (bias
+// 127 where e4m3's is 7, so times 2^120; subnormals scale exactly).
+__device__ __forceinline__ float Widen(float x) { return x; }
+__device__ __forceinline__ float Widen(uint16_t x) { return __uint_as_float(static_cast<uint32_t>(x) << 16); }
+__device__ __forceinline__ float Widen(uint8_t x) {
+  const uint32_t bits = ((x & 0x80u) << 24) | ((x & 0x7fu) << 20);
+  return __uint_as_float(bits) * 0x1p120f;
+}
+
+// A value narrowed for the cache, as the CPU's WriteKv narrows it.
+template <class T>
+__device__ __forceinline__ T Narrow(float x, float scale);
+template <>
+__device__ __forceinline__ float Narrow<float>(float x, float) {
+  return x;
+}
+template <>
+__device__ __forceinline__ uint16_t Narrow<uint16_t>(float x, float) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+template <>
+__device__ __forceinline__ uint8_t Narrow<uint8_t>(float x, float scale) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Calls fn(T{}) with the C++ type of a cache element of `dtype`.
+template <class Fn>
+int ForKvType(KvDtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case KvDtype::kF32: return fn(float{});
+    case KvDtype::kBf16: return fn(uint16_t{});
+    case KvDtype::kFp8E4m3: return fn(uint8_t{});
+  }
+  return Invalid();
+}
+
+template <class T>
 __global__ void WriteKvKernel(PagedKv kv, StepLayout step, const float* __restrict__ k, const float* __restrict__ v,
                               int64_t stride) {
   const int row = blockIdx.x;
@@ -27,10 +68,12 @@ __global__ void WriteKvKernel(PagedKv kv, StepLayout step, const float* __restri
   const int32_t block = step.tables[step.table[row] + pos / kv.block_size];
   const int slot = pos % kv.block_size;
   const int width = kv.kv_heads * kv.head_dim;
+  T* const kc = static_cast<T*>(kv.k);
+  T* const vc = static_cast<T*>(kv.v);
   for (int e = threadIdx.x; e < width; e += blockDim.x) {
     const int64_t at = Offset(kv, block, e / kv.head_dim, slot) + e % kv.head_dim;
-    kv.k[at] = k[row * stride + e];
-    kv.v[at] = v[row * stride + e];
+    kc[at] = Narrow<T>(k[row * stride + e], kv.k_scale);
+    vc[at] = Narrow<T>(v[row * stride + e], kv.v_scale);
   }
 }
 
@@ -39,7 +82,9 @@ __global__ void WriteKvKernel(PagedKv kv, StepLayout step, const float* __restri
 // keeps an online softmax (running max m, sum l, and the weighted sum of
 // values, head_dim split over its lanes); the warps' states merge at the
 // end. With one split the block writes the output; with several it writes
-// its (max, sum, unnormalized values) for MergeSplitsKernel.
+// its (max, sum, unnormalized values) for MergeSplitsKernel. `scale`
+// includes k_scale; the values' sums are multiplied by v_scale once.
+template <class T>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionKernel(const float* __restrict__ q, int64_t q_stride, StepLayout step, PagedKv kv, int group,
                     float scale, float* __restrict__ out, int64_t out_stride, float* __restrict__ part_values,
@@ -67,12 +112,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int key = first + warp; key < last; key += kWarps) {
     const int pos = key < context ? key : step.paths[path_begin + key - context];
     const int64_t at = Offset(kv, table[pos / kv.block_size], kv_head, pos % kv.block_size);
-    const float* kp = kv.k + at;
+    const T* kp = static_cast<const T*>(kv.k) + at;
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
-      if (d < hd) s += qr[j] * kp[d];
+      if (d < hd) s += qr[j] * Widen(kp[d]);
     }
     for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
     s *= scale;
@@ -80,11 +125,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float correction = expf(m - next);  // 0 while m is -inf
     const float p = expf(s - next);
     l = l * correction + p;
-    const float* vp = kv.v + at;
+    const T* vp = static_cast<const T*>(kv.v) + at;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
-      acc[j] = acc[j] * correction + (d < hd ? p * vp[d] : 0.0f);
+      acc[j] = acc[j] * correction + (d < hd ? p * Widen(vp[d]) : 0.0f);
     }
     m = next;
   }
@@ -111,7 +156,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int w = 0; w < kWarps; ++w) {
         if (warp_m[w] != -INFINITY) value += warp_acc[w][d] * expf(warp_m[w] - top);
       }
-      o[d] = sum > 0.0f ? value / sum : 0.0f;
+      o[d] = sum > 0.0f ? value * kv.v_scale / sum : 0.0f;
     }
     return;
   }
@@ -121,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int w = 0; w < kWarps; ++w) {
       if (warp_m[w] != -INFINITY) value += warp_acc[w][d] * expf(warp_m[w] - top);
     }
-    part_values[part * hd + d] = value;
+    part_values[part * hd + d] = value * kv.v_scale;
   }
   if (threadIdx.x == 0) {
     part_stats[2 * part] = top;  // -inf: the split had no key
@@ -159,9 +204,12 @@ __global__ void MergeSplitsKernel(const float* __restrict__ part_values, const f
 // reads of a key row from shared memory are consecutive words. Per key
 // tile: K and V into shared memory, the row's 32 scores, one rescale of the
 // running sum and values (online softmax), then the values.
+// Narrow caches are widened once, into shared memory (V times v_scale;
+// `scale` includes k_scale).
 constexpr int kTileKeys = 32;
 constexpr int kQuadDims = kMaxPrefillHeadDim / 4;
 
+template <class T>
 __global__ void __launch_bounds__(4 * kPrefillTileRows)
     PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride, StepLayout step, PagedKv kv, int group,
                            float scale, float* __restrict__ out, int64_t out_stride, const int32_t* __restrict__ tiles) {
@@ -192,8 +240,8 @@ __global__ void __launch_bounds__(4 * kPrefillTileRows)
       const int c = e / hd, d = e % hd, pos = k0 + c;
       if (pos < keys) {
         const int64_t at = Offset(kv, table[pos / kv.block_size], kv_head, pos % kv.block_size) + d;
-        ks[c][d] = kv.k[at];
-        vs[c][d] = kv.v[at];
+        ks[c][d] = Widen(static_cast<const T*>(kv.k)[at]);
+        vs[c][d] = Widen(static_cast<const T*>(kv.v)[at]) * kv.v_scale;
       } else {  // past the keys: masked, but 0 x (stale NaN or inf) would still poison the sums
         ks[c][d] = 0.0f;
         vs[c][d] = 0.0f;
@@ -244,9 +292,10 @@ __global__ void __launch_bounds__(4 * kPrefillTileRows)
 
 // Block b copies in array b (a layer's K or V), entries in order: a later
 // entry may read what an earlier one wrote.
-__global__ void CopyKvKernel(float* cache, int64_t array_floats, int block_size, int kv_heads, int head_dim,
+template <class T>
+__global__ void CopyKvKernel(T* cache, int64_t array_elements, int block_size, int kv_heads, int head_dim,
                              const int32_t* __restrict__ copies, int num_copies) {
-  float* array = cache + blockIdx.x * array_floats;
+  T* array = cache + blockIdx.x * array_elements;
   const int width = kv_heads * head_dim;
   for (int c = 0; c < num_copies; ++c) {
     const int32_t* e = copies + 4 * c;
@@ -261,7 +310,11 @@ __global__ void CopyKvKernel(float* cache, int64_t array_floats, int block_size,
 }
 
 bool ValidKv(const PagedKv& kv) {
-  return kv.k && kv.v && kv.block_size > 0 && kv.kv_heads > 0 && kv.head_dim > 0;
+  const bool scales = kv.dtype != KvDtype::kFp8E4m3 ? kv.k_scale == 1.0f && kv.v_scale == 1.0f
+                                                     : kv.k_scale > 0.0f && kv.v_scale > 0.0f &&
+                                                           std::isfinite(kv.k_scale) && std::isfinite(kv.v_scale);
+  return kv.k && kv.v && kv.block_size > 0 && kv.kv_heads > 0 && kv.head_dim > 0 && scales &&
+         (kv.dtype == KvDtype::kF32 || kv.dtype == KvDtype::kBf16 || kv.dtype == KvDtype::kFp8E4m3);
 }
 bool ValidStep(const StepLayout& s) {
   // paths may be null: a step without trees has none.
@@ -274,8 +327,10 @@ int WriteKv(const PagedKv& kv, const StepLayout& step, const float* k, const flo
             void* stream) {
   if (!ValidKv(kv) || !ValidStep(step) || !k || !v || stride < kv.kv_heads * kv.head_dim) return Invalid();
   if (step.rows == 0) return 0;
-  WriteKvKernel<<<step.rows, 128, 0, static_cast<cudaStream_t>(stream)>>>(kv, step, k, v, stride);
-  return Launched();
+  return ForKvType(kv.dtype, [&](auto t) {
+    WriteKvKernel<decltype(t)><<<step.rows, 128, 0, static_cast<cudaStream_t>(stream)>>>(kv, step, k, v, stride);
+    return Launched();
+  });
 }
 
 int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
@@ -296,10 +351,12 @@ int PagedAttention(const float* q, int64_t q_stride, const StepLayout& step, con
   float* part_values = splits > 1 ? workspace : nullptr;
   float* part_stats = splits > 1 ? workspace + parts * kv.head_dim : nullptr;
   const dim3 grid(rows, num_heads, splits);
-  AttentionKernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      q, q_stride, step, kv, num_heads / kv.kv_heads, scale, out, out_stride, part_values, part_stats);
-  if (splits == 1) return Launched();
-  if (const int code = Launched(); code != 0) return code;
+  const int code = ForKvType(kv.dtype, [&](auto t) {
+    AttentionKernel<decltype(t)><<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+        q, q_stride, step, kv, num_heads / kv.kv_heads, scale * kv.k_scale, out, out_stride, part_values, part_stats);
+    return Launched();
+  });
+  if (splits == 1 || code != 0) return code;
   MergeSplitsKernel<<<dim3(rows, num_heads), 128, 0, static_cast<cudaStream_t>(stream)>>>(
       part_values, part_stats, splits, kv.head_dim, step.subset, out, out_stride);
   return Launched();
@@ -313,25 +370,31 @@ int PrefillAttention(const float* q, int64_t q_stride, const StepLayout& step, c
     return Invalid();
   }
   if (num_tiles == 0) return 0;
-  PrefillAttentionKernel<<<dim3(num_tiles, num_heads), 4 * kPrefillTileRows, 0, static_cast<cudaStream_t>(stream)>>>(
-      q, q_stride, step, kv, num_heads / kv.kv_heads, scale, out, out_stride, tiles);
-  return Launched();
+  return ForKvType(kv.dtype, [&](auto t) {
+    PrefillAttentionKernel<decltype(t)>
+        <<<dim3(num_tiles, num_heads), 4 * kPrefillTileRows, 0, static_cast<cudaStream_t>(stream)>>>(
+            q, q_stride, step, kv, num_heads / kv.kv_heads, scale * kv.k_scale, out, out_stride, tiles);
+    return Launched();
+  });
 }
 
 int64_t PagedAttentionWorkspace(int rows, int num_heads, int head_dim, int splits) {
   return static_cast<int64_t>(rows) * num_heads * splits * (head_dim + 2);
 }
 
-int CopyKvSlots(float* cache, int64_t array_floats, int arrays, int block_size, int kv_heads, int head_dim,
-                const int32_t* copies, int num_copies, void* stream) {
-  if (!cache || array_floats <= 0 || arrays <= 0 || block_size <= 0 || kv_heads <= 0 || head_dim <= 0 ||
+int CopyKvSlots(void* cache, KvDtype dtype, int64_t array_elements, int arrays, int block_size, int kv_heads,
+                int head_dim, const int32_t* copies, int num_copies, void* stream) {
+  if (!cache || array_elements <= 0 || arrays <= 0 || block_size <= 0 || kv_heads <= 0 || head_dim <= 0 ||
       num_copies < 0 || (num_copies > 0 && !copies)) {
     return Invalid();
   }
   if (num_copies == 0) return 0;
-  CopyKvKernel<<<arrays, 256, 0, static_cast<cudaStream_t>(stream)>>>(cache, array_floats, block_size, kv_heads,
-                                                                      head_dim, copies, num_copies);
-  return Launched();
+  return ForKvType(dtype, [&](auto t) {
+    using T = decltype(t);
+    CopyKvKernel<T><<<arrays, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<T*>(cache), array_elements, block_size, kv_heads, head_dim, copies, num_copies);
+    return Launched();
+  });
 }
 
 }  // namespace floe::cuda

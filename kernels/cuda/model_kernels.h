@@ -58,14 +58,24 @@ int PrepareQk(float* qkv, int rows, int heads, int kv_heads, int head_dim, const
 int ApplyRope(float* x, int64_t stride, int rows, int heads, int head_dim, const float* cos, const float* sin,
               void* stream);
 
+// The KV cache's element type, as cpu::KvDtype: f32, bf16 (written rounded
+// to nearest even), or fp8 e4m3fn codes of K / k_scale and V / v_scale
+// (nearest even, saturated at 448: vLLM's fp8_e4m3). Attention widens each
+// element exactly to f32 (the CPU's bit manipulation) and computes in f32.
+enum class KvDtype : int32_t { kF32 = 0, kBf16 = 1, kFp8E4m3 = 2 };
+inline int KvElementBytes(KvDtype d) { return d == KvDtype::kF32 ? 4 : d == KvDtype::kBf16 ? 2 : 1; }
+
 // One layer's paged KV cache: K and V each [num_blocks][kv_heads][block_size][head_dim]
-// f32, the CPU backend's layout (kernels/cpu/attention.h).
+// of `dtype`, the CPU backend's layout (kernels/cpu/attention.h).
 struct PagedKv {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int block_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
+  KvDtype dtype = KvDtype::kF32;
+  float k_scale = 1.0f;  // fp8 only
+  float v_scale = 1.0f;
 };
 
 // A step's attention layout on the device, per row r of the step:
@@ -121,10 +131,10 @@ int PrefillAttention(const float* q, int64_t q_stride, const StepLayout& step, c
                      float scale, float* out, int64_t out_stride, const int32_t* tiles, int num_tiles, void* stream);
 
 // Copies one token's KV per entry, entries in order, in every one of
-// `arrays` arrays of `array_floats` floats from `cache` (each layer's K,
-// then its V): copies holds [src_block, src_slot, dst_block, dst_slot] per
-// entry.
-int CopyKvSlots(float* cache, int64_t array_floats, int arrays, int block_size, int kv_heads, int head_dim,
-                const int32_t* copies, int num_copies, void* stream);
+// `arrays` arrays of `array_elements` elements of `dtype` from `cache` (each
+// layer's K, then its V): copies holds [src_block, src_slot, dst_block,
+// dst_slot] per entry.
+int CopyKvSlots(void* cache, KvDtype dtype, int64_t array_elements, int arrays, int block_size, int kv_heads,
+                int head_dim, const int32_t* copies, int num_copies, void* stream);
 
 }  // namespace floe::cuda

@@ -59,17 +59,21 @@ int FollowerFailed(const char* event, const absl::Status& status, int rank) {
   return 1;
 }
 
+// An fp8 cache without a checkpoint's kv_cache_scheme: vLLM's behaviour
+// (scales of 1.0: values past 448 saturate), and its warning.
+void WarnOfDefaultKvScales(const WorkerFlags& f, cpu::KvDtype dtype, const ModelWeights& weights) {
+  if (dtype != cpu::KvDtype::kFp8E4m3 || !weights.kv_scales.empty() || f.rank != 0) return;
+  LogEvent(LogLevel::kWarning, "worker", "kv_cache_scales_default",
+           {{"detail", "the checkpoint has no kv_cache_scheme (per-layer k_scale, v_scale): the fp8 KV cache uses "
+                       "scales of 1.0, which may cost accuracy"}});
+}
+
 // One rank's CPU backend over its communicators (all null for one rank).
 absl::StatusOr<std::unique_ptr<CpuBackend>> MakeCpuBackend(const WorkerFlags& f, int threads,
                                                            const Checkpoint& checkpoint, Communicator* world,
                                                            Communicator* sequence, Communicator* tensor) {
-  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, Device::kCpu, checkpoint);
-  if (kv_dtype == cpu::KvDtype::kFp8E4m3 && checkpoint.weights().kv_scales.empty() && f.rank == 0) {
-    // vLLM's behaviour, and its warning: values past 448 saturate.
-    LogEvent(LogLevel::kWarning, "worker", "kv_cache_scales_default",
-             {{"detail", "the checkpoint has no kv_cache_scheme (per-layer k_scale, v_scale): the fp8 KV cache uses "
-                         "scales of 1.0, which may cost accuracy"}});
-  }
+  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, Device::kCpu, checkpoint.config(), checkpoint.weights());
+  WarnOfDefaultKvScales(f, kv_dtype, checkpoint.weights());
   return CpuBackend::Create(checkpoint.config(), checkpoint.weights(),
                             {.num_threads = threads,
                              .communicator = world,
@@ -123,6 +127,12 @@ absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const
     }).detach();
   };
   options.on_fault = on_fault;
+  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, Device::kCuda, config, weights);
+  WarnOfDefaultKvScales(f, kv_dtype, weights);
+  options.kv_dtype = kv_dtype == cpu::KvDtype::kBf16       ? cuda::KvDtype::kBf16
+                     : kv_dtype == cpu::KvDtype::kFp8E4m3 ? cuda::KvDtype::kFp8E4m3
+                                                           : cuda::KvDtype::kF32;
+  options.kv_scales = weights.kv_scales;
   auto created = CudaBackend::Create(config, weights, options);
   if (!created.ok()) return created.status();
   std::unique_ptr<CudaBackend> backend = std::move(created).value();

@@ -25,8 +25,9 @@ void AddWorkerFlags(ArgParser& parser, WorkerFlags* flags) {
                    "with --kv-cache-gb 0: the share of the host's available memory this worker's ranks may take "
                    "together (floe local gives each of N workers 0.4 / N)");
   parser.AddString("kv-cache-dtype", &f.kv_cache_dtype,
-                   "auto|f32|bf16|fp8_e4m3: the KV cache's element type (vLLM's flag; --device cpu); auto keeps the "
-                   "model's dtype (bf16 for a bf16 or f16 checkpoint, else f32); bf16 holds twice the tokens per GiB "
+                   "auto|f32|bf16|fp8_e4m3: the KV cache's element type (vLLM's flag); auto keeps the model's dtype "
+                   "on the CPU (bf16 for a bf16 or f16 checkpoint, else f32) and is f32 on CUDA until a GPU check "
+                   "ran the narrow CUDA cache (docs/gpu.md); bf16 holds twice the tokens per GiB "
                    "of f32, fp8_e4m3 (alias fp8) four times, with the checkpoint's k_scale/v_scale (a "
                    "compressed-tensors kv_cache_scheme) or else 1.0");
   parser.AddString("device", &f.device,

@@ -117,9 +117,6 @@ absl::StatusOr<WorkerPlan> PlanWorker(WorkerFlags& f) {
       f.kv_cache_dtype != "fp8_e4m3" && f.kv_cache_dtype != "fp8")
     return Invalid(absl::StrCat("--kv-cache-dtype must be auto, f32, bf16 or fp8_e4m3 (fp8), got ",
                                 f.kv_cache_dtype.substr(0, 32)));
-  if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "f32" && plan.device.device == Device::kCuda)
-    return Invalid(absl::StrCat("--kv-cache-dtype ", f.kv_cache_dtype,
-                                " is CPU-only for now (the CUDA cache is f32); use --device cpu"));
   if (!(f.kv_cache_auto_fraction > 0 && f.kv_cache_auto_fraction <= 0.9))
     return Invalid(absl::StrCat("--kv-cache-auto-fraction must be in (0, 0.9], got ", f.kv_cache_auto_fraction));
   if (!(f.kv_cache_gb >= 0) || f.kv_cache_gb > 65536)
@@ -197,15 +194,16 @@ CostCurve ResolveCostCurve(const WorkerFlags& f, const WorkerPlan& plan, const M
   return curve;
 }
 
-cpu::KvDtype ResolveKvCacheDtype(const WorkerFlags& f, Device device, const Checkpoint& checkpoint) {
-  if (device == Device::kCuda) return cpu::KvDtype::kF32;
+cpu::KvDtype ResolveKvCacheDtype(const WorkerFlags& f, Device device, const ModelConfig& config,
+                                 const ModelWeights& weights) {
   if (f.kv_cache_dtype == "f32") return cpu::KvDtype::kF32;
   if (f.kv_cache_dtype == "bf16") return cpu::KvDtype::kBf16;
   if (f.kv_cache_dtype == "fp8_e4m3" || f.kv_cache_dtype == "fp8") return cpu::KvDtype::kFp8E4m3;
-  const std::string& torch_dtype = checkpoint.config().torch_dtype;
-  const bool half = torch_dtype.empty() ? checkpoint.weights().embed_tokens.dtype == DType::kBF16 ||
-                                              checkpoint.weights().embed_tokens.dtype == DType::kF16
-                                        : torch_dtype == "bfloat16" || torch_dtype == "float16";
+  if (device == Device::kCuda) return cpu::KvDtype::kF32;
+  const std::string& torch_dtype = config.torch_dtype;
+  const bool half = torch_dtype.empty()
+                        ? weights.embed_tokens.dtype == DType::kBF16 || weights.embed_tokens.dtype == DType::kF16
+                        : torch_dtype == "bfloat16" || torch_dtype == "float16";
   return half ? cpu::KvDtype::kBf16 : cpu::KvDtype::kF32;
 }
 

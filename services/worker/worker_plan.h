@@ -64,10 +64,13 @@ struct CostCurve {
 CostCurve ResolveCostCurve(const WorkerFlags& flags, const WorkerPlan& plan, const ModelConfig& config,
                            const Hardware& hardware, const std::string& gpu_name, bool drafts);
 
-// --kv-cache-dtype against the checkpoint: auto keeps the model's dtype, as
-// vLLM's does (bf16 for a bf16 or f16 checkpoint: config.json's torch_dtype,
-// else its embeddings' dtype; f32 otherwise); the CUDA cache is f32.
-cpu::KvDtype ResolveKvCacheDtype(const WorkerFlags& flags, Device device, const Checkpoint& checkpoint);
+// --kv-cache-dtype against the checkpoint: auto keeps the model's dtype on
+// the CPU, as vLLM's does (bf16 for a bf16 or f16 checkpoint: config.json's
+// torch_dtype, else its embeddings' dtype; f32 otherwise); on CUDA auto is
+// f32 until the narrow CUDA cache has run on a GPU (docs/gpu.md), where
+// bf16 and fp8_e4m3 are there to be asked for.
+cpu::KvDtype ResolveKvCacheDtype(const WorkerFlags& flags, Device device, const ModelConfig& config,
+                                 const ModelWeights& weights);
 
 // The CPU KV cache's budget per rank: --kv-cache-gb, or with --kv-cache-gb 0
 // (auto, floe local's default) room for kAutoKvCacheTokens tokens of this

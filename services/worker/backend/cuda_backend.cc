@@ -311,7 +311,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // Backend.
   const ModelConfig& config() const override { return config_; }
   size_t KvBytesPerBlock(int block_size) const override {
-    return static_cast<size_t>(config_.num_layers) * 2 * block_size * kv_dim_ * sizeof(float);
+    return static_cast<size_t>(config_.num_layers) * 2 * block_size * kv_dim_ * cuda::KvElementBytes(options_.kv_dtype);
   }
   absl::Status AllocateKvCache(int num_blocks, int block_size) override;
   absl::Status Forward(std::span<const ForwardSequence> batch, float* logits) override;
@@ -447,7 +447,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   // KV cache: [layer][K|V][num_blocks][kv_heads][block_size][head_dim] f32.
   DeviceBuffer kv_cache_;
   int num_blocks_ = 0, block_size_ = 0;
-  int64_t kv_array_floats_ = 0;  // one layer's K (or V)
+  int64_t kv_array_elements_ = 0;  // one layer's K (or V), in options_.kv_dtype
 
   // The step.
   int64_t rows_ = 0, logit_rows_ = 0;  // rows_: this rank's rows of the step
@@ -707,7 +707,7 @@ absl::Status CudaBackendImpl::AllocateKvCache(int num_blocks, int block_size) {
   num_blocks_ = num_blocks;
   block_size_ = block_size;
   pad_block_ = num_blocks;
-  kv_array_floats_ = static_cast<int64_t>(num_blocks + 1) * kv_heads_ * block_size * config_.head_dim;
+  kv_array_elements_ = static_cast<int64_t>(num_blocks + 1) * kv_heads_ * block_size * config_.head_dim;
   return absl::OkStatus();
 }
 
@@ -869,8 +869,9 @@ absl::Status CudaBackendImpl::CopyKvSlots(std::span<const KvSlotCopy> copies) {
           "CopyKvSlots (upload)");
   }
   if (step_status_.ok()) {
-    Check(cuda::CopyKvSlots(kv_cache_.as<float>(), kv_array_floats_, 2 * config_.num_layers, block_size_, kv_heads_,
-                            config_.head_dim, copies_dev_.as<int32_t>(), static_cast<int>(copies.size()), stream_),
+    Check(cuda::CopyKvSlots(kv_cache_.as<void>(), options_.kv_dtype, kv_array_elements_, 2 * config_.num_layers,
+                            block_size_, kv_heads_, config_.head_dim, copies_dev_.as<int32_t>(),
+                            static_cast<int>(copies.size()), stream_),
           "CopyKvSlots");
   }
   Check(cudaStreamSynchronize(stream_), "CopyKvSlots (synchronize)");
@@ -908,8 +909,14 @@ int64_t CudaBackendImpl::Width(Activation a) const {
 
 cuda::PagedKv CudaBackendImpl::LayerKv(int layer) const {
   cuda::PagedKv kv;
-  kv.k = kv_cache_.as<float>() + 2 * layer * kv_array_floats_;
-  kv.v = kv.k + kv_array_floats_;
+  const int64_t array_bytes = kv_array_elements_ * cuda::KvElementBytes(options_.kv_dtype);
+  kv.k = kv_cache_.as<char>() + 2 * layer * array_bytes;
+  kv.v = static_cast<char*>(kv.k) + array_bytes;
+  kv.dtype = options_.kv_dtype;
+  if (options_.kv_dtype == cuda::KvDtype::kFp8E4m3 && !options_.kv_scales.empty()) {
+    kv.k_scale = options_.kv_scales[2 * layer];
+    kv.v_scale = options_.kv_scales[2 * layer + 1];
+  }
   kv.block_size = block_size_;
   kv.kv_heads = kv_heads_;
   kv.head_dim = config_.head_dim;
@@ -1404,6 +1411,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConf
   if (options.device < 0 || options.device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist: ", count,
                                                    " visible"));
+  }
+  if (!options.kv_scales.empty() && options.kv_scales.size() != 2 * static_cast<size_t>(config.num_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_scales holds ", options.kv_scales.size(),
+                                                   " scales, expected 2 per layer (", 2 * config.num_layers, ")"));
   }
   auto backend = std::make_unique<CudaBackendImpl>(config, options);
   FLOE_RETURN_IF_ERROR(backend->Init(weights));

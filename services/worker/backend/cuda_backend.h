@@ -35,8 +35,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/model_kernels.h"
 #include "services/worker/backend/backend.h"
 #include "services/worker/model/checkpoint.h"
 
@@ -64,6 +66,12 @@ struct CudaBackendOptions {
   // step's requests then fail with its INTERNAL status). The worker stops
   // serving and exits: a device in an unknown state must not answer.
   std::function<void(const absl::Status&)> on_fault;
+  // The KV cache's element type (--kv-cache-dtype), as CpuBackendOptions':
+  // bf16 halves the bytes per cached token, fp8 e4m3 quarters them; fp8's
+  // per-layer scales: layer i's k_scale at [2i], v_scale at [2i + 1]
+  // (empty: 1.0).
+  cuda::KvDtype kv_dtype = cuda::KvDtype::kF32;
+  std::vector<float> kv_scales;
 };
 
 class CudaBackend : public Backend {

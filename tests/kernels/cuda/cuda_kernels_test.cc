@@ -243,9 +243,10 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuOnChainsAndTrees) {
     cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd};
     cpu::WriteKv(kv, cpu_seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
     cpu::ThreadPool pool(2);
-    std::vector<float> scratch(2 * 64);
+    std::vector<float> scratch(2 * 64 * cpu::kAttentionScratchRows);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    cpu::PagedAttention(qkv.data(), width, cpu_seqs, kv, heads, scale, want.data(), q_dim, scratch.data(), 64, pool);
+    cpu::PagedAttention(qkv.data(), width, cpu_seqs, kv, heads, scale, want.data(), q_dim, scratch.data(),
+                        64 * cpu::kAttentionScratchRows, pool);
     // CUDA: the same layout as the backend builds it.
     std::vector<int32_t> write_pos, table_at, context, path_begin, path_end, tables;
     for (const Seq& s : seqs) {
@@ -298,7 +299,8 @@ TEST(CudaKernelsTest, PagedAttentionMatchesTheCpuOnChainsAndTrees) {
     }
     DeviceVec<float> d_both(both);
     DeviceVec<int32_t> d_copies(copies);
-    ASSERT_CUDA(cuda::CopyKvSlots(d_both.get(), array, 2, bs, kv_heads, hd, d_copies.get(), 2, nullptr));
+    ASSERT_CUDA(cuda::CopyKvSlots(d_both.get(), cuda::KvDtype::kF32, array, 2, bs, kv_heads, hd, d_copies.get(), 2,
+                                  nullptr));
     EXPECT_EQ(d_both.Host(), want_copy) << "head_dim " << hd;
   }
 }
@@ -328,9 +330,10 @@ TEST(CudaKernelsTest, SplitKAttentionMatchesOnLongContexts) {
   cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd};
   cpu::WriteKv(kv, seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
   cpu::ThreadPool pool(2);
-  std::vector<float> scratch(2 * 1024);
+  std::vector<float> scratch(2 * 1024 * cpu::kAttentionScratchRows);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(), 1024, pool);
+  cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(),
+                        1024 * cpu::kAttentionScratchRows, pool);
   std::vector<int32_t> tables = table_a;
   tables.insert(tables.end(), table_b.begin(), table_b.end());
   DeviceVec<int32_t> d_write(std::vector<int32_t>{700, 1000}), d_table(std::vector<int32_t>{0, 64}),
@@ -400,9 +403,10 @@ TEST(CudaKernelsTest, PrefillTilesAndDecodeSubsetMatchTheCpu) {
     cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd};
     cpu::WriteKv(kv, seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
     cpu::ThreadPool pool(2);
-    std::vector<float> scratch(2 * 1024);
+    std::vector<float> scratch(2 * 1024 * cpu::kAttentionScratchRows);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(), 1024, pool);
+    cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(),
+                        1024 * cpu::kAttentionScratchRows, pool);
     const std::vector<int32_t> zeros(rows, 0);
     DeviceVec<int32_t> d_write(write), d_table(table_of), d_context(context), d_zero(zeros), d_tables(flat),
         d_subset(decode_rows), d_tiles(tiles);
@@ -423,6 +427,115 @@ TEST(CudaKernelsTest, PrefillTilesAndDecodeSubsetMatchTheCpu) {
       ExpectNear(out.Host(), want, 1e-4f, hd == 128 ? "prefill tiles, head_dim 128" : "prefill tiles, head_dim 72");
     }
   }
+}
+
+// A narrow KV cache on both sides, the same dtype: bf16, and fp8 e4m3 with
+// per-tensor scales (not powers of two). Context already cached (the CPU's
+// codes), then a step of a 45-row prompt after 20 cached tokens
+// (PrefillAttention's tiles), a decode row at 300 and a 5-token tree at 12
+// (PagedAttention's subset, split and not): WriteKv writes the CPU's codes
+// byte for byte, the outputs agree to 1e-4, CopyKvSlots moves codes.
+struct CudaNarrowKv {
+  cpu::KvDtype cpu;
+  cuda::KvDtype cuda;
+  float k_scale, v_scale;
+};
+
+class CudaNarrowKvTest : public ::testing::TestWithParam<CudaNarrowKv> {};
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaNarrowKvTest,
+                         ::testing::Values(CudaNarrowKv{cpu::KvDtype::kBf16, cuda::KvDtype::kBf16, 1.0f, 1.0f},
+                                           CudaNarrowKv{cpu::KvDtype::kFp8E4m3, cuda::KvDtype::kFp8E4m3, 0.37f,
+                                                        0.21f}));
+
+TEST_P(CudaNarrowKvTest, MatchesTheCpuOnTheSameDtype) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  const CudaNarrowKv narrow = GetParam();
+  const int heads = 8, kv_heads = 2, hd = 128, bs = 16, blocks = 48;
+  const int kv_dim = kv_heads * hd, q_dim = heads * hd, width = q_dim + 2 * kv_dim;
+  const size_t elem = cpu::KvElementBytes(narrow.cpu);
+  const int64_t array = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
+  // Tables: the prompt's blocks 0..4, the decode row's 10..28, the tree's 40..41.
+  std::vector<int32_t> table_a = {0, 1, 2, 3, 4}, table_b, table_c = {40, 41};
+  for (int b = 0; b < 19; ++b) table_b.push_back(10 + b);
+  std::vector<int32_t> parents = {-1, 0, 0, 1, 2}, tree_begin, tree_paths;
+  cpu::AppendTreePaths(parents, 12, tree_begin, tree_paths);
+  std::vector<cpu::AttentionSeq> seqs = {{0, 45, 20, table_a.data()},
+                                         {45, 1, 300, table_b.data()},
+                                         {46, 5, 12, table_c.data(), tree_begin.data(), tree_paths.data()}};
+  const int rows = 51;
+  std::vector<uint8_t> ck(array * elem), cv(array * elem);
+  cpu::KvLayer kv{ck.data(), cv.data(), bs, kv_heads, hd, narrow.cpu, narrow.k_scale, narrow.v_scale};
+  for (int s = 0; s < 3; ++s) {  // each sequence's context, through the CPU's writes
+    const int start = seqs[s].start_pos;
+    const std::vector<float> k = Random(start * kv_dim, 60 + s, 2.0f), v = Random(start * kv_dim, 70 + s, 2.0f);
+    const std::vector<cpu::AttentionSeq> past = {{0, start, 0, seqs[s].block_table}};
+    cpu::WriteKv(kv, past, k.data(), v.data(), kv_dim);
+  }
+  const std::vector<uint8_t> cached_k = ck, cached_v = cv;
+  const std::vector<float> qkv = Random(rows * width, 81, 2.0f);
+  cpu::WriteKv(kv, seqs, qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, width);
+  cpu::ThreadPool pool(2);
+  std::vector<float> scratch(2 * 320 * cpu::kAttentionScratchRows), want(rows * q_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cpu::PagedAttention(qkv.data(), width, seqs, kv, heads, scale, want.data(), q_dim, scratch.data(),
+                      320 * cpu::kAttentionScratchRows, pool);
+  // The device step: tiles over the prompt, the other rows as the subset.
+  std::vector<int32_t> write, table_of, context, begin, end, flat, subset, tiles;
+  for (int s = 0; s < 3; ++s) {
+    const int32_t offset = static_cast<int32_t>(flat.size());
+    const std::vector<int32_t>& t = s == 0 ? table_a : s == 1 ? table_b : table_c;
+    flat.insert(flat.end(), t.begin(), t.end());
+    for (int i = 0; i < seqs[s].num_tokens; ++i) {
+      const int row = static_cast<int>(seqs[s].first_row) + i;
+      write.push_back(seqs[s].start_pos + i);
+      table_of.push_back(offset);
+      const bool tree = s == 2;
+      context.push_back(tree ? seqs[s].start_pos : seqs[s].start_pos + i + 1);
+      begin.push_back(tree ? tree_begin[i] : 0);
+      end.push_back(tree ? tree_begin[i + 1] : 0);
+      if (s != 0) subset.push_back(row);
+    }
+  }
+  for (int first = 0; first < 45; first += cuda::kPrefillTileRows)
+    tiles.insert(tiles.end(), {first, std::min(cuda::kPrefillTileRows, 45 - first)});
+  DeviceVec<int32_t> d_write(write), d_table(table_of), d_context(context), d_begin(begin), d_end(end),
+      d_tables(flat), d_paths(tree_paths), d_subset(subset), d_tiles(tiles);
+  cuda::StepLayout layout{rows, d_write.get(), d_table.get(), d_context.get(), d_begin.get(), d_end.get(),
+                          d_tables.get(), d_paths.get()};
+  DeviceVec<uint8_t> dk(cached_k), dv(cached_v);
+  DeviceVec<float> dq(qkv);
+  cuda::PagedKv dkv{dk.get(), dv.get(), bs, kv_heads, hd, narrow.cuda, narrow.k_scale, narrow.v_scale};
+  ASSERT_CUDA(cuda::WriteKv(dkv, layout, dq.get() + q_dim, dq.get() + q_dim + kv_dim, width, nullptr));
+  EXPECT_EQ(dk.Host(), ck) << "the device's K codes are not the CPU's";
+  EXPECT_EQ(dv.Host(), cv) << "the device's V codes are not the CPU's";
+  layout.subset = d_subset.get();
+  layout.subset_rows = static_cast<int>(subset.size());
+  for (int splits : {1, 4}) {
+    const int64_t floats = cuda::PagedAttentionWorkspace(layout.subset_rows, heads, hd, splits);
+    DeviceVec<float> work{std::vector<float>(std::max<int64_t>(floats, 1))};
+    DeviceVec<float> out{std::vector<float>(rows * q_dim, 7.0f)};
+    ASSERT_CUDA(cuda::PrefillAttention(dq.get(), width, layout, dkv, heads, scale, out.get(), q_dim, d_tiles.get(),
+                                       static_cast<int>(tiles.size() / 2), nullptr));
+    ASSERT_CUDA(cuda::PagedAttention(dq.get(), width, layout, dkv, heads, scale, out.get(), q_dim, splits,
+                                     work.get(), floats, nullptr));
+    ExpectNear(out.Host(), want, 1e-4f, "narrow KV attention");
+  }
+  // CopyKvSlots moves codes: block 10 slot 1 to block 44 slot 2, in K and V.
+  std::vector<uint8_t> both = ck;
+  both.insert(both.end(), cv.begin(), cv.end());
+  std::vector<uint8_t> want_copy = both;
+  for (int arr = 0; arr < 2; ++arr) {
+    for (int h = 0; h < kv_heads; ++h) {
+      const int64_t src = (arr * array + ((10LL * kv_heads + h) * bs + 1) * hd) * elem;
+      const int64_t dst = (arr * array + ((44LL * kv_heads + h) * bs + 2) * hd) * elem;
+      std::copy(want_copy.begin() + src, want_copy.begin() + src + hd * elem, want_copy.begin() + dst);
+    }
+  }
+  DeviceVec<uint8_t> d_both(both);
+  DeviceVec<int32_t> d_copies(std::vector<int32_t>{10, 1, 44, 2});
+  ASSERT_CUDA(cuda::CopyKvSlots(d_both.get(), narrow.cuda, array, 2, bs, kv_heads, hd, d_copies.get(), 1, nullptr));
+  EXPECT_EQ(d_both.Host(), want_copy);
 }
 
 TEST(CudaKernelsTest, CounterUniformsAreTheHostGeneratorsBitForBit) {
@@ -548,6 +661,11 @@ TEST(CudaKernelsTest, LaunchersRefuseBadArguments) {
   EXPECT_EQ(cuda::AddF32(nullptr, nullptr, 0, nullptr), static_cast<int>(cudaErrorInvalidValue));
   EXPECT_NE(cuda::SampleRows(any, 10, 20, nullptr, 1, nullptr, nullptr), 0);  // stride < vocab
   EXPECT_NE(cuda::SampleRows(nullptr, 20, 20, nullptr, 1, nullptr, nullptr), 0);
+  // Scales other than 1 on a cache that is not fp8; an fp8 scale of 0.
+  cuda::PagedKv scaled{any, any, 4, 2, 64, cuda::KvDtype::kBf16, 0.5f, 1.0f};
+  EXPECT_NE(cuda::PagedAttention(any, 128, one, scaled, 2, 1.0f, any, 128, 1, nullptr, 0, nullptr), 0);
+  cuda::PagedKv zero{any, any, 4, 2, 64, cuda::KvDtype::kFp8E4m3, 0.0f, 1.0f};
+  EXPECT_NE(cuda::WriteKv(zero, one, any, any, 128, nullptr), 0);
 }
 
 }  // namespace
