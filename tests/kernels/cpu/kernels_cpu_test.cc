@@ -423,7 +423,10 @@ INSTANTIATE_TEST_SUITE_P(HeadDimsPathsAndTypes, NarrowKvTest,
                                                               NarrowKv{KvDtype::kFp8E4m3, 0.25f, 8.0f})));
 
 TEST_P(NarrowKvTest, EqualsAnF32CacheOfTheRoundedValues) {
-  const auto [hd, path, narrow] = GetParam();
+  // Not a structured binding: clang (the sanitizer build) cannot capture one in C++17.
+  const int hd = std::get<0>(GetParam());
+  const Path path = std::get<1>(GetParam());
+  const NarrowKv narrow = std::get<2>(GetParam());
   std::optional<ScopedAvx2Only> avx2;
   if (path == Path::kAvx2) avx2.emplace();
   const int heads = 8, kv_heads = 2, block_size = 4, num_blocks = 24;
