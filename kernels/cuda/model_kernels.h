@@ -130,6 +130,25 @@ inline constexpr int kMaxPrefillHeadDim = 128;
 int PrefillAttention(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
                      float scale, float* out, int64_t out_stride, const int32_t* tiles, int num_tiles, void* stream);
 
+// PrefillAttention on tensor cores, for bf16 and fp8 caches: FlashAttention-
+// 2's tiling (64 query rows per block, 16 per warp, keys in tiles of 64),
+// bf16 mma with f32 accumulation, the online softmax in f32. Q and the
+// softmax weights P are rounded to bf16 before their products (as
+// FlashAttention's bf16 kernels round them); the cache's values are bf16
+// values already. Output within that rounding of PrefillAttention's (the
+// bound is cuda_prefill_mma_test's). Tiles as PrefillAttention's, each of
+// at most kMmaPrefillTileRows rows (rows past that are not computed: the
+// device cannot say so). Needs sm_80 or later, head_dim a multiple of 16 up
+// to 128, and the block's shared memory: PrefillAttentionMmaSupported says,
+// on the current device.
+inline constexpr int kMmaPrefillTileRows = 64;
+bool PrefillAttentionMmaSupported(KvDtype dtype, int head_dim);
+int PrefillAttentionMma(const float* q, int64_t q_stride, const StepLayout& step, const PagedKv& kv, int num_heads,
+                        float scale, float* out, int64_t out_stride, const int32_t* tiles, int num_tiles,
+                        void* stream);
+// Its shared memory per block (110 KiB at head_dim 128).
+int64_t PrefillAttentionMmaSharedBytes(int head_dim);
+
 // Copies one token's KV per entry, entries in order, in every one of
 // `arrays` arrays of `array_elements` elements of `dtype` from `cache` (each
 // layer's K, then its V): copies holds [src_block, src_slot, dst_block,

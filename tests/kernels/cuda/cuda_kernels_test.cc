@@ -22,42 +22,13 @@
 #include "kernels/cuda/sampling.h"
 #include "services/worker/sampling/counter_rng.h"
 #include "services/worker/sampling/sampler.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace floe {
 namespace {
 
-#define FLOE_REQUIRE_CUDA_DEVICE() \
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device"
-#define ASSERT_CUDA(code) ASSERT_EQ((code), 0) << cuda::ErrorString(code)
-
-// Device copy of a host vector, freed with it.
-template <class T>
-class DeviceVec {
- public:
-  explicit DeviceVec(const std::vector<T>& host) : size_(host.size()) {
-    cudaMalloc(&ptr_, std::max<size_t>(size_, 1) * sizeof(T));
-    cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  ~DeviceVec() { cudaFree(ptr_); }
-  T* get() const { return ptr_; }
-  std::vector<T> Host() const {
-    std::vector<T> out(size_);
-    cudaMemcpy(out.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost);
-    return out;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t size_;
-};
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using cuda_test::DeviceVec;
+using cuda_test::Random;
 
 void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float tol, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
