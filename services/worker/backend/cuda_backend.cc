@@ -273,6 +273,9 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
     }
     device_name_ = absl::StrCat(prop.name, " (device ", device_, ", ", Gib(static_cast<double>(prop.totalGlobalMem)), ")");
     sm_count_ = std::max(1, prop.multiProcessorCount);
+    // A narrow cache's prompt attention runs on tensor cores (bf16 mma); an
+    // f32 cache keeps the f32 kernel, the CPU's arithmetic to rounding.
+    mma_prefill_ = cuda::PrefillAttentionMmaSupported(options_.kv_dtype, config_.head_dim);
     // The context exists once the stream does: what is free then is this
     // worker's starting point (KvCacheBudget).
     if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess) {
@@ -454,6 +457,7 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   int64_t row0_ = 0, all_rows_ = 0;     // its first row, and the step's rows
   int64_t max_context_ = 0;             // the step's longest sequence end
   int sm_count_ = 1;
+  bool mma_prefill_ = false;  // prompt attention on tensor cores (PrefillAttentionMma)
   DeviceBuffer attn_workspace_;  // split-K partial results
   int groups_ = 1;                      // heads / MLP groups in a kQkv, kAttn, kGateUp row
   std::vector<int64_t> h_sp_logit_local_;  // SP: the logits rows this rank holds (local indices)
@@ -1049,14 +1053,15 @@ void CudaBackendImpl::PlanAttention(std::span<const ForwardSequence> batch) {
   // A run shorter than this attends row by row (the decode kernel's blocks
   // then outnumber the tiles' several-fold anyway).
   constexpr int32_t kMinRun = 16;
-  const bool tiled = config_.head_dim <= cuda::kMaxPrefillHeadDim;
+  const bool tiled = mma_prefill_ || config_.head_dim <= cuda::kMaxPrefillHeadDim;
+  const int32_t tile_rows = mma_prefill_ ? cuda::kMmaPrefillTileRows : cuda::kPrefillTileRows;
   int32_t row = 0;
   for (const ForwardSequence& seq : batch) {
     const int32_t n = static_cast<int32_t>(seq.tokens.size());
     if (tiled && seq.parents.empty() && n >= kMinRun) {
-      for (int32_t first = 0; first < n; first += cuda::kPrefillTileRows) {
+      for (int32_t first = 0; first < n; first += tile_rows) {
         h_prefill_tiles_.push_back(row + first);
-        h_prefill_tiles_.push_back(std::min(cuda::kPrefillTileRows, n - first));
+        h_prefill_tiles_.push_back(std::min(tile_rows, n - first));
       }
     } else {
       for (int32_t i = 0; i < n; ++i) h_decode_rows_.push_back(row + i);
@@ -1117,10 +1122,10 @@ void CudaBackendImpl::Attention(int layer, Activation qkv, Activation out) {
   if (Skip()) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
   if (!h_prefill_tiles_.empty()) {
-    Check(cuda::PrefillAttention(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out),
-                                 Width(out), prefill_tiles_dev_, static_cast<int>(h_prefill_tiles_.size() / 2),
-                                 stream_),
-          "PrefillAttention");
+    const auto prefill = mma_prefill_ ? cuda::PrefillAttentionMma : cuda::PrefillAttention;
+    Check(prefill(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),
+                  prefill_tiles_dev_, static_cast<int>(h_prefill_tiles_.size() / 2), stream_),
+          mma_prefill_ ? "PrefillAttentionMma" : "PrefillAttention");
     if (h_decode_rows_.empty() || Skip()) return;
   }
   Check(cuda::PagedAttention(Rows(qkv), Width(qkv), step_layout_, LayerKv(layer), heads_, scale, Rows(out), Width(out),

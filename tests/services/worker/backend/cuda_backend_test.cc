@@ -111,6 +111,54 @@ TEST_P(CudaBackendTest, PrefillAndGreedyDecodeMatchTheCpuBackend) {
   EXPECT_TRUE((*gpu)->healthy());
 }
 
+// A narrow KV cache on both backends (the same dtype and scales): prompts
+// of 16 rows or more run PrefillAttentionMma on sm_80+, which rounds Q and
+// the softmax weights to bf16 where the CPU keeps them f32; bf16 weights'
+// tolerance covers it. Prompts of 22 to 130 tokens (up to three 64-row
+// tiles, a tile's keys past 64), whole and in 5-token chunks.
+struct NarrowCase {
+  cpu::KvDtype cpu;
+  cuda::KvDtype cuda;
+};
+
+class CudaBackendNarrowKvTest : public ::testing::TestWithParam<NarrowCase> {};
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaBackendNarrowKvTest,
+                         ::testing::Values(NarrowCase{cpu::KvDtype::kBf16, cuda::KvDtype::kBf16},
+                                           NarrowCase{cpu::KvDtype::kFp8E4m3, cuda::KvDtype::kFp8E4m3}));
+
+TEST_P(CudaBackendNarrowKvTest, PrefillAndGreedyDecodeMatchTheCpuBackend) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  TestModel model(Flavor::kLlama3, DType::kBF16, 11);
+  const int layers = model.config().num_layers;
+  std::vector<float> scales;  // fp8: per-layer scales that are not powers of two
+  for (int i = 0; i < 2 * layers; ++i) scales.push_back(GetParam().cuda == cuda::KvDtype::kFp8E4m3 ? 0.05f + 0.01f * i : 1.0f);
+  CpuBackendOptions cpu_options{.num_threads = 2};
+  cpu_options.kv_dtype = GetParam().cpu;
+  cpu_options.kv_scales = scales;
+  CudaBackendOptions gpu_options;
+  gpu_options.kv_dtype = GetParam().cuda;
+  gpu_options.kv_scales = scales;
+  auto cpu = CpuBackend::Create(model.config(), model.weights(), cpu_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = CudaBackend::Create(model.config(), model.weights(), gpu_options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int bs = 4;
+  ASSERT_TRUE((*cpu)->AllocateKvCache(128, bs).ok());
+  ASSERT_TRUE((*gpu)->AllocateKvCache(128, bs).ok());
+  const int lengths[] = {22, 70, 130};
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::vector<int32_t> prompt = Prompt(lengths[seed - 1], seed, model.config().vocab_size);
+    for (int chunk : {0, 5}) {
+      const Generation want = Generate(**cpu, prompt, 32, chunk, bs, 0, 64);
+      const Generation got = Generate(**gpu, prompt, 32, chunk, bs, 0, 64);
+      ExpectAgree(got, want, DType::kBF16,
+                  "prompt of " + std::to_string(prompt.size()) + (chunk ? ", chunked" : ", whole"));
+    }
+  }
+  EXPECT_TRUE((*gpu)->healthy());
+}
+
 TEST_P(CudaBackendTest, TreeVerificationMatchesTheCpuBackend) {
   FLOE_REQUIRE_CUDA_DEVICE();
   if (GetParam().flavor == Flavor::kSwiftKV) GTEST_SKIP() << "SwiftKV trees are covered by the CPU tests";
