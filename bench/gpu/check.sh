@@ -26,7 +26,7 @@ out=${OUT:-/tmp/floe-gpu-check}
 unpacked=${FLOE_GPU_UNPACK:-/tmp/floe-gpu}  # where `run` unpacks the tarball
 
 # The binaries the check runs: the gpu-labelled tests, then the services.
-gpu_tests="cuda_rmsnorm_test cuda_kernels_test cuda_backend_test nccl_communicator_test nccl_parallel_test"
+gpu_tests="cuda_rmsnorm_test cuda_kernels_test cuda_prefill_mma_test cuda_backend_test nccl_communicator_test nccl_parallel_test"
 services="bench_cuda_forward floe-worker floe-router floe"
 # Libraries left to the GPU machine: the C library (and its parts), the
 # driver, and the CUDA 13 toolkit's runtime, cuBLAS and NCCL (hundreds of
@@ -139,7 +139,7 @@ run() {
   else
     nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader >"$out/gpu.txt" 2>&1
     parts+=("\"gpu\": $(json_escape <"$out/gpu.txt")")
-    # 2. The gpu tests (each against the CPU code it mirrors), 5 minutes in all.
+    # 2. The gpu tests (each against the CPU code it mirrors), 4 minutes in all.
     local results=()
     for name in $gpu_tests; do
       local t0=$SECONDS
@@ -147,7 +147,7 @@ run() {
       local rc=$?
       results+=("\"$name\": {\"rc\": $rc, \"seconds\": $((SECONDS - t0))}")
       [[ $rc -eq 0 ]] || status=1
-      ((SECONDS - start < 300)) || { echo "run: tests past 5 minutes; the rest skipped" | tee -a "$out/run.txt"; break; }
+      ((SECONDS - start < 240)) || { echo "run: tests past 4 minutes; the rest skipped" | tee -a "$out/run.txt"; break; }
     done
     parts+=("\"tests\": {$(IFS=,; echo "${results[*]}")}")
     # 3. One request through floe local --device cuda (router + 1 worker).
@@ -169,10 +169,16 @@ run() {
     kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
     parts+=("\"floe_local\": {\"rc\": $e2e, \"device\": \"${FLOE_GPU_CHECK_DEVICE:-cuda}\", \"router\": \"$addr\", \"generate\": $( ((e2e == 0)) && cat "$out/generate.json" || echo null)}")
     [[ $e2e -eq 0 ]] || status=1
-    # 4. The short benches, against roofs measured in the same run.
-    timeout 150 "$bin/bench_cuda_forward" --reps 3 >"$out/bench_cuda_forward.json" 2>"$out/bench_cuda_forward.txt" ||
+    # 4. The short benches, against roofs measured in the same run: llama-3.1-8b's
+    # shapes at short context, then llama-3.2-1b's after 8,192 cached tokens
+    # with each KV cache dtype (a 2,048-token prefill chunk on tensor cores for
+    # bf16 and fp8; decode at batch 1 and 8).
+    timeout 120 "$bin/bench_cuda_forward" --reps 3 >"$out/bench_cuda_forward.json" 2>"$out/bench_cuda_forward.txt" ||
       status=1
     parts+=("\"bench_cuda_forward\": $( [[ -s $out/bench_cuda_forward.json ]] && cat "$out/bench_cuda_forward.json" || echo null)")
+    timeout 90 "$bin/bench_cuda_forward" --preset llama-3.2-1b --context 8192 --kv-cache-dtypes f32,bf16,fp8_e4m3 \
+      --only prefill,decode1,decode8 --reps 3 >"$out/bench_kv_dtypes.json" 2>"$out/bench_kv_dtypes.txt" || status=1
+    parts+=("\"bench_kv_dtypes\": $( [[ -s $out/bench_kv_dtypes.json ]] && cat "$out/bench_kv_dtypes.json" || echo null)")
   fi
   parts+=("\"seconds\": $((SECONDS - start))" "\"status\": $status")
   (IFS=,; echo "{${parts[*]}}") | python3 -m json.tool >"$out/report.json" 2>/dev/null ||
