@@ -114,7 +114,7 @@ int Run(int argc, char** argv) {
   if (!backend.ok()) return 1;  // logged
   const bool drafts = !proposers->empty();
   const CostCurve curve = ResolveCostCurve(f, *plan, config, backend->hardware, backend->gpu_name, drafts);
-  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, plan->device.device, config, (*checkpoint)->weights());
+  const cpu::KvDtype kv_dtype = backend->kv_dtype;
   const int64_t cpu_kv_bytes = backend->device_kv_bytes ? 0 : KvCacheBudgetBytes(f, *plan, config, kv_dtype);
   const EngineOptions engine_options =
       EngineOptionsFor(f, config, drafts, backend->device_kv_bytes, cpu_kv_bytes, curve);

@@ -70,9 +70,9 @@ void WarnOfDefaultKvScales(const WorkerFlags& f, cpu::KvDtype dtype, const Model
 
 // One rank's CPU backend over its communicators (all null for one rank).
 absl::StatusOr<std::unique_ptr<CpuBackend>> MakeCpuBackend(const WorkerFlags& f, int threads,
-                                                           const Checkpoint& checkpoint, Communicator* world,
-                                                           Communicator* sequence, Communicator* tensor) {
-  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, Device::kCpu, checkpoint.config(), checkpoint.weights());
+                                                           const Checkpoint& checkpoint, cpu::KvDtype kv_dtype,
+                                                           Communicator* world, Communicator* sequence,
+                                                           Communicator* tensor) {
   WarnOfDefaultKvScales(f, kv_dtype, checkpoint.weights());
   return CpuBackend::Create(checkpoint.config(), checkpoint.weights(),
                             {.num_threads = threads,
@@ -114,7 +114,7 @@ struct MadeCudaBackend {
 // largest step, the KV budget measured after both. A CUDA fault in a step
 // turns the worker NOT_SERVING and exits it (its supervisor restarts it).
 absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const ModelWeights& weights,
-                                                const WorkerFlags& f, ServerRunner* server,
+                                                const WorkerFlags& f, cpu::KvDtype kv_dtype, ServerRunner* server,
                                                 CudaBackendOptions options) {
   auto on_fault = [server](const absl::Status& status) {
     if (server) server->SetServing(false);
@@ -127,7 +127,6 @@ absl::StatusOr<MadeCudaBackend> MakeCudaBackend(const ModelConfig& config, const
     }).detach();
   };
   options.on_fault = on_fault;
-  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, Device::kCuda, config, weights);
   WarnOfDefaultKvScales(f, kv_dtype, weights);
   options.kv_dtype = kv_dtype == cpu::KvDtype::kBf16       ? cuda::KvDtype::kBf16
                      : kv_dtype == cpu::KvDtype::kFp8E4m3 ? cuda::KvDtype::kFp8E4m3
@@ -229,6 +228,7 @@ absl::StatusOr<RankZeroBackend> BuildRankZeroBackend(const WorkerFlags& f, Worke
   };
   const ModelConfig& config = checkpoint.config();
   const int ranks = plan.ranks;
+  made.kv_dtype = ResolveKvCacheDtype(f, plan.device.device, config, checkpoint.weights());
   if (ranks > 1) {
     auto connected = ConnectGlooGrid({.rank = 0,
                                       .size = ranks,
@@ -258,7 +258,7 @@ absl::StatusOr<RankZeroBackend> BuildRankZeroBackend(const WorkerFlags& f, Worke
       cuda_options.tensor_group = timing(links.nccl.tensor.get());
     }
 #endif
-    auto cuda = MakeCudaBackend(config, checkpoint.weights(), f, server, cuda_options);
+    auto cuda = MakeCudaBackend(config, checkpoint.weights(), f, made.kv_dtype, server, cuda_options);
     if (!cuda.ok()) return Failed("backend_failed", cuda.status());
     made.weight_bytes = static_cast<int64_t>(cuda->backend->WeightBytes());
     made.kv_block_bytes = static_cast<int64_t>(cuda->backend->KvBytesPerBlock(f.block_size));
@@ -268,7 +268,7 @@ absl::StatusOr<RankZeroBackend> BuildRankZeroBackend(const WorkerFlags& f, Worke
     made.backend = std::move(cuda->backend);
 #endif
   } else {
-    auto cpu = MakeCpuBackend(f, plan.threads, checkpoint, timing(links.grid.world.get()),
+    auto cpu = MakeCpuBackend(f, plan.threads, checkpoint, made.kv_dtype, timing(links.grid.world.get()),
                               timing(links.grid.sequence.get()), timing(links.grid.tensor.get()));
     if (!cpu.ok()) return Failed("backend_failed", cpu.status());
     made.cache_outcome = (*cpu)->weight_cache().outcome;
@@ -320,12 +320,13 @@ int RunFollowerRank(const WorkerFlags& f, const WorkerPlan& plan, std::shared_pt
   if (!grid.ok()) return FollowerFailed("rank_connect_failed", grid.status(), f.rank);
   auto device = AgreeOnDevice(*grid->world, plan.device.device, plan.support, plan.ranks);
   if (!device.ok()) return FollowerFailed("rank_connect_failed", device.status(), f.rank);
+  const cpu::KvDtype kv_dtype = ResolveKvCacheDtype(f, *device, (*checkpoint)->config(), (*checkpoint)->weights());
   if (*device == Device::kCuda) {
 #if defined(FLOE_HAVE_CUDA) && defined(FLOE_HAVE_NCCL)
     const int gpu = f.rank % std::max(1, plan.support.visible_gpus);
     auto nccl = ConnectNcclGrid(*grid, gpu);
     if (!nccl.ok()) return FollowerFailed("rank_connect_failed", nccl.status(), f.rank);
-    auto cuda = MakeCudaBackend((*checkpoint)->config(), (*checkpoint)->weights(), f, nullptr,
+    auto cuda = MakeCudaBackend((*checkpoint)->config(), (*checkpoint)->weights(), f, kv_dtype, nullptr,
                                 {.device = gpu,
                                  .communicator = nccl->world.get(),
                                  .sequence_parallel_size = f.sequence_parallel_size,
@@ -339,7 +340,7 @@ int RunFollowerRank(const WorkerFlags& f, const WorkerPlan& plan, std::shared_pt
     return FollowerFailed("backend_failed", absl::FailedPreconditionError("built without CUDA and NCCL"), f.rank);
 #endif
   }
-  auto cpu = MakeCpuBackend(f, plan.threads, **checkpoint, grid->world.get(), grid->sequence.get(),
+  auto cpu = MakeCpuBackend(f, plan.threads, **checkpoint, kv_dtype, grid->world.get(), grid->sequence.get(),
                             grid->tensor.get());
   if (!cpu.ok()) return FollowerFailed("backend_failed", cpu.status(), f.rank);
   LogWeightCache(**cpu, f.rank);

@@ -51,6 +51,7 @@ struct RankZeroBackend {
   std::unique_ptr<Backend> backend;
   int64_t weight_bytes = 0;    // rank 0's
   int64_t kv_block_bytes = 0;  // per KV block of --block-size tokens
+  cpu::KvDtype kv_dtype = cpu::KvDtype::kF32;  // --kv-cache-dtype, resolved for the device
   WeightCacheReport::Outcome cache_outcome = WeightCacheReport::Outcome::kOff;
   std::optional<int64_t> device_kv_bytes;  // --device cuda: what --gpu-memory-utilization leaves
   std::string gpu_name;

@@ -246,6 +246,37 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchPyTorch) {
   std::filesystem::remove_all(dir);
 }
 
+// Max over rows of |want - got| / max |want| of the row.
+double WorstRelative(const std::vector<std::vector<float>>& want, const std::vector<std::vector<float>>& got) {
+  double worst = 0;
+  for (size_t p = 0; p < want.size(); ++p) {
+    double max_abs = 0;
+    for (float x : want[p]) max_abs = std::max<double>(max_abs, std::abs(x));
+    for (size_t i = 0; i < want[p].size(); ++i)
+      worst = std::max(worst, std::abs(want[p][i] - got[p][i]) / max_abs);
+  }
+  return worst;
+}
+
+// Greedy tokens of `got` equal `want`'s up to a first flip, which may only
+// come where want's top-2 margin is within twice `bound` x max |logit| (a
+// near tie: past it the contexts differ and the comparison stops). Returns
+// the steps that agreed.
+size_t ExpectFlipOnlyNearATie(const testing_model::Generation& want, const testing_model::Generation& got,
+                              double bound, const std::string& what) {
+  size_t same = 0;
+  for (; same < want.tokens.size() && want.tokens[same] == got.tokens[same]; ++same) {
+  }
+  if (same < want.tokens.size()) {
+    double max_abs = 0;
+    for (float x : want.step_logits[same]) max_abs = std::max<double>(max_abs, std::abs(x));
+    const double margin = Margin(want.step_logits[same]);
+    EXPECT_LT(margin, 2 * bound * max_abs) << what << ": a flip at step " << same << " away from a near tie";
+    std::cout << what << ": greedy flip at step " << same << ", top-2 margin " << margin << "\n";
+  }
+  return same;
+}
+
 // A bf16 KV cache (--kv-cache-dtype bf16):
 // - against the PyTorch reference with K (after RoPE) and V rounded to bf16
 //   the same way: the bf16 tolerances above hold for f32 and bf16 weights
@@ -279,24 +310,9 @@ TEST_P(Bf16KvReferenceTest, MatchesPyTorchAndTheF32CacheAtTheMargin) {
   ASSERT_TRUE((*f32)->AllocateKvCache(blocks, bs).ok());
   const auto want = testing_model::Generate(**f32, prompt, kSteps, 0, bs, 0, blocks);
   const auto got = testing_model::Generate(**bf16, prompt, kSteps, 0, bs, 0, blocks);
-  double worst = 0;
-  for (size_t p = 0; p < want.prompt_logits.size(); ++p) {
-    double max_abs = 0;
-    for (float x : want.prompt_logits[p]) max_abs = std::max<double>(max_abs, std::abs(x));
-    for (size_t i = 0; i < want.prompt_logits[p].size(); ++i)
-      worst = std::max(worst, std::abs(want.prompt_logits[p][i] - got.prompt_logits[p][i]) / max_abs);
-  }
+  const double worst = WorstRelative(want.prompt_logits, got.prompt_logits);
   EXPECT_LE(worst, kKvBf16Bound);
-  size_t same = 0;
-  for (; same < want.tokens.size() && want.tokens[same] == got.tokens[same]; ++same) {
-  }
-  if (same < want.tokens.size()) {
-    double max_abs = 0;
-    for (float x : want.step_logits[same]) max_abs = std::max<double>(max_abs, std::abs(x));
-    const double margin = Margin(want.step_logits[same]);
-    EXPECT_LT(margin, 2 * kKvBf16Bound * max_abs) << "a flip at step " << same << " away from a near tie";
-    std::cout << "bf16 vs f32 KV: greedy flip at step " << same << ", f32 top-2 margin " << margin << "\n";
-  }
+  const size_t same = ExpectFlipOnlyNearATie(want, got, kKvBf16Bound, "bf16 vs f32 KV");
   std::cout << "bf16 vs f32 KV: worst |dlogit| / max|logit| " << worst << ", greedy equal for " << same << " of "
             << want.tokens.size() << " steps\n";
 }
@@ -327,17 +343,6 @@ double Top1Agreement(const std::vector<std::vector<float>>& a, const std::vector
             std::max_element(b[p].begin(), b[p].end()) - b[p].begin();
   }
   return a.empty() ? 1.0 : static_cast<double>(same) / a.size();
-}
-
-double WorstRelative(const std::vector<std::vector<float>>& want, const std::vector<std::vector<float>>& got) {
-  double worst = 0;
-  for (size_t p = 0; p < want.size(); ++p) {
-    double max_abs = 0;
-    for (float x : want[p]) max_abs = std::max<double>(max_abs, std::abs(x));
-    for (size_t i = 0; i < want[p].size(); ++i)
-      worst = std::max(worst, std::abs(want[p][i] - got[p][i]) / max_abs);
-  }
-  return worst;
 }
 
 class Fp8KvReferenceTest : public ::testing::TestWithParam<Flavor> {};
@@ -390,16 +395,7 @@ TEST_P(Fp8KvReferenceTest, MatchesPyTorchAndTheF32CacheAtTheMargin) {
     worst = std::max(worst, WorstRelative(want.prompt_logits, got.prompt_logits));
     agree_fp8 += Top1Agreement(want.prompt_logits, got.prompt_logits) / kPrompts;
     agree_bf16 += Top1Agreement(want.prompt_logits, half.prompt_logits) / kPrompts;
-    size_t same = 0;
-    for (; same < want.tokens.size() && want.tokens[same] == got.tokens[same]; ++same) {
-    }
-    if (same < want.tokens.size()) {
-      double max_abs = 0;
-      for (float x : want.step_logits[same]) max_abs = std::max<double>(max_abs, std::abs(x));
-      const double margin = Margin(want.step_logits[same]);
-      EXPECT_LT(margin, 2 * kKvFp8Bound * max_abs) << "prompt " << n << ": a flip at step " << same
-                                                   << " away from a near tie";
-    }
+    ExpectFlipOnlyNearATie(want, got, kKvFp8Bound, "fp8 vs f32 KV, prompt " + std::to_string(n));
   }
   EXPECT_LE(worst, kKvFp8Bound);
   EXPECT_GE(agree_fp8, 0.9) << "fp8's prompt top-1 agreement with f32";
