@@ -85,6 +85,19 @@ __global__ void SiluMulKernel(float* data, int width, int group, int inter) {
   }
 }
 
+// Block (row, group): as SiluMulKernel, from and to bf16.
+__global__ void SiluMulBf16Kernel(const __nv_bfloat16* __restrict__ gate_up, int64_t ld, int inter,
+                                  __nv_bfloat16* __restrict__ out) {
+  const int groups = gridDim.y, group = blockIdx.y;
+  const __nv_bfloat16* gate = gate_up + blockIdx.x * ld + 2 * static_cast<int64_t>(group) * inter;
+  const __nv_bfloat16* up = gate + inter;
+  __nv_bfloat16* o = out + (static_cast<int64_t>(blockIdx.x) * groups + group) * inter;
+  for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+    const float g = __bfloat162float(gate[i]);
+    o[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * __bfloat162float(up[i]));
+  }
+}
+
 __global__ void AddKernel(float* __restrict__ x, const float* __restrict__ delta, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -167,6 +180,15 @@ int GatherRmsNormF32(const float* in, const int64_t* index, const float* weight,
   if (rows < 0 || cols <= 0 || !in || !index || !weight || !out) return Invalid();
   if (rows == 0) return 0;
   GatherRmsNormKernel<<<rows, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(in, index, weight, eps, cols, out);
+  return Launched();
+}
+
+int SiluMulBf16(const uint16_t* gate_up, int64_t ld, int rows, int groups, int inter, uint16_t* out, void* stream) {
+  if (rows < 0 || groups <= 0 || inter <= 0 || !gate_up || !out || ld < 2 * static_cast<int64_t>(groups) * inter)
+    return Invalid();
+  if (rows == 0) return 0;
+  SiluMulBf16Kernel<<<dim3(rows, groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<const __nv_bfloat16*>(gate_up), ld, inter, reinterpret_cast<__nv_bfloat16*>(out));
   return Launched();
 }
 

@@ -40,6 +40,13 @@ int GatherRmsNormF32(const float* in, const int64_t* index, const float* weight,
 // silu(gate) * up lands at g * inter (in place, groups in order).
 int SiluMulF32(float* data, int rows, int groups, int inter, void* stream);
 
+// The MLP's bf16 path, as vLLM keeps it: each row's `groups` [gate | up]
+// groups of bf16 (the gate_up GEMM's bf16 output; row r at gate_up + r * ld,
+// each group 2 * inter wide) to group g's silu(gate) * up, computed in f32
+// and rounded to bf16 (nearest even) at out[r * groups * inter + g * inter]:
+// the down GEMM's input as it is.
+int SiluMulBf16(const uint16_t* gate_up, int64_t ld, int rows, int groups, int inter, uint16_t* out, void* stream);
+
 // x += delta, n floats.
 int AddF32(float* x, const float* delta, int64_t n, void* stream);
 

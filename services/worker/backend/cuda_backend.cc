@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -120,8 +121,8 @@ uint32_t Alignment(const void* p) {
   return align;
 }
 
-// y[m, n] = x[m, k] W^T through cuBLASLt, W [n, k] row-major; f32 output,
-// f32 accumulation. Plans (descriptors and the heuristic's algorithm) are
+// y[m, n] = x[m, k] W^T through cuBLASLt, W [n, k] row-major; f32 or (for
+// a bf16 W) bf16 output, f32 accumulation. Plans (descriptors and the heuristic's algorithm) are
 // cached per shape and alignment, at most kMaxPlans.
 class GemmRunner {
  public:
@@ -138,11 +139,14 @@ class GemmRunner {
     }
     return absl::OkStatus();
   }
-  // `x` holds W's dtype, row r at x + r * x_ld elements; y is [m, W.rows].
-  std::string Run(const void* x, int64_t x_ld, int64_t m, const DeviceMatrix& w, float* y, cudaStream_t stream) {
+  // `x` holds W's dtype, row r at x + r * x_ld elements; y is [m, W.rows]
+  // of y_dtype (bf16: rounded to nearest even from the f32 sums).
+  std::string Run(const void* x, int64_t x_ld, int64_t m, const DeviceMatrix& w, void* y, cuda::Dtype y_dtype,
+                  cudaStream_t stream) {
     if (m == 0) return "";
-    const Key key{m, w.rows, w.cols, w.ld, x_ld, static_cast<int>(w.dtype), Alignment(w.data), Alignment(x),
-                  Alignment(y)};
+    if (y_dtype == cuda::Dtype::kBf16 && w.dtype != cuda::Dtype::kBf16) return "a bf16 output needs bf16 weights";
+    const Key key{m,    w.rows, w.cols, w.ld, x_ld, static_cast<int>(w.dtype), static_cast<int>(y_dtype),
+                  Alignment(w.data), Alignment(x), Alignment(y)};
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       if (plans_.size() >= kMaxPlans) Clear();
@@ -160,8 +164,8 @@ class GemmRunner {
  private:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   static constexpr size_t kMaxPlans = 4096;
-  // m, n, k, ld of W, ld of x, dtype, alignments of W, x, y.
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t>;
+  // m, n, k, ld of W, ld of x, dtype, y's dtype, alignments of W, x, y.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t>;
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -170,8 +174,9 @@ class GemmRunner {
 
   // Column-major view: y^T [n, m] = W (stored k x n, transposed) * x^T (stored k x m).
   std::string MakePlan(const Key& key, Plan& p) {
-    const auto [m, n, k, w_ld, x_ld, dtype, align_w, align_x, align_y] = key;
+    const auto [m, n, k, w_ld, x_ld, dtype, y_dtype, align_w, align_x, align_y] = key;
     const cudaDataType_t type = dtype == static_cast<int>(cuda::Dtype::kBf16) ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t out_type = y_dtype == static_cast<int>(cuda::Dtype::kBf16) ? CUDA_R_16BF : CUDA_R_32F;
     const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
     bool ok = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)) ==
@@ -180,7 +185,7 @@ class GemmRunner {
                    CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&p.a, type, k, n, w_ld) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&p.b, type, k, m, x_ld) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p.c, out_type, n, m, n) == CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreference_t pref = nullptr;
     ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
     const uint64_t workspace = kWorkspaceBytes;
@@ -202,7 +207,8 @@ class GemmRunner {
     if (!ok || found == 0) {
       Destroy(p);
       return absl::StrCat("cuBLASLt has no algorithm for ", m, " x ", k, " by ", n, " x ", k,
-                          dtype == static_cast<int>(cuda::Dtype::kBf16) ? " bf16" : " f32");
+                          dtype == static_cast<int>(cuda::Dtype::kBf16) ? " bf16" : " f32",
+                          out_type == CUDA_R_16BF ? ", bf16 out" : "");
     }
     p.algo = result.algo;
     return "";
@@ -392,8 +398,11 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   void DownloadLogitsRows(int64_t row, int64_t count, float* logits);
   int64_t Width(Activation a) const;
   cuda::PagedKv LayerKv(int layer) const;
-  // y = x W^T over `rows` rows of x (row stride x_ld floats).
-  void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y);
+  // y = x W^T over `rows` rows of x (row stride x_ld floats), y f32. A bf16
+  // W's input is rounded to bf16 first (bf16_), unless `in` is the
+  // activation whose bf16 rows bf16_ holds already (bf16_holds_).
+  void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y,
+            std::optional<Activation> in = std::nullopt);
   // After a failure the step's remaining ops do nothing (their inputs are not
   // trusted); Forward reports the first failure.
   // While a graph replays, the model's ops enqueue nothing: the graph holds
@@ -458,6 +467,13 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   int64_t max_context_ = 0;             // the step's longest sequence end
   int sm_count_ = 1;
   bool mma_prefill_ = false;  // prompt attention on tensor cores (PrefillAttentionMma)
+  // The MLP's bf16 path (bf16 weights): the gate_up GEMM writes bf16 into
+  // gate_up_ (gate_up_bf16_), SiluMul writes the product's bf16 rows into
+  // bf16_, and the down GEMM reads them there (bf16_holds_ = kGateUp, of
+  // bf16_cols_ columns). Host state of the step being enqueued.
+  bool gate_up_bf16_ = false;
+  std::optional<Activation> bf16_holds_;
+  int64_t bf16_cols_ = 0;
   DeviceBuffer attn_workspace_;  // split-K partial results
   int groups_ = 1;                      // heads / MLP groups in a kQkv, kAttn, kGateUp row
   std::vector<int64_t> h_sp_logit_local_;  // SP: the logits rows this rank holds (local indices)
@@ -1084,21 +1100,48 @@ void CudaBackendImpl::RmsNorm(Activation in, WeightId weight, Activation out) {
         "RmsNorm");
 }
 
-void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y) {
+void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y,
+                           std::optional<Activation> in) {
+  const bool held = in && bf16_holds_ == in;
+  bf16_holds_.reset();  // bf16_ is rewritten below or read for the last time
   if (rows == 0 || Skip()) return;
   const void* input = x;
   int64_t input_ld = x_ld;
-  if (w.dtype == cuda::Dtype::kBf16) {  // the CPU kernels round a bf16 matrix's input the same way
+  if (held) {
+    if (w.dtype != cuda::Dtype::kBf16 || w.cols != bf16_cols_) {
+      return Fail("Matmul", absl::StrCat("bf16 input of ", bf16_cols_, " columns for a ", w.cols, "-column matrix"));
+    }
+    input = bf16_.as<void>();
+    input_ld = w.cols;
+  } else if (w.dtype == cuda::Dtype::kBf16) {  // the CPU kernels round a bf16 matrix's input the same way
     Check(cuda::F32ToBf16(x, x_ld, static_cast<int>(rows), static_cast<int>(w.cols), bf16_.as<uint16_t>(), stream_),
           "Matmul (input to bf16)");
     input = bf16_.as<void>();
     input_ld = w.cols;
   }
-  if (std::string error = gemm_.Run(input, input_ld, rows, w, y, stream_); !error.empty()) Fail("Matmul", error);
+  if (std::string error = gemm_.Run(input, input_ld, rows, w, y, cuda::Dtype::kF32, stream_); !error.empty())
+    Fail("Matmul", error);
 }
 
 void CudaBackendImpl::Matmul(Activation in, WeightId matrix, Activation out) {
-  Gemm(Rows(in), Width(in), rows_, matrices_[matrix], Rows(out));
+  const DeviceMatrix& w = matrices_[matrix];
+  if (out == Activation::kGateUp) gate_up_bf16_ = w.dtype == cuda::Dtype::kBf16;
+  if (!gate_up_bf16_ || out != Activation::kGateUp) {
+    Gemm(Rows(in), Width(in), rows_, w, Rows(out), in);
+    return;
+  }
+  // gate_up in bf16, as vLLM keeps it: half the bytes written and read back.
+  bf16_holds_.reset();
+  if (rows_ == 0 || Skip()) return;
+  Check(cuda::F32ToBf16(Rows(in), Width(in), static_cast<int>(rows_), static_cast<int>(w.cols), bf16_.as<uint16_t>(),
+                        stream_),
+        "Matmul (input to bf16)");
+  if (Skip()) return;
+  if (std::string error = gemm_.Run(bf16_.as<void>(), w.cols, rows_, w, gate_up_.as<void>(), cuda::Dtype::kBf16,
+                                    stream_);
+      !error.empty()) {
+    Fail("Matmul", error);
+  }
 }
 
 void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
@@ -1143,8 +1186,16 @@ void CudaBackendImpl::AddRmsNorm(Activation x, Activation delta, WeightId weight
 
 void CudaBackendImpl::SiluMul(Activation gate_up, int groups) {
   if (Skip()) return;
-  Check(cuda::SiluMulF32(Rows(gate_up), static_cast<int>(rows_), groups,
-                         static_cast<int>(Width(gate_up) / (2 * groups)), stream_),
+  const int64_t inter = Width(gate_up) / (2 * groups);
+  if (gate_up == Activation::kGateUp && gate_up_bf16_) {  // bf16 rows of Width(kGateUp), product into bf16_
+    Check(cuda::SiluMulBf16(gate_up_.as<uint16_t>(), Width(gate_up), static_cast<int>(rows_), groups,
+                            static_cast<int>(inter), bf16_.as<uint16_t>(), stream_),
+          "SiluMul");
+    bf16_holds_ = Activation::kGateUp;
+    bf16_cols_ = groups * inter;
+    return;
+  }
+  Check(cuda::SiluMulF32(Rows(gate_up), static_cast<int>(rows_), groups, static_cast<int>(inter), stream_),
         "SiluMul");
 }
 

@@ -115,6 +115,42 @@ TEST(CudaKernelsTest, SiluMulAndAddMatchTheCpu) {
   EXPECT_EQ(dx.Host(), want);
 }
 
+// The MLP's bf16 path: bf16 [gate | up] groups (row stride past the groups)
+// to the bf16 product, against the CPU's SiluMul over the same widened
+// values rounded once: equal, or one bf16 step apart where expf and the
+// CPU's exp differ across a rounding boundary (at most 1% of elements).
+TEST(CudaKernelsTest, SiluMulBf16IsTheCpusRounded) {
+  FLOE_REQUIRE_CUDA_DEVICE();
+  for (int groups : {1, 3}) {
+    const int rows = 7, inter = 300, ld = 2 * groups * inter + 8;
+    const std::vector<float> values = Random(rows * ld, 40 + groups, 3.0f);
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = F32ToBf16(values[i]);
+    std::vector<uint16_t> want(rows * groups * inter);
+    for (int r = 0; r < rows; ++r) {
+      for (int g = 0; g < groups; ++g) {
+        std::vector<float> gate(inter), up(inter), out(inter);
+        for (int i = 0; i < inter; ++i) {
+          gate[i] = Bf16ToF32(bits[r * ld + 2 * g * inter + i]);
+          up[i] = Bf16ToF32(bits[r * ld + (2 * g + 1) * inter + i]);
+        }
+        cpu::SiluMul(gate.data(), up.data(), inter, out.data());
+        for (int i = 0; i < inter; ++i) want[(r * groups + g) * inter + i] = F32ToBf16(out[i]);
+      }
+    }
+    DeviceVec<uint16_t> d(bits), out{std::vector<uint16_t>(want.size(), 0xffff)};
+    ASSERT_CUDA(cuda::SiluMulBf16(d.get(), ld, rows, groups, inter, out.get(), nullptr));
+    const std::vector<uint16_t> got = out.Host();
+    int apart = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (got[i] == want[i]) continue;
+      ASSERT_LE(std::abs(static_cast<int>(got[i]) - static_cast<int>(want[i])), 1) << "element " << i;
+      ++apart;
+    }
+    EXPECT_LE(apart, static_cast<int>(want.size() / 100)) << groups << " groups";
+  }
+}
+
 TEST(CudaKernelsTest, Bf16RoundingIsTheCpusBitForBit) {
   FLOE_REQUIRE_CUDA_DEVICE();
   const int rows = 4, cols = 33, stride = 40;
