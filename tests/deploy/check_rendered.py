@@ -380,6 +380,7 @@ def expected_worker_args(model, values):
         "--metrics-port": str(spec["metricsPort"]),
         "--threads": str(int(model["threads"])),
         "--kv-cache-gb": str(model["kvCacheGB"]),
+        "--kv-cache-dtype": model["kvCacheDtype"],
         "--max-model-len": str(int(model["maxModelLen"])),
         "--block-size": str(int(model["blockSize"])),
         "--max-num-seqs": str(int(model["maxNumSeqs"])),

@@ -176,6 +176,10 @@ refused more-pods-than-ranks "nodesPerWorker 4 does not divide .* = 2 ranks" '
 servingEngineSpec:
   modelSpec:
     - {name: m, modelPath: /models/m, tensorParallelSize: 2, nodesPerWorker: 4}'
+refused unknown-kv-cache-dtype "kvCacheDtype.*must be one of" '
+servingEngineSpec:
+  modelSpec:
+    - {name: m, modelPath: /models/m, kvCacheDtype: fp16}'
 refused zero-nodes "nodesPerWorker" '
 servingEngineSpec:
   modelSpec:

@@ -352,6 +352,7 @@ leaderworkerset.sigs.k8s.io/group-index: {{ .group | quote }}
 - --metrics-port={{ $spec.metricsPort }}
 - --threads={{ int $model.threads }}
 - --kv-cache-gb={{ $model.kvCacheGB }}
+- --kv-cache-dtype={{ $model.kvCacheDtype }}
 - --max-model-len={{ int $model.maxModelLen }}
 - --block-size={{ int $model.blockSize }}
 - --max-num-seqs={{ int $model.maxNumSeqs }}
