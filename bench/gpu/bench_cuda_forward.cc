@@ -132,17 +132,6 @@ int Main(int argc, char** argv) {
   parser.AddInt("context", &opt.context, "cached tokens before every case (synthetic; 0: 128-token prompts)");
   parser.AddString("kv-cache-dtypes", &opt.kv_cache_dtypes, "KV cache dtypes, comma-separated: f32, bf16, fp8_e4m3");
   if (auto code = parser.ParseOrExitCode(argc, argv, "bench_cuda_forward")) return *code;
-  if (cuda::DeviceCount() == 0) {
-    std::fprintf(stderr, "bench_cuda_forward: no CUDA device is visible\n");
-    return 2;
-  }
-  const double copy_gb_s = CopyBandwidth();
-  const double gemm_tflops = GemmRate();
-  std::fprintf(stderr, "roofs: copy %.0f GB/s (read + write), bf16 GEMM %.0f TFLOP/s\n", copy_gb_s, gemm_tflops);
-  const double built = Now();
-  auto model = BuildModel(opt.preset);
-  if (!model) return 2;
-  std::fprintf(stderr, "%s dummy weights built in %.1f s\n", opt.preset.c_str(), Now() - built);
   std::vector<std::string> dtype_names = absl::StrSplit(opt.kv_cache_dtypes, ',', absl::SkipEmpty());
   std::vector<cuda::KvDtype> dtypes(dtype_names.size());
   for (size_t i = 0; i < dtypes.size(); ++i) {
@@ -155,6 +144,17 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--kv-cache-dtypes needs a dtype; --context must be >= 0\n");
     return 1;
   }
+  if (cuda::DeviceCount() == 0) {
+    std::fprintf(stderr, "bench_cuda_forward: no CUDA device is visible\n");
+    return 2;
+  }
+  const double copy_gb_s = CopyBandwidth();
+  const double gemm_tflops = GemmRate();
+  std::fprintf(stderr, "roofs: copy %.0f GB/s (read + write), bf16 GEMM %.0f TFLOP/s\n", copy_gb_s, gemm_tflops);
+  const double built = Now();
+  auto model = BuildModel(opt.preset);
+  if (!model) return 2;
+  std::fprintf(stderr, "%s dummy weights built in %.1f s\n", opt.preset.c_str(), Now() - built);
   const ModelCost cost = CostOf(model->config);  // kv_bytes_per_pos: an f32 cache's
   struct Case {
     std::string key, name;
