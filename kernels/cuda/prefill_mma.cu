@@ -67,13 +67,32 @@ __host__ __device__ Smem SmemFor(int hd) {
 __device__ __forceinline__ __nv_bfloat16 AsBf16(uint16_t x) { return __ushort_as_bfloat16(x); }
 __device__ __forceinline__ __nv_bfloat16 AsBf16(uint8_t x) { return __float2bfloat16_rn(Widen(x)); }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+namespace wmma = nvcuda::wmma;
+using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// acc += A B over `steps` slices 16 deep: A's 16 rows row-major at `a`
+// (stride lda), slice k at a + 16k; B's slice k at b + k * b_step (stride
+// ldb, laid out as BLayout says).
+template <class BLayout>
+__device__ __forceinline__ void MmaSlices(Accumulator& acc, const __nv_bfloat16* a, int lda, const __nv_bfloat16* b,
+                                          int ldb, int b_step, int steps) {
+  for (int k = 0; k < steps; ++k) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, BLayout> fb;
+    wmma::load_matrix_sync(fa, a + k * 16, lda);
+    wmma::load_matrix_sync(fb, b + k * b_step, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+#endif
+
 // `scale` includes k_scale; the output is multiplied by v_scale once.
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32)
     PrefillMmaKernel(const float* __restrict__ q, int64_t q_stride, StepLayout step, PagedKv kv, int group,
                      float scale, float* __restrict__ out, int64_t out_stride, const int32_t* __restrict__ tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  namespace wmma = nvcuda::wmma;
   extern __shared__ __align__(128) unsigned char smem[];
   const int hd = kv.head_dim;
   const Smem L = SmemFor(hd);
@@ -124,17 +143,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();
     if (k0 >= warp_keys) continue;  // none of the warp's rows reaches this tile (warp-uniform)
-    // S = Q K^T over the warp's 16 rows; K row-major is K^T column-major.
+    // S = Q K^T over the warp's 16 rows; K row-major is K^T column-major
+    // (its head_dim slices 16 elements apart).
     for (int cb = 0; cb < kKeys / 16; ++cb) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      Accumulator acc;
       wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < hd / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, qs + warp * 16 * L.ldh + kk * 16, L.ldh);
-        wmma::load_matrix_sync(b, ks + cb * 16 * L.ldh + kk * 16, L.ldh);
-        wmma::mma_sync(acc, a, b, acc);
-      }
+      MmaSlices<wmma::col_major>(acc, qs + warp * 16 * L.ldh, L.ldh, ks + cb * 16 * L.ldh, L.ldh, 16, hd / 16);
       wmma::store_matrix_sync(ss + warp * 16 * L.lds + cb * 16, acc, L.lds, wmma::mem_row_major);
     }
     __syncwarp();
@@ -166,18 +180,13 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int d = half; d < hd; d += 2) orow[d] *= correction;
     }
     __syncwarp();
-    // O += P V over the warp's rows; V row-major is the right operand as is.
+    // O += P V over the warp's rows; V row-major is the right operand as is
+    // (its key slices 16 rows apart).
     for (int ob = 0; ob < hd / 16; ++ob) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      Accumulator acc;
       float* const o = os + warp * 16 * L.ldo + ob * 16;
       wmma::load_matrix_sync(acc, o, L.ldo, wmma::mem_row_major);
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, ps + warp * 16 * L.ldp + kk * 16, L.ldp);
-        wmma::load_matrix_sync(b, vs + kk * 16 * L.ldh + ob * 16, L.ldh);
-        wmma::mma_sync(acc, a, b, acc);
-      }
+      MmaSlices<wmma::row_major>(acc, ps + warp * 16 * L.ldp, L.ldp, vs + ob * 16, L.ldh, 16 * L.ldh, kKeys / 16);
       wmma::store_matrix_sync(o, acc, L.ldo, wmma::mem_row_major);
     }
     __syncwarp();

@@ -398,11 +398,12 @@ class CudaBackendImpl final : public CudaBackend, private ModelOps {
   void DownloadLogitsRows(int64_t row, int64_t count, float* logits);
   int64_t Width(Activation a) const;
   cuda::PagedKv LayerKv(int layer) const;
-  // y = x W^T over `rows` rows of x (row stride x_ld floats), y f32. A bf16
-  // W's input is rounded to bf16 first (bf16_), unless `in` is the
-  // activation whose bf16 rows bf16_ holds already (bf16_holds_).
-  void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y,
-            std::optional<Activation> in = std::nullopt);
+  // y = x W^T over `rows` rows of x (row stride x_ld floats), y of y_dtype
+  // (bf16 only for a bf16 W). A bf16 W's input is rounded to bf16 first
+  // (into bf16_), unless `in` is the activation whose bf16 rows bf16_ holds
+  // already (bf16_holds_).
+  void Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, void* y,
+            cuda::Dtype y_dtype = cuda::Dtype::kF32, std::optional<Activation> in = std::nullopt);
   // After a failure the step's remaining ops do nothing (their inputs are not
   // trusted); Forward reports the first failure.
   // While a graph replays, the model's ops enqueue nothing: the graph holds
@@ -1100,8 +1101,8 @@ void CudaBackendImpl::RmsNorm(Activation in, WeightId weight, Activation out) {
         "RmsNorm");
 }
 
-void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, float* y,
-                           std::optional<Activation> in) {
+void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const DeviceMatrix& w, void* y,
+                           cuda::Dtype y_dtype, std::optional<Activation> in) {
   const bool held = in && bf16_holds_ == in;
   bf16_holds_.reset();  // bf16_ is rewritten below or read for the last time
   if (rows == 0 || Skip()) return;
@@ -1116,32 +1117,21 @@ void CudaBackendImpl::Gemm(const float* x, int64_t x_ld, int64_t rows, const Dev
   } else if (w.dtype == cuda::Dtype::kBf16) {  // the CPU kernels round a bf16 matrix's input the same way
     Check(cuda::F32ToBf16(x, x_ld, static_cast<int>(rows), static_cast<int>(w.cols), bf16_.as<uint16_t>(), stream_),
           "Matmul (input to bf16)");
+    if (Skip()) return;
     input = bf16_.as<void>();
     input_ld = w.cols;
   }
-  if (std::string error = gemm_.Run(input, input_ld, rows, w, y, cuda::Dtype::kF32, stream_); !error.empty())
+  if (std::string error = gemm_.Run(input, input_ld, rows, w, y, y_dtype, stream_); !error.empty())
     Fail("Matmul", error);
 }
 
 void CudaBackendImpl::Matmul(Activation in, WeightId matrix, Activation out) {
   const DeviceMatrix& w = matrices_[matrix];
+  // With bf16 weights gate_up is written in bf16, as vLLM keeps it: half the
+  // bytes written and read back (SiluMul then reads it so).
   if (out == Activation::kGateUp) gate_up_bf16_ = w.dtype == cuda::Dtype::kBf16;
-  if (!gate_up_bf16_ || out != Activation::kGateUp) {
-    Gemm(Rows(in), Width(in), rows_, w, Rows(out), in);
-    return;
-  }
-  // gate_up in bf16, as vLLM keeps it: half the bytes written and read back.
-  bf16_holds_.reset();
-  if (rows_ == 0 || Skip()) return;
-  Check(cuda::F32ToBf16(Rows(in), Width(in), static_cast<int>(rows_), static_cast<int>(w.cols), bf16_.as<uint16_t>(),
-                        stream_),
-        "Matmul (input to bf16)");
-  if (Skip()) return;
-  if (std::string error = gemm_.Run(bf16_.as<void>(), w.cols, rows_, w, gate_up_.as<void>(), cuda::Dtype::kBf16,
-                                    stream_);
-      !error.empty()) {
-    Fail("Matmul", error);
-  }
+  const bool bf16_out = out == Activation::kGateUp && gate_up_bf16_;
+  Gemm(Rows(in), Width(in), rows_, w, Rows(out), bf16_out ? cuda::Dtype::kBf16 : cuda::Dtype::kF32, in);
 }
 
 void CudaBackendImpl::PrepareQk(Activation qkv, WeightId bias, WeightId q_norm, WeightId k_norm) {
